@@ -1,0 +1,125 @@
+"""Trainable and stored parameter counts from a spec and a model config alone, before anything is built.
+
+The search uses these to reject over-budget samples without spending compute. `stored` is what a saved
+delta holds (prefix without its MLP, AdaMix experts merged): the size a user deploys, and what budgets use.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+from autopelt.delta.inject import check_fits
+from autopelt.delta.sites import architecture_of, chosen_layers, linear_shape
+from autopelt.delta.spec import (
+    BIAS_SITES, AdaMixConfig, AdapterConfig, BitFitConfig, LoRAConfig, PrefixConfig, PromptConfig, parse_spec,
+)
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    trainable: int  # what the optimiser updates, task head included
+    stored: int  # what a saved delta holds, task head included
+    base: int  # the base model with its task head
+
+    @property
+    def trainable_pct(self) -> float:
+        return 100.0 * self.trainable / self.base
+
+    @property
+    def stored_pct(self) -> float:
+        return 100.0 * self.stored / self.base
+
+    def to_dict(self) -> dict:
+        return {"trainable": self.trainable, "stored": self.stored, "base": self.base,
+                "trainable_pct": self.trainable_pct, "stored_pct": self.stored_pct}
+
+
+def count_parameters(spec, config, num_labels: int | None = None) -> ParamCount:
+    """Count a spec's parameters on a model described by `config` (a transformers config)."""
+    spec = parse_spec(spec)
+    num_labels = num_labels or config.num_labels
+    arch = architecture_of(config)
+    check_fits(spec, config)
+    head = arch.head_params(config.hidden_size, num_labels)
+    trainable = stored = head
+    for method in spec.methods:
+        t, s = _count(method, config)
+        trainable, stored = trainable + t, stored + s
+    return ParamCount(trainable, stored, base_parameters(config, num_labels))
+
+
+def _count(method, config, experts: int = 1, share_up: bool = True) -> tuple[int, int]:
+    if isinstance(method, AdaMixConfig):
+        return _count(method.delta, config, method.experts, method.share_up)
+    layers = len(chosen_layers(getattr(method, "layers", None), config.num_hidden_layers))
+    hidden = config.hidden_size
+    if isinstance(method, LoRAConfig):
+        t = s = 0
+        for site in method.targets:
+            in_f, out_f = linear_shape(config, site)
+            gate = (in_f + 1) if method.gate else 0
+            t += method.rank * (in_f * experts + out_f * (1 if share_up else experts)) + gate
+            s += method.rank * (in_f + out_f) + gate
+        return t * layers, s * layers
+    if isinstance(method, AdapterConfig):
+        per_layer = 2 if method.placement == "houlsby" else 1
+        down_t, down_s = _projection(method, hidden, method.bottleneck, experts)
+        up_t, up_s = _projection(method, method.bottleneck, hidden, 1 if share_up else experts)
+        gate = (hidden + 1) if method.gate else 0
+        shared_rule = method.n ** 3 if method.projection == "compacter" else 0
+        count = lambda down, up: (down + up + gate) * per_layer * layers + shared_rule  # noqa: E731
+        return count(down_t, up_t), count(down_s, up_s)
+    if isinstance(method, PrefixConfig):
+        gates = layers * (2 * hidden + 2) if method.gate else 0
+        stored = layers * 2 * method.length * hidden + gates
+        r = method.reparam_hidden
+        if r == 0:
+            return stored, stored
+        mlp = method.length * hidden + (hidden * r + r) + (r * layers * 2 * hidden + layers * 2 * hidden)
+        return mlp + gates, stored
+    if isinstance(method, PromptConfig):
+        return method.length * hidden, method.length * hidden
+    if isinstance(method, BitFitConfig):
+        n = _bitfit(method.targets or BIAS_SITES, config, layers)
+        return n, n
+    raise TypeError(method)
+
+
+def _projection(method: AdapterConfig, in_f: int, out_f: int, experts: int) -> tuple[int, int]:
+    """(trainable, stored) of one adapter projection, bias included; a shared Compacter rule is counted once
+    by the caller."""
+    if method.projection == "dense":
+        one = in_f * out_f + out_f
+        return one * experts, one
+    if method.projection == "phm":  # Zhang et al.: k·d/n + n³ per projection
+        one = in_f * out_f // method.n + method.n ** 3 + out_f
+    else:  # Compacter: B_i = s_i t_i^T of rank r: r·(k + d) per projection
+        one = method.phm_rank * (in_f + out_f) + out_f
+    return one, one
+
+
+def _bitfit(targets, config, layers: int) -> int:
+    per_layer = sum(linear_shape(config, t)[1] for t in targets if t not in ("layernorm", "embeddings"))
+    per_layer += 2 * config.hidden_size if "layernorm" in targets else 0
+    return per_layer * layers + (config.hidden_size if "embeddings" in targets else 0)
+
+
+def base_parameters(config, num_labels: int) -> int:
+    """Parameters of the base model with its task head, counted on a bodiless (meta-device) build."""
+    payload = config.to_dict()
+    payload["num_labels"] = num_labels
+    payload.pop("id2label", None), payload.pop("label2id", None)
+    return _base_parameters(json.dumps(payload, sort_keys=True, default=str), type(config))
+
+
+@functools.lru_cache(maxsize=32)
+def _base_parameters(config_json: str, config_class) -> int:
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    config = config_class.from_dict(json.loads(config_json))
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+    return sum(p.numel() for p in model.parameters())

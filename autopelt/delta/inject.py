@@ -1,0 +1,167 @@
+"""The one place that changes a model: build a spec's modules around the frozen base modules.
+
+Methods are injected in a fixed order (BitFit, LoRA, adapters, prefix, prompt), so module paths, and with
+them the names in a saved delta, depend only on the spec.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck
+from autopelt.delta.modules.gate import Gate, init_linear_
+from autopelt.delta.modules.lora import LoRALinear
+from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
+from autopelt.delta.modules.phm import PHMLinear, new_rule
+from autopelt.delta.modules.prefix import PrefixEncoder, PrefixSelfAttention
+from autopelt.delta.modules.prompt import SoftPrompt
+from autopelt.delta.sites import Architecture, architecture_of, chosen_layers, linear_shape
+from autopelt.delta.spec import (
+    BIAS_SITES, AdaMixConfig, AdapterConfig, BitFitConfig, DeltaSpec, LoRAConfig, PrefixConfig, PromptConfig,
+    parse_spec,
+)
+from autopelt.errors import UserError
+
+ORDER = ("bitfit", "lora", "adapter", "prefix", "prompt")
+
+
+def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
+    """Freeze `model`, add the delta of `spec` (its weights drawn from `seed`), leave the head trainable."""
+    spec = parse_spec(spec)
+    arch = architecture_of(model.config)
+    check_fits(spec, model.config)
+    generator = torch.Generator().manual_seed(seed)
+    model.requires_grad_(False)
+    for config in sorted(spec.methods, key=lambda m: ORDER.index(DeltaSpec._family(m))):
+        mixture = (config.experts, config.share_up) if isinstance(config, AdaMixConfig) else (1, True)
+        inner = config.delta if isinstance(config, AdaMixConfig) else config
+        BUILDERS[type(inner)](model, arch, inner, generator, *mixture)
+    model.get_submodule(arch.head).requires_grad_(True)
+    return model
+
+
+def check_fits(spec: DeltaSpec, config) -> None:
+    """Errors a spec has only against a given model (sizes that must divide, layers that must exist)."""
+    for method in spec.methods:
+        inner = method.delta if isinstance(method, AdaMixConfig) else method
+        chosen_layers(getattr(inner, "layers", None), config.num_hidden_layers)
+        if isinstance(inner, AdapterConfig) and inner.projection != "dense":
+            if config.hidden_size % inner.n:
+                raise UserError(f"adapter.n = {inner.n} must divide the model's hidden size {config.hidden_size}")
+        if isinstance(inner, LoRAConfig):
+            smallest = min(min(linear_shape(config, site)) for site in inner.targets)
+            if inner.rank > smallest:
+                raise UserError(f"lora.rank = {inner.rank} exceeds the smallest adapted dimension {smallest}")
+
+
+def merge(model: nn.Module) -> nn.Module:
+    """Fold every ungated LoRA into its base weight (AdaMix experts are averaged in eval mode anyway)."""
+    for module in model.modules():
+        if isinstance(module, LoRALinear) and module.gate is None:
+            module.merge()
+    return model
+
+
+def unmerge(model: nn.Module) -> nn.Module:
+    for module in model.modules():
+        if isinstance(module, LoRALinear):
+            module.unmerge()
+    return model
+
+
+def _replace(layer: nn.Module, path: str, build) -> None:
+    parent_path, _, name = path.rpartition(".")
+    parent = layer.get_submodule(parent_path) if parent_path else layer
+    base = getattr(parent, name)
+    new = build(base)
+    device = next(base.parameters()).device
+    setattr(parent, name, new.to(device))
+
+
+def _linear(in_features, out_features, generator, experts=1, zero=False, bias=True) -> nn.Module:
+    if experts > 1:
+        mixture = MixtureLinear(in_features, out_features, experts, bias=bias)
+        init_experts_(mixture, generator, zero)
+        return mixture
+    linear = nn.Linear(in_features, out_features, bias=bias)
+    init_linear_(linear, generator, zero)
+    return linear
+
+
+def _gate(in_features, heads, kind, layer, generator) -> Gate:
+    gate = Gate(in_features, heads, kind, layer)
+    init_linear_(gate.linear, generator)
+    return gate
+
+
+def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, experts=1, share_up=True) -> None:
+    layers = arch.layer_modules(model)
+    for i in chosen_layers(cfg.layers, len(layers)):
+        for site in cfg.targets:
+            in_f, out_f = linear_shape(model.config, site)
+            lora_A = _linear(in_f, cfg.rank, generator, experts, bias=False)
+            lora_B = _linear(cfg.rank, out_f, generator, 1 if share_up else experts, zero=True, bias=False)
+            gate = _gate(in_f, 1, "lora", i, generator) if cfg.gate else None
+            _replace(layers[i], arch.linears[site],
+                     lambda base: LoRALinear(base, lora_A, lora_B, cfg.alpha / cfg.rank, cfg.dropout, gate))
+
+
+def _adapter_projection(cfg: AdapterConfig, in_f, out_f, generator, rule, experts, zero) -> nn.Module:
+    if cfg.projection == "dense":
+        return _linear(in_f, out_f, generator, experts, zero)
+    if cfg.projection == "phm":
+        return PHMLinear(in_f, out_f, new_rule(cfg.n, generator), None, generator, zero)
+    return PHMLinear(in_f, out_f, rule, cfg.phm_rank, generator, zero)
+
+
+def _build_adapter(model, arch: Architecture, cfg: AdapterConfig, generator, experts=1, share_up=True) -> None:
+    layers = arch.layer_modules(model)
+    hidden = model.config.hidden_size
+    sites = ("attention_output", "output") if cfg.placement == "houlsby" else ("output",)
+    rule = new_rule(cfg.n, generator) if cfg.projection == "compacter" else None  # one rule for the model
+    for i in chosen_layers(cfg.layers, len(layers)):
+        for site in sites:
+            down = _adapter_projection(cfg, hidden, cfg.bottleneck, generator, rule, experts, zero=False)
+            up = _adapter_projection(cfg, cfg.bottleneck, hidden, generator, rule,
+                                     1 if share_up else experts, zero=True)
+            gate = _gate(hidden, 1, "adapter", i, generator) if cfg.gate else None
+            adapter = Bottleneck(down, up, cfg.activation)
+            _replace(layers[i], arch.linears[site], lambda base: AdapterWrapper(base, adapter, gate))
+
+
+def _build_prefix(model, arch: Architecture, cfg: PrefixConfig, generator, *_) -> None:
+    layers = arch.layer_modules(model)
+    rows = chosen_layers(cfg.layers, len(layers))
+    hidden = model.config.hidden_size
+    encoder = PrefixEncoder(len(rows), cfg.length, hidden, cfg.reparam_hidden, generator)
+    for row, i in enumerate(rows):
+        gate = _gate(hidden, 2, "prefix", i, generator) if cfg.gate else None
+        _replace(layers[i], arch.self_attention, lambda base: PrefixSelfAttention(base, encoder, row, gate))
+
+
+def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, *_) -> None:
+    backbone = arch.backbone_of(model)
+    vocabulary = backbone.get_input_embeddings().weight
+    tokens = torch.randint(vocabulary.shape[0], (cfg.length,), generator=generator)
+    prompt = SoftPrompt(vocabulary.detach()[tokens.to(vocabulary.device)].float())  # start from real words
+    backbone.add_module("soft_prompt", prompt)
+    backbone.register_forward_pre_hook(prompt.hook, with_kwargs=True)
+
+
+def _build_bitfit(model, arch: Architecture, cfg: BitFitConfig, generator, *_) -> None:
+    layers = arch.layer_modules(model)
+    targets = cfg.targets or BIAS_SITES
+    for i in chosen_layers(cfg.layers, len(layers)):
+        paths = [arch.linears[t] for t in targets if t in arch.linears]
+        paths += list(arch.layernorms) if "layernorm" in targets else []
+        for path in paths:
+            layers[i].get_submodule(path).bias.requires_grad_(True)
+    if "embeddings" in targets:
+        arch.backbone_of(model).get_submodule(arch.embeddings_layernorm).bias.requires_grad_(True)
+
+
+BUILDERS = {
+    LoRAConfig: _build_lora, AdapterConfig: _build_adapter, PrefixConfig: _build_prefix,
+    PromptConfig: _build_prompt, BitFitConfig: _build_bitfit,
+}

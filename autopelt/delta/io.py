@@ -1,0 +1,105 @@
+"""Saving and loading a delta: `delta.json` (the stored spec and metadata) + `delta.safetensors`. No pickle.
+
+What is saved is a delta's inference form: the prefix matrices without their reparameterisation MLP, and
+each AdaMix mixture merged into one module. Its spec (`stored_spec`) builds exactly that form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from autopelt.delta.inject import apply_delta
+from autopelt.delta.spec import AdaMixConfig, DeltaSpec, PrefixConfig, parse_spec
+from autopelt.errors import UserError
+
+FORMAT = "autopelt-delta/1"
+SPEC_FILE, WEIGHTS_FILE = "delta.json", "delta.safetensors"
+
+
+def stored_spec(spec) -> DeltaSpec:
+    """The spec of a delta's inference form."""
+    methods = []
+    for method in parse_spec(spec).methods:
+        if isinstance(method, AdaMixConfig):
+            method = method.delta
+        if isinstance(method, PrefixConfig):
+            method = dataclasses.replace(method, reparam_hidden=0)
+        methods.append(method)
+    return DeltaSpec(tuple(methods))
+
+
+def delta_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every trainable tensor of a delta'd model in inference form, by parameter name (shared ones once)."""
+    state: dict[str, torch.Tensor] = {}
+    covered: set[str] = set()
+    for name, module in model.named_modules():
+        if hasattr(module, "stored_state"):
+            prefix = f"{name}." if name else ""
+            state.update({prefix + k: v for k, v in module.stored_state().items()})
+            covered.update(prefix + k for k, _ in module.named_parameters())
+    for name, param in model.named_parameters():
+        if param.requires_grad and name not in covered:
+            state[name] = param
+    return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
+
+
+def save_delta(model: nn.Module, spec, out_dir, metadata: dict | None = None) -> Path:
+    """Write the delta of `model` (built from `spec`) to `out_dir`, atomically file by file."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    header = {"format": FORMAT, "spec": stored_spec(spec).to_dict(), "trained_spec": parse_spec(spec).to_dict(),
+              "num_labels": model.config.num_labels, "problem_type": model.config.problem_type,
+              "model_type": model.config.model_type, **(metadata or {})}
+    _atomic(out / WEIGHTS_FILE, lambda path: save_file(delta_state(model), str(path), metadata={"format": FORMAT}))
+    _atomic(out / SPEC_FILE, lambda path: Path(path).write_text(json.dumps(header, indent=2, default=str)))
+    return out
+
+
+def read_delta_header(delta_dir) -> dict:
+    path = Path(delta_dir) / SPEC_FILE
+    try:
+        header = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise UserError(f"{delta_dir} is not a readable autopelt delta folder ({path.name}: {error})") from None
+    if header.get("format") != FORMAT:
+        raise UserError(f"{path} is not an autopelt delta (format {header.get('format')!r}, expected {FORMAT})")
+    return header
+
+
+def load_delta(model: nn.Module, delta_dir, seed: int = 0) -> nn.Module:
+    """Add a saved delta to a freshly loaded base model (with a task head of the saved size)."""
+    header = read_delta_header(delta_dir)
+    weights_path = Path(delta_dir) / WEIGHTS_FILE
+    try:
+        weights = load_file(str(weights_path))
+    except Exception as error:  # safetensors raises several types for a bad file
+        raise UserError(f"cannot read {weights_path}: {error}") from None
+    apply_delta(model, header["spec"], seed=seed)
+    expected = delta_state(model)
+    if set(weights) != set(expected):
+        missing = sorted(set(expected) - set(weights)) or sorted(set(weights) - set(expected))
+        raise UserError(f"{weights_path} does not match its spec (first mismatch: {missing[0]})")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            params[name].copy_(tensor)
+    return model
+
+
+def _atomic(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,100 @@
+"""Prefix-tuning: L trainable keys and values prepended to every attention layer's own.
+
+During training the prefixes come from a small MLP over L embeddings (Li & Liang's reparameterisation);
+what is saved is only the resulting 2 x N_layers prefix matrices.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import eager_attention_forward
+
+from autopelt.delta.modules.gate import Gate
+
+
+class PrefixEncoder(nn.Module):
+    """Keys and values (each L x H) for `rows` attention layers, direct or through an MLP."""
+
+    def __init__(self, rows: int, length: int, hidden: int, reparam_hidden: int, generator: torch.Generator):
+        super().__init__()
+        self.rows, self.length, self.hidden = rows, length, hidden
+        if reparam_hidden > 0:
+            self.embedding = nn.Parameter(torch.randn(length, hidden, generator=generator))
+            self.mlp_in = nn.Linear(hidden, reparam_hidden)
+            self.mlp_out = nn.Linear(reparam_hidden, rows * 2 * hidden)
+            for linear in (self.mlp_in, self.mlp_out):
+                bound = linear.weight.shape[1] ** -0.5
+                with torch.no_grad():
+                    linear.weight.uniform_(-bound, bound, generator=generator)
+                    linear.bias.zero_()
+            self.prefix = None
+        else:
+            self.prefix = nn.Parameter(0.02 * torch.randn(rows, 2, length, hidden, generator=generator))
+
+    def forward(self, row: int) -> tuple[torch.Tensor, torch.Tensor]:  # two (L, H)
+        if self.prefix is not None:
+            return self.prefix[row, 0], self.prefix[row, 1]
+        span = slice(row * 2 * self.hidden, (row + 1) * 2 * self.hidden)  # only this layer's output rows
+        hidden = torch.tanh(self.mlp_in(self.embedding))  # (L, R)
+        keys_values = F.linear(hidden, self.mlp_out.weight[span], self.mlp_out.bias[span])  # (L, 2H)
+        return keys_values[:, : self.hidden], keys_values[:, self.hidden :]
+
+    def stored_state(self) -> dict[str, torch.Tensor]:
+        """The prefix matrices alone, as a direct (reparam_hidden=0) encoder holds them."""
+        rows = [torch.stack(self(r)) for r in range(self.rows)]  # each (2, L, H)
+        return {"prefix": torch.stack(rows)}  # (rows, 2, L, H)
+
+
+class PrefixSelfAttention(nn.Module):
+    """Wraps a self-attention module (query/key/value linears + transformers' attention function) and
+    attends over [prefix; keys]. The prefix is always visible, whatever the padding mask hides."""
+
+    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gate: Gate | None = None):
+        super().__init__()
+        self.base_layer, self.prefix_encoder, self.row, self.gate = base_layer, encoder, row, gate
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                past_key_values=None, **kwargs):
+        if past_key_values is not None:
+            raise NotImplementedError("prefix-tuning is for encoders; a key/value cache is not supported")
+        base = self.base_layer
+        batch, length = hidden_states.shape[:2]
+        heads, head_dim = base.num_attention_heads, base.attention_head_size
+
+        def split_heads(x: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads, T, d)
+            return x.view(x.shape[0], x.shape[1], heads, head_dim).transpose(1, 2)
+
+        query = split_heads(base.query(hidden_states))
+        key = split_heads(base.key(hidden_states))
+        value = split_heads(base.value(hidden_states))
+        prefix_key, prefix_value = (split_heads(p.unsqueeze(0)).expand(batch, -1, -1, -1)
+                                    for p in self.prefix_encoder(self.row))  # (B, heads, L, d)
+        if self.gate is not None:
+            g = self.gate(hidden_states)  # (B, 2): one gate for the keys, one for the values
+            prefix_key = prefix_key * g[:, 0, None, None, None]
+            prefix_value = prefix_value * g[:, 1, None, None, None]
+        key = torch.cat([prefix_key, key], dim=2)
+        value = torch.cat([prefix_value, value], dim=2)
+        mask = extend_mask(attention_mask, prefix_key.shape[2])
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(base.config._attn_implementation, eager_attention_forward)
+        output, weights = attention(base, query, key, value, mask,
+                                    dropout=base.dropout.p if base.training else 0.0, scaling=base.scaling,
+                                    **kwargs)
+        return output.reshape(batch, length, -1).contiguous(), weights
+
+
+def extend_mask(mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
+    """Let every query see `length` extra leading keys, whatever form transformers gave the mask in."""
+    if mask is None:
+        return None
+    shape = (*mask.shape[:-1], length)
+    if mask.dtype == torch.bool:
+        visible = torch.ones(shape, dtype=torch.bool, device=mask.device)
+    elif mask.dtype.is_floating_point:  # additive mask: 0 where visible
+        visible = torch.zeros(shape, dtype=mask.dtype, device=mask.device)
+    else:  # 0/1 padding mask
+        visible = torch.ones(shape, dtype=mask.dtype, device=mask.device)
+    return torch.cat([visible, mask], dim=-1)

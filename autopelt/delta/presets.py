@@ -1,0 +1,33 @@
+"""Whole-delta presets at the papers' defaults: UniPELT (He/Mao et al. 2022) and single methods."""
+
+from __future__ import annotations
+
+_ADAPTER = {"method": "adapter", "placement": "pfeiffer", "bottleneck": 48}
+_PREFIX = {"method": "prefix", "length": 10}
+_LORA = {"method": "lora", "rank": 8, "alpha": 16, "targets": ["query", "value"]}
+
+
+def _gated(entry: dict) -> dict:
+    return {**entry, "gate": True}
+
+
+PRESETS: dict[str, dict] = {
+    # UniPELT: adapter + prefix (+ LoRA) under learned per-layer gates, and the ungated ablations
+    "unipelt_apl": {"methods": [_gated(_ADAPTER), _gated(_PREFIX), _gated(_LORA)]},
+    "unipelt_ap": {"methods": [_gated(_ADAPTER), _gated(_PREFIX)]},
+    "unipelt_apl_nogate": {"methods": [_ADAPTER, _PREFIX, _LORA]},
+    "unipelt_ap_nogate": {"methods": [_ADAPTER, _PREFIX]},
+    # single methods at their papers' defaults
+    "adapter": {"methods": [_ADAPTER]},
+    "houlsby": {"methods": [{"method": "houlsby", "bottleneck": 48}]},
+    "prefix": {"methods": [_PREFIX]},
+    "lora": {"methods": [_LORA]},
+    "compacter": {"methods": [{"method": "compacter", "n": 4, "bottleneck": 48}]},
+    "compacter++": {"methods": [{"method": "compacter++", "n": 4, "bottleneck": 48}]},
+    "bitfit": {"methods": [{"method": "bitfit"}]},
+    "prompt": {"methods": [{"method": "prompt", "length": 20}]},
+    "adamix": {"methods": [{"method": "adamix", "experts": 4, "delta": {"method": "adapter", "bottleneck": 16}}]},
+}
+
+# The baselines every study runs beside its search.
+BASELINES = ("unipelt_apl", "adapter", "prefix", "lora", "compacter", "bitfit")

@@ -1,0 +1,327 @@
+"""The delta spec: plain, validated, JSON-serialisable data describing which methods a delta is made of.
+
+A spec is a tuple of frozen method configs. Nothing here touches a model: `apply_delta` reads a spec and
+builds it, `count_parameters` reads a spec and a model config and counts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from autopelt.errors import UserError
+
+LINEAR_SITES = ("query", "key", "value", "attention_output", "intermediate", "output")
+BIAS_SITES = LINEAR_SITES + ("layernorm", "embeddings")
+ACTIVATIONS = ("relu", "gelu", "tanh", "swish")
+
+
+def _help(text: str, default: Any = dataclasses.MISSING) -> Any:
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: default, metadata={"help": text})
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method config: `from_dict` checks field names; `check` checks values."""
+
+    method: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MethodConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known - {"method"})
+        if unknown:
+            raise UserError(
+                f"unknown field {unknown[0]!r} for method {cls.method!r}; known fields: {', '.join(sorted(known))}"
+            )
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "method"}
+        try:
+            config = cls(**values)
+        except TypeError as error:
+            raise UserError(f"bad {cls.method} config: {error}") from None
+        for f in dataclasses.fields(cls):
+            _check_type(cls.method, f, getattr(config, f.name))
+        config.check()
+        return config
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"method": self.method}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, MethodConfig):
+                value = value.to_dict()
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def check(self) -> None:
+        layers = getattr(self, "layers", None)
+        if layers is not None:
+            _require(self, "layers", all(isinstance(i, int) and i >= 0 for i in layers) and len(layers) > 0,
+                     "a non-empty list of layer indices, or null for all layers")
+
+    def describe(self) -> str:
+        return self.method
+
+
+def _check_type(method: str, f: dataclasses.Field, value: Any) -> None:
+    """Values must have their default's type (an int where a float is expected is fine)."""
+    default = f.default
+    if default is None or default is dataclasses.MISSING or value is None and default is None:
+        return
+    expected = type(default)
+    ok = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+    if expected is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok and not isinstance(default, MethodConfig):
+        kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string", tuple: "a list"}
+        raise UserError(f"{method}.{f.name} = {value!r} is invalid: expected {kind.get(expected, expected.__name__)}")
+
+
+def _require(config: MethodConfig, name: str, ok: bool, what: str) -> None:
+    if not ok:
+        raise UserError(f"{config.method}.{name} = {getattr(config, name)!r} is invalid: expected {what}")
+
+
+def _positive_int(config: MethodConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        _require(config, name, isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                 "a positive integer")
+
+
+@dataclass(frozen=True)
+class LoRAConfig(MethodConfig):
+    method: ClassVar[str] = "lora"
+    summary: ClassVar[str] = "low-rank update W + (alpha/r)·B·A on chosen linear layers (Hu et al. 2021)"
+
+    rank: int = _help("rank r of the update", 8)
+    alpha: float = _help("scaling numerator: the update is multiplied by alpha/rank (ignored when gated)", 16.0)
+    targets: tuple[str, ...] = _help(f"linear layers to adapt, among {', '.join(LINEAR_SITES)}", ("query", "value"))
+    dropout: float = _help("dropout on the LoRA branch input", 0.0)
+    gate: bool = _help("UniPELT gate G_L = sigmoid(W·h_in) replaces alpha/rank", False)
+    layers: tuple[int, ...] | None = _help("layer indices to adapt; null = all", None)
+
+    def check(self) -> None:
+        super().check()
+        _positive_int(self, "rank")
+        _require(self, "targets", len(self.targets) > 0 and set(self.targets) <= set(LINEAR_SITES),
+                 f"a non-empty list among {', '.join(LINEAR_SITES)}")
+        _require(self, "dropout", 0.0 <= self.dropout < 1.0, "a probability in [0, 1)")
+        _require(self, "alpha", self.alpha > 0, "a positive number")
+
+    def describe(self) -> str:
+        return f"lora r{self.rank}" + ("(gated)" if self.gate else "")
+
+
+@dataclass(frozen=True)
+class AdapterConfig(MethodConfig):
+    method: ClassVar[str] = "adapter"
+    summary: ClassVar[str] = ("bottleneck adapter h + up(act(down(h))) after attention and/or FFN "
+                              "(Houlsby 2019, Pfeiffer 2021); PHM/Compacter projections (Mahabadi 2021)")
+
+    placement: str = _help("houlsby: after attention output and FFN output; pfeiffer: after FFN output only", "houlsby")
+    bottleneck: int = _help("bottleneck size k", 48)
+    activation: str = _help(f"non-linearity, one of {', '.join(ACTIVATIONS)}", "relu")
+    projection: str = _help("dense; phm: W = sum A_i kron B_i with full B_i and A per projection; "
+                            "compacter: A shared by all layers, B_i = s_i t_i^T of rank phm_rank", "dense")
+    n: int = _help("number of Kronecker terms for phm/compacter (divides hidden size and bottleneck)", 4)
+    phm_rank: int = _help("rank of B_i for compacter", 1)
+    gate: bool = _help("UniPELT gate G_A = sigmoid(W·h_FN) scales the adapter output", False)
+    layers: tuple[int, ...] | None = _help("layer indices to adapt; null = all", None)
+
+    def check(self) -> None:
+        super().check()
+        _positive_int(self, "bottleneck", "n", "phm_rank")
+        _require(self, "placement", self.placement in ("houlsby", "pfeiffer"), "houlsby or pfeiffer")
+        _require(self, "activation", self.activation in ACTIVATIONS, " or ".join(ACTIVATIONS))
+        _require(self, "projection", self.projection in ("dense", "phm", "compacter"), "dense, phm or compacter")
+        if self.projection != "dense":
+            _require(self, "bottleneck", self.bottleneck % self.n == 0, f"a multiple of n={self.n}")
+
+    def describe(self) -> str:
+        name = {"dense": self.placement, "phm": "phm-adapter", "compacter": "compacter"}[self.projection]
+        if self.projection == "compacter" and self.placement == "pfeiffer":
+            name = "compacter++"
+        size = f" k{self.bottleneck}" + (f" n{self.n}" if self.projection != "dense" else "")
+        return name + size + ("(gated)" if self.gate else "")
+
+
+@dataclass(frozen=True)
+class PrefixConfig(MethodConfig):
+    method: ClassVar[str] = "prefix"
+    summary: ClassVar[str] = "L trainable key/value vectors prepended in every attention layer (Li & Liang 2021)"
+
+    length: int = _help("prefix length L", 10)
+    reparam_hidden: int = _help("hidden size of the reparameterisation MLP used while training; 0 = none "
+                                "(only the prefix matrices are ever saved)", 512)
+    gate: bool = _help("UniPELT gate G_P = sigmoid(W·h_in) scales the prefix keys and values", False)
+    layers: tuple[int, ...] | None = _help("layer indices with a prefix; null = all", None)
+
+    def check(self) -> None:
+        super().check()
+        _positive_int(self, "length")
+        _require(self, "reparam_hidden", isinstance(self.reparam_hidden, int) and self.reparam_hidden >= 0,
+                 "a non-negative integer")
+
+    def describe(self) -> str:
+        return f"prefix L{self.length}" + ("(gated)" if self.gate else "")
+
+
+@dataclass(frozen=True)
+class PromptConfig(MethodConfig):
+    method: ClassVar[str] = "prompt"
+    summary: ClassVar[str] = "L soft tokens inserted after the first token at the input embeddings (Lester 2021)"
+
+    length: int = _help("number of soft tokens L", 20)
+
+    def check(self) -> None:
+        _positive_int(self, "length")
+
+    def describe(self) -> str:
+        return f"prompt L{self.length}"
+
+
+@dataclass(frozen=True)
+class BitFitConfig(MethodConfig):
+    method: ClassVar[str] = "bitfit"
+    summary: ClassVar[str] = "train bias terms only (Ben Zaken et al. 2021)"
+
+    targets: tuple[str, ...] | None = _help(f"bias groups among {', '.join(BIAS_SITES)}; null = every bias", None)
+    layers: tuple[int, ...] | None = _help("layer indices whose biases train; null = all", None)
+
+    def check(self) -> None:
+        super().check()
+        if self.targets is not None:
+            _require(self, "targets", len(self.targets) > 0 and set(self.targets) <= set(BIAS_SITES),
+                     f"null or a non-empty list among {', '.join(BIAS_SITES)}")
+
+    def describe(self) -> str:
+        return "bitfit" if self.targets is None else f"bitfit({','.join(self.targets)})"
+
+
+@dataclass(frozen=True)
+class AdaMixConfig(MethodConfig):
+    method: ClassVar[str] = "adamix"
+    summary: ClassVar[str] = ("mixture of M adapter or LoRA experts, one random expert per step, "
+                              "averaged into one module for inference (Wang et al. 2022)")
+
+    experts: int = _help("experts M per site", 4)
+    share_up: bool = _help("share the up-projection (LoRA: B) across experts, as in the paper", True)
+    consistency: float = _help("weight of the symmetric-KL consistency loss between two stochastic passes", 1.0)
+    delta: AdapterConfig | LoRAConfig = _help("the mixed delta: an adapter or lora entry", AdapterConfig(bottleneck=16))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MethodConfig:
+        data = dict(data)
+        inner = data.pop("delta", {"method": "adapter", "bottleneck": 16})
+        if isinstance(inner, MethodConfig):
+            inner = inner.to_dict()
+        if not isinstance(inner, dict) or normalise_method(inner.get("method")) not in ("adapter", "lora"):
+            raise UserError("adamix.delta must be an adapter or lora entry, e.g. {\"method\": \"adapter\"}")
+        data["delta"] = parse_method(inner)
+        return super().from_dict(data)
+
+    def check(self) -> None:
+        _positive_int(self, "experts")
+        _require(self, "consistency", self.consistency >= 0, "a non-negative number")
+        _require(self, "delta", not self.delta.gate, "an ungated delta (AdaMix and UniPELT gates do not mix)")
+        if isinstance(self.delta, AdapterConfig):
+            _require(self, "delta", self.delta.projection == "dense", "a dense adapter (PHM weights do not average)")
+
+    def describe(self) -> str:
+        return f"adamix M{self.experts}[{self.delta.describe()}]"
+
+
+METHODS: dict[str, type[MethodConfig]] = {
+    c.method: c for c in (LoRAConfig, AdapterConfig, PrefixConfig, PromptConfig, BitFitConfig, AdaMixConfig)
+}
+
+# Names accepted on input for adapter variants, normalised to `adapter` entries.
+ADAPTER_PRESETS: dict[str, dict] = {
+    "houlsby": {"placement": "houlsby"},
+    "pfeiffer": {"placement": "pfeiffer"},
+    "phm_adapter": {"placement": "houlsby", "projection": "phm"},
+    "compacter": {"placement": "houlsby", "projection": "compacter"},
+    "compacter++": {"placement": "pfeiffer", "projection": "compacter"},
+}
+
+
+def normalise_method(name: Any) -> str | None:
+    if name in ADAPTER_PRESETS:
+        return "adapter"
+    return name if name in METHODS else None
+
+
+def parse_method(data: dict) -> MethodConfig:
+    if not isinstance(data, dict) or "method" not in data:
+        raise UserError(f"each delta entry needs a \"method\" field; got {data!r}")
+    name = data["method"]
+    if normalise_method(name) is None:
+        known = sorted(METHODS) + sorted(ADAPTER_PRESETS)
+        raise UserError(f"unknown method {name!r}; known methods: {', '.join(known)}")
+    if name in ADAPTER_PRESETS:
+        data = {**ADAPTER_PRESETS[name], **{k: v for k, v in data.items() if k != "method"}}
+        return AdapterConfig.from_dict(data)
+    return METHODS[name].from_dict(data)
+
+
+@dataclass(frozen=True)
+class DeltaSpec:
+    """What a delta is made of: at most one entry per method family."""
+
+    methods: tuple[MethodConfig, ...]
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            raise UserError("a delta spec needs at least one method")
+        families = [self._family(m) for m in self.methods]
+        for family in set(families):
+            if families.count(family) > 1:
+                raise UserError(f"a delta spec may hold one {family} entry (including inside adamix); "
+                                f"merge them into one entry")
+
+    @staticmethod
+    def _family(config: MethodConfig) -> str:
+        return config.delta.method if isinstance(config, AdaMixConfig) else config.method
+
+    def get(self, method: str) -> MethodConfig | None:
+        return next((m for m in self.methods if m.method == method), None)
+
+    def to_dict(self) -> dict:
+        return {"methods": [m.to_dict() for m in self.methods]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def summary(self) -> str:
+        return " + ".join(m.describe() for m in self.methods)
+
+    @property
+    def is_gated(self) -> bool:
+        return any(getattr(m, "gate", False) for m in self.methods)
+
+
+def parse_spec(source: Any) -> DeltaSpec:
+    """A DeltaSpec from a dict, a JSON string, a path to a JSON file, or a DeltaSpec."""
+    if isinstance(source, DeltaSpec):
+        return source
+    if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
+        path = Path(source)
+        try:
+            source = path.read_text()
+        except OSError as error:
+            raise UserError(f"cannot read delta spec {path}: {error.strerror}") from None
+    if isinstance(source, str):
+        try:
+            source = json.loads(source)
+        except json.JSONDecodeError as error:
+            raise UserError(f"delta spec is not valid JSON: {error.msg} at line {error.lineno}") from None
+    if not isinstance(source, dict) or set(source) - {"methods"} or not isinstance(source.get("methods"), list):
+        raise UserError('a delta spec is an object {"methods": [...]} with no other top-level field')
+    return DeltaSpec(tuple(parse_method(entry) for entry in source["methods"]))
