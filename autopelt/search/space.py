@@ -1,0 +1,146 @@
+"""Declarative search spaces: a YAML file says which deltas a study may try; `sample` draws one per trial.
+
+A file (see autopelt/search_spaces/default.yaml) has four sections:
+
+    methods:   method -> fields. A field is a fixed value or a distribution:
+               {choice: [a, b]}; {choice: {a: {fields that exist only when a is chosen}, b: {}}};
+               {int: [low, high], step: 2} or {int: [low, high], log: true}; {float: [low, high], log: true}
+    combine:   {max_methods: k}: each method switched on or off (parameters use.<method>), at most k on;
+               or {combinations: {name: [methods]}}: one categorical parameter `methods`
+    shared:    gate / layers, drawn once and given to every chosen method that has the field and leaves it unset
+    train:     learning_rate (required), epochs, batch_size, weight_decay, warmup_ratio, max_length
+
+Parameter names are <method>.<field> (lora.rank, adapter.n, adamix.delta, adamix.lora.rank), use.<method>,
+methods, gate, layers and the train fields. A spec is never empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autopelt.errors import UserError
+from autopelt.search.space_schema import METHOD_FIELDS, layer_indices
+from autopelt.search.space_tree import Choice, Parser, SpaceError, Tree, draw, draw_fields, free_mixtures, read_yaml
+
+SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
+FORMAT_VERSION = 1  # part of the fingerprint: bump when the meaning of a file changes
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    path: Path
+    tree: Tree
+    fingerprint: str  # hash of the parsed content: equal files (comments, key order aside) sample alike
+    param_names: tuple[str, ...]  # every Optuna parameter this space can draw
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self.tree.methods)
+
+    def sample(self, trial, num_layers: int) -> tuple[dict, dict]:
+        """(delta spec, training hyper-parameters) drawn define-by-run on an Optuna trial."""
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+        chosen = self._choose(trial)
+        entries = [self._entry(method, chosen, trial) for method in chosen]
+        self._share(entries, trial)
+        self._place(entries, num_layers)
+        return _plain({"methods": entries}), _plain(draw_fields(self.tree.train, trial))
+
+    def _choose(self, trial) -> list[str]:
+        if isinstance(self.tree.combine, Choice):
+            return list(draw(self.tree.combine, trial)[0])
+        return self._switch(trial, self.tree.combine)
+
+    def _switch(self, trial, most: int) -> list[str]:
+        """Methods switched on in a fixed order; once `most` are on the rest stay off; never none."""
+        names, chosen = self.methods, []
+        for i, method in enumerate(names):
+            if len(chosen) == most:
+                break
+            if method == "adamix" and not free_mixtures(self.tree.methods["adamix"]["delta"], chosen):
+                continue
+            if (i == len(names) - 1 and not chosen) or trial.suggest_categorical(f"use.{method}", [False, True]):
+                chosen.append(method)
+        return chosen
+
+    def _entry(self, method: str, chosen: list[str], trial) -> dict:
+        fields = self.tree.methods[method]
+        if method == "adamix":
+            delta = fields["delta"]
+            fields = {**fields, "delta": dataclasses.replace(delta, options=free_mixtures(delta, chosen))}
+        return {"method": method, **draw_fields(fields, trial)}
+
+    def _share(self, entries: list[dict], trial) -> None:
+        for name, node in self.tree.shared.items():
+            takers = [e for e in entries if name in METHOD_FIELDS[e["method"]] and name not in e]
+            if takers:
+                value, _ = draw(node, trial)
+                for entry in takers:
+                    entry[name] = value
+
+    def _place(self, entries: list[dict], num_layers: int) -> None:
+        for entry in entries:
+            for target in (entry, entry.get("delta")):
+                if isinstance(target, dict) and "layers" in target:
+                    try:
+                        target["layers"] = layer_indices(target["layers"], num_layers)
+                    except ValueError as error:
+                        raise UserError(f"{self.path}: {entry['method']}.layers: {error}") from None
+
+
+def available_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def load_space(name_or_path: str | Path) -> SearchSpace:
+    """A bare name (`default`) is a file of autopelt/search_spaces/; anything else is a path to a YAML file."""
+    path = _resolve(name_or_path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read search space {path}: {error}") from None
+    parser = Parser()
+    try:
+        tree = parser.tree(read_yaml(text))
+    except SpaceError as error:
+        raise UserError(f"{path}: {error}") from None
+    names = tuple(sorted(set(parser.names) | _switch_names(tree)))
+    return SearchSpace(path.stem, path, tree, _fingerprint(tree), names)
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or "/" in text or text.endswith((".yaml", ".yml")):
+        if not Path(text).is_file():
+            raise UserError(f"search space file {text} does not exist")
+        return Path(text)
+    path = SPACES_DIR / f"{text}.yaml"
+    if not path.is_file():
+        raise UserError(f"unknown search space {text!r}; available: {', '.join(available_spaces())} "
+                        f"(or give the path of a .yaml file)")
+    return path
+
+
+def _switch_names(tree: Tree) -> set[str]:
+    """use.<method> parameters; with max_methods 1 the last switch is never asked (all off forces it on)."""
+    if isinstance(tree.combine, Choice) or len(tree.methods) == 1:
+        return set()
+    asked = list(tree.methods)[:-1] if tree.combine == 1 else list(tree.methods)
+    return {f"use.{m}" for m in asked}
+
+
+def _fingerprint(tree: Tree) -> str:
+    content = json.dumps({"format": FORMAT_VERSION, "tree": dataclasses.asdict(tree)}, sort_keys=True)
+    return hashlib.sha256(content.encode()).hexdigest()[:12]
+
+
+def _plain(value: Any) -> Any:
+    """JSON-plain data (tuples become lists), fresh for every trial."""
+    return json.loads(json.dumps(value))
