@@ -1,0 +1,109 @@
+"""Delta specs: validation with one-line errors, JSON round trips, presets, unsupported models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_config, tiny_model
+
+from autopelt import delta
+from autopelt.delta.spec import METHODS
+from autopelt.errors import UserError
+
+
+@pytest.mark.parametrize("name", sorted(delta.PRESETS))
+def test_every_preset_parses_and_round_trips_through_json(name):
+    spec = delta.parse_spec(delta.PRESETS[name])
+    assert delta.parse_spec(spec.to_json()) == spec
+    assert delta.parse_spec(json.loads(spec.to_json())).to_dict() == spec.to_dict()
+    assert spec.summary()
+
+
+def test_unipelt_presets_follow_the_paper():
+    apl = delta.parse_spec(delta.PRESETS["unipelt_apl"])
+    assert [m.method for m in apl.methods] == ["adapter", "prefix", "lora"]
+    assert all(m.gate for m in apl.methods)
+    adapter, prefix, lora = apl.methods
+    assert (adapter.bottleneck, prefix.length, lora.rank, lora.targets) == (48, 10, 8, ("query", "value"))
+    assert not delta.parse_spec(delta.PRESETS["unipelt_apl_nogate"]).is_gated
+
+
+def test_adapter_preset_names_normalise():
+    spec = delta.parse_spec({"methods": [{"method": "compacter++", "n": 8, "bottleneck": 16}]})
+    (adapter,) = spec.methods
+    assert (adapter.method, adapter.placement, adapter.projection, adapter.n) == ("adapter", "pfeiffer", "compacter", 8)
+    assert spec.summary() == "compacter++ k16 n8"
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"methods": [{"method": "lorra"}]}, "unknown method 'lorra'"),
+    ({"methods": [{"method": "lora", "rnk": 4}]}, "unknown field 'rnk' for method 'lora'"),
+    ({"methods": [{"method": "lora", "rank": 0}]}, "lora.rank = 0"),
+    ({"methods": [{"method": "lora", "rank": "8"}]}, "lora.rank = '8'"),
+    ({"methods": [{"method": "lora", "targets": ["qkv"]}]}, "lora.targets"),
+    ({"methods": [{"method": "adapter", "placement": "middle"}]}, "adapter.placement"),
+    ({"methods": [{"method": "compacter", "bottleneck": 10, "n": 4}]}, "multiple of n=4"),
+    ({"methods": [{"method": "prefix", "gate": "yes"}]}, "prefix.gate"),
+    ({"methods": [{"method": "bitfit", "targets": ["pooler"]}]}, "bitfit.targets"),
+    ({"methods": [{"method": "adamix", "delta": {"method": "prefix"}}]}, "adamix.delta"),
+    ({"methods": [{"method": "adamix", "delta": {"method": "lora", "gate": True}}]}, "ungated"),
+    ({"methods": [{"method": "lora"}, {"method": "adamix", "delta": {"method": "lora"}}]}, "one lora entry"),
+    ({"methods": []}, "at least one method"),
+    ({"methods": [{"rank": 8}]}, "\"method\" field"),
+    ({"method": "lora"}, "{\"methods\": [...]}"),
+    ("{not json", "not valid JSON"),
+])
+def test_bad_specs_give_one_line_errors(bad, words):
+    with pytest.raises(UserError) as error:
+        delta.parse_spec(bad)
+    assert words in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_spec_from_a_file_and_a_missing_file(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(delta.PRESETS["lora"]))
+    assert delta.parse_spec(str(path)) == delta.parse_spec(delta.PRESETS["lora"])
+    with pytest.raises(UserError, match="cannot read delta spec"):
+        delta.parse_spec(str(tmp_path / "nope.json"))
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"methods": [{"method": "lora", "layers": [5]}]}, "layer 5 does not exist"),
+    ({"methods": [{"method": "compacter", "n": 3, "bottleneck": 9}]}, "must divide the model's hidden size 32"),
+    ({"methods": [{"method": "lora", "rank": 64}]}, "exceeds the smallest adapted dimension"),
+])
+def test_specs_that_do_not_fit_the_model(spec, words):
+    with pytest.raises(UserError, match=words):
+        delta.count_parameters(spec, tiny_config())
+    with pytest.raises(UserError, match=words):
+        delta.apply_delta(tiny_model(), spec)
+
+
+def test_an_unsupported_architecture_is_a_clear_error():
+    from transformers import GPT2Config
+
+    with pytest.raises(UserError, match="model type 'gpt2' is not supported yet; supported: bert, roberta"):
+        delta.count_parameters(delta.PRESETS["lora"], GPT2Config(n_layer=2, n_embd=32, n_head=4))
+
+
+def test_loading_a_delta_whose_weights_do_not_match_fails_cleanly(tmp_path):
+    model = delta.apply_delta(tiny_model(), delta.PRESETS["lora"])
+    delta.save_delta(model, delta.PRESETS["lora"], tmp_path)
+    header = json.loads((tmp_path / "delta.json").read_text())
+    header["spec"] = delta.parse_spec(delta.PRESETS["bitfit"]).to_dict()
+    (tmp_path / "delta.json").write_text(json.dumps(header))
+    with pytest.raises(UserError, match="does not match its spec"):
+        delta.load_delta(tiny_model(), tmp_path)
+    with pytest.raises(UserError, match="not a readable autopelt delta"):
+        delta.load_delta(tiny_model(), tmp_path / "missing")
+
+
+def test_every_method_is_documented():
+    import dataclasses
+
+    for cls in METHODS.values():
+        assert cls.summary
+        for field in dataclasses.fields(cls):
+            assert field.metadata.get("help"), f"{cls.method}.{field.name} has no help text"
