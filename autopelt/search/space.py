@@ -8,7 +8,7 @@ A file (see autopelt/search_spaces/default.yaml) has four sections:
     combine:   {max_methods: k}: each method switched on or off (parameters use.<method>), at most k on;
                or {combinations: {name: [methods]}}: one categorical parameter `methods`
     shared:    gate / layers, drawn once and given to every chosen method that has the field and leaves it unset
-    train:     learning_rate (required), epochs, batch_size, weight_decay, warmup_ratio, max_length
+    train:     learning_rate (required), epochs, batch_size, weight_decay, warmup_ratio, grad_clip, max_length
 
 Parameter names are <method>.<field> (lora.rank, adapter.n, adamix.delta, adamix.lora.rank), use.<method>,
 methods, gate, layers and the train fields. A spec is never empty.

@@ -106,7 +106,8 @@ MIXED_FIELDS: dict[str, dict[str, Kind]] = {
 }
 SHARED_FIELDS = {"gate": BOOL, "layers": LAYERS}
 TRAIN_FIELDS = {"learning_rate": POSITIVE_NUMBER, "epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
-                "weight_decay": NON_NEGATIVE_NUMBER, "warmup_ratio": DROPOUT, "max_length": POSITIVE_INT}
+                "weight_decay": NON_NEGATIVE_NUMBER, "warmup_ratio": DROPOUT, "grad_clip": POSITIVE_NUMBER,
+                "max_length": POSITIVE_INT}  # names of autopelt.train.TrialSettings
 REQUIRED = {"train": ("learning_rate",), "adamix": ("delta",)}
 
 
