@@ -62,7 +62,9 @@ class Features:
         )
 
 
-def tokenize(rows, task: str | Task, tokenizer, max_length: int = 128, cache_dir=None, use_cache: bool = True) -> Features:
+def tokenize(
+    rows, task: str | Task, tokenizer, max_length: int = 128, cache_dir=None, use_cache: bool = True
+) -> Features:
     """Features for `rows`, read from the cache when this tokenizer/max_length/content was seen before."""
     task = get_task(task)
     max_length = effective_max_length(tokenizer, max_length)
