@@ -68,6 +68,7 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     torch.manual_seed(seed)  # the head's initialisation is part of the trial's seed
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialised head" warnings are expected here
+    hf_logging.disable_progress_bar()
     try:
         return AutoModelForSequenceClassification.from_pretrained(name_or_path, config=config)
     except OSError as error:

@@ -1,0 +1,173 @@
+"""`autopelt train`: train and evaluate one delta on a task, with a progress bar and a one-screen summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from autopelt.errors import UserError
+
+
+def _method_fields() -> dict[str, dataclasses.Field]:
+    from autopelt.delta.spec import METHODS
+
+    fields: dict[str, dataclasses.Field] = {}
+    for cls in METHODS.values():
+        for f in dataclasses.fields(cls):
+            if f.name != "delta":
+                fields.setdefault(f.name, f)
+    return fields
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--task", required=True, help="GLUE task: cola sst2 mrpc qqp stsb mnli mnli-mm qnli rte wnli")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--delta", metavar="SPEC.json", help="a delta spec file (see `autopelt methods`)")
+    what.add_argument("--method", help="one method, with its fields as flags (e.g. --method lora --rank 8)")
+    what.add_argument("--preset", help="a preset, e.g. unipelt_apl, lora, adapter, prefix, compacter, bitfit")
+    parser.add_argument("--inner", choices=("adapter", "lora"), default="adapter",
+                        help="with --method adamix: the mixed delta")
+    fields = parser.add_argument_group("method fields (with --method; see `autopelt methods`)")
+    for name in _method_fields():
+        fields.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE")
+    parser.add_argument("--model", help="base model folder or hub id (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--data-dir", default=os.environ.get("AUTOPELT_DATA_DIR"),
+                        help="local data: DIR/<task>/<split>.jsonl|csv|parquet (env AUTOPELT_DATA_DIR)")
+    parser.add_argument("--k", type=int, help="UniPELT low-resource protocol: K training examples (100/500/1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=5e-4, help="learning rate")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--patience", type=int, help="stop after N evaluations without improvement")
+    parser.add_argument("--eval-every", type=int, help="evaluate every N steps (default: every epoch)")
+    parser.add_argument("--max-train-examples", type=int, help="train on a random subset (quick runs)")
+    parser.add_argument("--threads", type=int, help="CPU threads")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 … (default: CUDA when available)")
+    parser.add_argument("--autocast", action="store_true", help="mixed precision on CUDA")
+    parser.add_argument("--out", help="folder for result.json and the trained delta")
+
+
+def run(args) -> int:
+    from autopelt import delta
+    from autopelt.delta.presets import PRESETS
+    from autopelt.train import TrialSettings, run_trial
+
+    if args.preset:
+        if args.preset not in PRESETS:
+            raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
+        spec = PRESETS[args.preset]
+    elif args.method:
+        spec = {"methods": [method_from_flags(args)]}
+    else:
+        spec = delta.parse_spec(args.delta).to_dict()
+    spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
+    settings = TrialSettings(
+        task=args.task, spec=spec, model=args.model, data_dir=args.data_dir,
+        protocol=args.k if args.k else "full", seed=args.seed, epochs=args.epochs, learning_rate=args.lr,
+        batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
+        eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
+        device=args.device, autocast=args.autocast, out_dir=args.out,
+    )
+    _check_inputs(settings)
+    result = _with_progress(settings, run_trial)
+    print(summary(result))
+    return 0 if result["status"] == "ok" else 1
+
+
+def method_from_flags(args) -> dict:
+    given = {name: getattr(args, f"field_{name}") for name in _method_fields()
+             if getattr(args, f"field_{name}") is not None}
+    from autopelt.delta.spec import METHODS, normalise_method
+
+    name = normalise_method(args.method)
+    if name is None:
+        from autopelt.delta.spec import parse_method
+
+        parse_method({"method": args.method})  # raises the one-line "unknown method" error
+    fields = _method_fields()
+    values = {key: _convert(key, text, fields[key]) for key, text in given.items()}
+    if name == "adamix":
+        own = {f.name for f in dataclasses.fields(METHODS["adamix"])}
+        inner = {k: v for k, v in values.items() if k not in own}
+        outer = {k: v for k, v in values.items() if k in own}
+        return {"method": "adamix", **outer, "delta": {"method": args.inner, **inner}}
+    return {"method": args.method, **values}
+
+
+def _convert(name: str, text: str, field: dataclasses.Field):
+    default = field.default
+    if name in ("targets", "layers"):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        return [int(t) for t in items] if name == "layers" and all(t.isdigit() for t in items) else items
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise UserError(f"--{name.replace('_', '-')} takes true or false, not {text!r}")
+        return text.lower() in ("true", "1", "yes")
+    for kind in (int, float):
+        if isinstance(default, kind):
+            try:
+                return kind(text)
+            except ValueError:
+                raise UserError(f"--{name.replace('_', '-')} takes a number, not {text!r}") from None
+    return text
+
+
+def _check_inputs(settings) -> None:
+    """Fail in one line, before any training, on inputs that cannot work."""
+    from autopelt.data import get_task, parse_protocol
+    from autopelt.models import resolve_model
+
+    get_task(settings.task)
+    parse_protocol(settings.protocol)
+    resolve_model(settings.model)
+    if settings.data_dir and not os.path.isdir(settings.data_dir):
+        raise UserError(f"--data-dir {settings.data_dir} is not a folder")
+
+
+def _with_progress(settings, run_trial) -> dict:
+    from tqdm import tqdm
+
+    bar = tqdm(desc="training", unit="step", dynamic_ncols=True, leave=False)
+
+    def on_step(step: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.4f}")
+
+    def report(entry: dict) -> None:
+        bar.write(f"epoch {entry['epoch']} step {entry['step']}: dev {_metrics(entry['dev'])}")
+
+    try:
+        return run_trial(settings, report=report, on_step=on_step)
+    finally:
+        bar.close()
+
+
+def _metrics(values: dict) -> str:
+    return " ".join(f"{k} {v:.4f}" for k, v in values.items())
+
+
+def summary(result: dict) -> str:
+    """The one-screen summary of a trial result."""
+    if result["status"] != "ok":
+        return f"trial failed: {result['reason']}"
+    params, protocol = result["params"], result["protocol"]
+    lines = [
+        f"{result['task']} · {result['summary']} · seed {result['seed']}",
+        f"  data      train {protocol['train_size']:,} · dev {protocol['dev_size']:,} · test {protocol['test_size']:,}"
+        f" ({protocol['name']}{' K=' + str(protocol['k']) if protocol.get('k') else ''})",
+        f"  params    {params['trainable']:,} trainable ({params['trainable_pct']:.3f}%) · "
+        f"{params['stored']:,} stored ({params['stored_pct']:.3f}%)",
+        f"  dev       {_metrics(result['dev'])}  (best epoch {result['best_epoch']} of {result['epochs_run']:g})",
+        f"  test      {_metrics(result['test'])}",
+        f"  time      train {result['train_seconds']:.1f}s · eval {result['eval_seconds']:.1f}s · "
+        f"other {result['overhead_seconds']:.1f}s · {result['examples_per_second']:.1f} examples/s · "
+        f"peak memory {result['peak_memory_mb']:.0f} MB",
+    ]
+    if result.get("gates"):
+        for kind, layers in result["gates"].items():
+            lines.append(f"  gate {kind:<8} " + " ".join(f"{float(v):.2f}" for v in layers.values()))
+    if result.get("delta_dir"):
+        lines.append(f"  saved     {result['delta_dir']}")
+    return "\n".join(lines)

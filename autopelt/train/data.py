@@ -1,0 +1,35 @@
+"""A trial's data: the task, its protocol's splits, and their token ids (from the on-disk cache)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopelt.data import Features, Task, get_task, load_task_splits, make_splits, tokenize
+from autopelt.train.settings import TrialSettings
+
+
+@dataclass(frozen=True)
+class TrialData:
+    task: Task
+    train: Features
+    dev: Features
+    test: Features
+    protocol: dict  # sizes and seed, as the result reports them
+
+
+def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -> TrialData:
+    task = task or get_task(settings.task)
+    splits = make_splits(load_task_splits(task, settings.data_dir), task, settings.protocol,
+                         seed=settings.split_seed, dev_size=settings.dev_size)
+    train_rows = splits.train
+    if settings.max_train_examples and settings.max_train_examples < len(train_rows):
+        chosen = np.random.default_rng(settings.split_seed).permutation(len(train_rows))[: settings.max_train_examples]
+        train_rows = tuple(train_rows[i] for i in sorted(chosen))
+
+    def features(rows) -> Features:
+        return tokenize(list(rows), task, tokenizer, settings.max_length, cache_dir=settings.cache_dir)
+
+    protocol = {**splits.info, "train_size": len(train_rows)}
+    return TrialData(task, features(train_rows), features(splits.dev), features(splits.test), protocol)

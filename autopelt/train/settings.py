@@ -1,0 +1,69 @@
+"""Everything a trial needs, as one frozen, JSON-serialisable record."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from autopelt.errors import UserError
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    task: str
+    spec: dict  # a delta spec (see docs/design.md)
+    model: str | None = None  # path or hub id; None = the default model
+    data_dir: str | None = None  # local <task>/<split>.jsonl|csv|parquet; None = $AUTOPELT_DATA_DIR or the hub
+    protocol: str | int = "full"  # "full" or K (UniPELT's low-resource protocol)
+    dev_size: int | None = None  # None = the protocol's default (K-shot: 1,000)
+    seed: int = 0  # model initialisation, dropout, data order, AdaMix routing
+    data_seed: int | None = None  # which rows form train/dev; None = `seed`. A search fixes it across trials.
+    epochs: int = 3
+    max_steps: int | None = None  # stop after this many optimiser steps, whatever the epochs
+    eval_every: int | None = None  # evaluate every N steps; None = once per epoch
+    patience: int | None = None  # stop after N evaluations without a better dev metric
+    learning_rate: float = 5e-4
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.06
+    grad_clip: float = 1.0
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    max_length: int = 128
+    max_train_examples: int | None = None  # a random subset of the protocol's train rows, for quick runs
+    threads: int | None = None  # torch CPU threads; None = torch's default
+    device: str | None = None  # None = CUDA when available, else CPU
+    autocast: bool = False  # mixed precision on CUDA (bf16 where supported, else fp16 with loss scaling)
+    cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
+    out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
+
+    def __post_init__(self) -> None:
+        positive = ("epochs", "batch_size", "eval_batch_size", "max_length")
+        for name in positive:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise UserError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        for name in ("max_steps", "eval_every", "patience", "threads", "max_train_examples"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise UserError(f"{name} must be a positive integer, not {value!r}")
+        if not self.learning_rate > 0:
+            raise UserError(f"learning_rate must be positive, not {self.learning_rate!r}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise UserError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio!r}")
+
+    @property
+    def split_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrialSettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"unknown trial setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def replace(self, **changes) -> TrialSettings:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,105 @@
+"""One trial: build -> train (report) -> evaluate -> result. A failed trial is a result, never a crash."""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from autopelt import delta
+from autopelt.data import get_task
+from autopelt.errors import UserError
+from autopelt.models import load_model, load_tokenizer, resolve_model
+from autopelt.train import device as devices
+from autopelt.train.data import prepare_data
+from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate, train
+from autopelt.train.settings import TrialSettings
+
+RESULT_FILE = "result.json"
+
+
+def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None = None,
+              on_step: Callable[[int, float], None] | None = None) -> dict:
+    """Train and evaluate `settings.spec` on `settings.task`; the result dict of docs/design.md.
+
+    `report(entry)` gets every dev evaluation; a truthy return stops training (a scheduler's early stop).
+    """
+    started = time.perf_counter()
+    result = {"status": "running", "reason": None, "task": settings.task, "seed": settings.seed,
+              "spec": settings.spec, "settings": settings.to_dict()}
+    outcome = TrainOutcome()
+    try:
+        _run(settings, result, outcome, report, on_step)
+        result["status"] = "ok"
+    except NonFiniteLoss as error:
+        result.update(status="failed", reason=str(error))
+    except UserError as error:
+        result.update(status="failed", reason=str(error))
+    except Exception as error:  # a trial never takes its caller down; the reason says what happened
+        kind = "out of memory" if devices.is_out_of_memory(error) else type(error).__name__
+        result.update(status="failed", reason=f"{kind}: {str(error).strip().splitlines()[0] if str(error) else ''}",
+                      traceback=traceback.format_exc(limit=8))
+    total = time.perf_counter() - started
+    result.update(
+        epochs_run=round(outcome.fidelity, 4), steps=outcome.steps, history=outcome.history,
+        best_epoch=outcome.best["epoch"] if outcome.best else None, stopped_by=outcome.stopped_by,
+        train_seconds=outcome.train_seconds, eval_seconds=result.get("eval_seconds", outcome.eval_seconds),
+        total_seconds=total,
+        examples_per_second=outcome.examples_seen / outcome.train_seconds if outcome.train_seconds else 0.0,
+    )
+    result["overhead_seconds"] = total - result["train_seconds"] - result["eval_seconds"]
+    if settings.out_dir:
+        _write_result(Path(settings.out_dir), result)
+    return result
+
+
+def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step) -> None:
+    spec = delta.parse_spec(settings.spec)
+    task = get_task(settings.task)
+    model_name = resolve_model(settings.model)
+    result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary())
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device = devices.pick_device(settings.device)
+    devices.reset_peak_memory(device)
+    data = prepare_data(settings, load_tokenizer(model_name), task)
+    result["protocol"] = data.protocol
+
+    torch.manual_seed(settings.seed)  # the head's initialisation and dropout: the one global RNG we use
+    model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
+    delta.apply_delta(model, spec, seed=settings.seed)
+    model.to(device)
+    count = delta.count_parameters(spec, model.config, task.num_labels)
+    result["params"] = count.to_dict()
+
+    adamix = next((m for m in spec.methods if m.method == "adamix"), None)
+    trained = train(model, data, settings, device, adamix.consistency if adamix else 0.0, report, on_step)
+    _copy_outcome(trained, outcome)
+    best = trained.best
+    result.update(dev=best["dev"], dev_metric=best["dev_metric"])
+
+    started = time.perf_counter()
+    dtype = devices.autocast_dtype(device, settings.autocast)
+    result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
+    if spec.is_gated:
+        _, result["gates"] = evaluate(model, data.dev, task, settings, device, dtype, gates=True)
+    result["eval_seconds"] = trained.eval_seconds + time.perf_counter() - started
+    result["peak_memory_mb"] = devices.peak_memory_mb(device)
+    if settings.out_dir:
+        result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
+                                                   metadata={"base_model": model_name, "task": task.name}))
+
+
+def _copy_outcome(source: TrainOutcome, target: TrainOutcome) -> None:
+    target.__dict__.update(source.__dict__)
+
+
+def _write_result(out_dir: Path, result: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".{RESULT_FILE}.tmp"
+    tmp.write_text(json.dumps(result, indent=2, default=str))
+    tmp.replace(out_dir / RESULT_FILE)
