@@ -1,0 +1,283 @@
+"""The controller: the one place that writes the study. Runners (Ray Tune) ask it what to train and tell it
+what happened; it never trains anything itself.
+
+A trial's way through it: ask -> claim (exact trial budget, claims.py) -> draw a delta from the space, or
+the preset of a queued baseline -> count its parameters and refuse it if over --max-params (FAIL, draw
+again: over-budget deltas never cost compute) -> Ticket for the runner -> report per evaluation
+(intermediate values) -> finish (COMPLETE / FAIL), stop_early (PRUNED), or crash (FAIL).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from autopelt.errors import UserError
+from autopelt.search import claims, recovery
+from autopelt.search.baselines import baseline_hparams, enqueue_missing
+from autopelt.search.budget import TrialBudget
+from autopelt.search.plan import SearchPlan
+from autopelt.search.records import (
+    failure_reason, is_finite, objective_values, planned_attrs, result_attrs, size_attrs,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_REJECTIONS_IN_ROW = 100  # deltas over --max-params drawn one after another before the search gives up
+MAX_FAILURES_IN_ROW = 10  # trials failing one after another before the search gives up
+MAINTENANCE_SECONDS = 30  # how often to look for trials of dead controllers
+
+
+class SearchStopped(RuntimeError):
+    """The search cannot go on (e.g. every trial fails); the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One trial to run: `config` is what the trial function receives (plain JSON)."""
+
+    number: int
+    config: dict
+
+
+WAIT = "wait"  # nothing to start now; ask again later (a running trial may still free budget)
+DONE = "done"  # nothing more to start in this process
+
+
+@dataclass
+class _Running:
+    trial: optuna.Trial
+    max_fidelity: int
+    params_pct: float
+    started: float = field(default_factory=time.monotonic)
+    fidelity: int = 0
+    intermediate: dict[int, float] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(self, study: optuna.Study, plan: SearchPlan, on_record: Callable[[FrozenTrial], None] | None = None):
+        self.study = study
+        self.plan = plan
+        self.owner = recovery.Owner.current()
+        self.on_record = on_record or (lambda trial: None)
+        self.running: dict[int, _Running] = {}
+        self.started = time.monotonic()
+        self.rejected = 0  # over --max-params, this process
+        self.requeued = 0  # interrupted trials of dead controllers queued again by this process
+        self.finished: list[FrozenTrial] = []  # trained trials this process recorded
+        self.error: str | None = None
+        self._rejections_in_row = 0
+        self._failures_in_row = 0
+        self._last_maintenance = 0.0
+        self._multi = len(study.directions) > 1
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    def start(self) -> list[str]:
+        """Fail and re-queue trials of dead controllers, then queue the baselines not run yet."""
+        self._maintain(force=True)
+        return enqueue_missing(self.study, list(self.plan.baselines))
+
+    def running_trial_ids(self) -> list[int]:
+        return [run.trial._trial_id for run in list(self.running.values())]
+
+    # -- what to run next ---------------------------------------------------------------------------
+
+    def time_left(self) -> float | None:
+        if self.plan.deadline_seconds is None:
+            return None
+        return self.plan.deadline_seconds - (time.monotonic() - self.started)
+
+    def next_trial(self) -> Ticket | str:
+        """A Ticket, WAIT or DONE. Records refused and over-budget trials on the way."""
+        if self.error or (self.time_left() is not None and self.time_left() <= 0):
+            return DONE
+        self._maintain()
+        while True:
+            budget = self.plan.budget.trials if isinstance(self.plan.budget, TrialBudget) else None
+            if budget is not None and claims.budget_spoken_for(self.study.get_trials(deepcopy=False), budget):
+                return WAIT if self.running else DONE
+            trial = self._ask()
+            trials = self.study.get_trials(deepcopy=False)
+            if budget is not None and not claims.admitted(trial.number, trials, budget):
+                self._fail(trial, claims.BUDGET_REACHED)
+                return WAIT
+            baseline = trial.user_attrs.get("baseline")
+            if baseline and claims.baseline_covered(baseline, trials, below=trial.number):
+                self._fail(trial, claims.DUPLICATE_BASELINE)
+                continue
+            ticket = self._plan_trial(trial, baseline)
+            if ticket is not None:
+                return ticket
+            if self.error:
+                return DONE
+
+    def _ask(self) -> optuna.Trial:
+        with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's
+            warnings.simplefilter("ignore")
+            trial = self.study.ask()
+        trial.set_user_attr("controller", self.owner.to_attr())
+        self.study._storage.record_heartbeat(trial._trial_id)
+        return trial
+
+    def _plan_trial(self, trial: optuna.Trial, baseline: str | None) -> Ticket | None:
+        """Draw and size the delta; a Ticket, or None when it was refused (recorded as FAIL)."""
+        plan = self.plan
+        try:
+            spec, hparams = self._draw(trial, baseline)
+            spec, summary = plan.describe_fn(spec)
+            count = plan.count_fn(spec, plan.model_config, plan.num_labels)
+        except UserError as error:
+            self._reject(trial, f"invalid delta: {error}")
+            return None
+        excess = plan.param_limit.excess(count.stored, count.base) if plan.param_limit else None
+        if excess:
+            for key, value in {"spec": spec, "summary": summary, **size_attrs(count)}.items():
+                trial.set_user_attr(key, value)
+            self._reject(trial, f"over parameter budget: {excess}")
+            return None
+        self._rejections_in_row = 0
+        max_fidelity = int(plan.options.epochs or hparams.get("epochs") or plan.epochs)
+        hparams = {**hparams, "epochs": max_fidelity}
+        result_dir = str(plan.out_dir / f"trial-{trial.number:05d}")
+        for key, value in planned_attrs(spec, summary, count, max_fidelity, result_dir, hparams).items():
+            trial.set_user_attr(key, value)
+        self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
+        return Ticket(trial.number, self._config(trial.number, spec, hparams, result_dir, baseline))
+
+    def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
+        if baseline:
+            if baseline not in self.plan.baselines:
+                raise UserError(f"unknown baseline {baseline!r}")
+            return self.plan.baselines[baseline], baseline_hparams(baseline, self.plan.epochs)
+        return self.plan.space.sample(trial, self.plan.num_layers)
+
+    def _config(self, number: int, spec: dict, hparams: dict, result_dir: str, baseline: str | None) -> dict:
+        plan = self.plan
+        return {
+            "study": plan.study_name, "trial": number, "baseline": baseline,
+            "task": plan.task, "model": plan.model, "metric": plan.metric,
+            "spec": spec, "hparams": hparams, "epochs": hparams["epochs"], "seed": plan.options.seed,
+            "protocol": plan.options.k or "full", "data_dir": plan.extra.get("data_dir"), "out_dir": result_dir,
+        }
+
+    def _reject(self, trial: optuna.Trial, reason: str) -> None:
+        self.rejected += 1
+        self._rejections_in_row += 1
+        self._fail(trial, reason)
+        if self._rejections_in_row >= MAX_REJECTIONS_IN_ROW:
+            limit = f" --max-params {self.plan.param_limit}" if self.plan.param_limit else ""
+            self.error = (
+                f"{MAX_REJECTIONS_IN_ROW} deltas in a row were refused{limit} (last: {reason}); "
+                "allow more parameters or use a space with smaller deltas"
+            )
+
+    # -- what happened --------------------------------------------------------------------------------
+
+    def report(self, number: int, event: dict) -> None:
+        """One evaluation during training: {"epoch": int, "dev_metric": float, ...}."""
+        run = self.running.get(number)
+        epoch = int(event.get("epoch") or 0)
+        if run is None or epoch <= run.fidelity:
+            return
+        run.fidelity = epoch
+        value = event.get("dev_metric")
+        if is_finite(value):
+            run.intermediate[epoch] = float(value)
+        try:
+            if not self._multi and is_finite(value):  # Optuna keeps intermediate values of single objectives
+                run.trial.report(float(value), step=epoch)
+            run.trial.set_user_attr("fidelity", epoch)
+        except UpdateFinishedTrialError:  # failed as interrupted by another process meanwhile
+            pass
+
+    def finish(self, number: int, result: dict) -> None:
+        """The trial function returned its result (docs/design.md), failed or not."""
+        run = self.running.pop(number, None)
+        if run is None:
+            return
+        attrs = result_attrs(result, run.fidelity, run.max_fidelity)
+        reason = failure_reason(result)
+        if reason:
+            self._record(run, TrialState.FAIL, {**attrs, "full_fidelity": False, "fail_reason": reason})
+            return
+        values = objective_values(result, run.params_pct, self._multi)
+        self._record(run, TrialState.COMPLETE, attrs, values)
+
+    def stop_early(self, number: int, why: str = "early stopping") -> None:
+        """The scheduler (or the deadline) stopped the trial after its last report: PRUNED at that fidelity."""
+        run = self.running.pop(number, None)
+        if run is not None:
+            attrs = {"fidelity": run.fidelity, "full_fidelity": False, "stopped_by": why}
+            self._record(run, TrialState.PRUNED, attrs)
+
+    def crash(self, number: int, reason: str) -> None:
+        """The trial's process died (the trial function's own errors arrive through `finish`)."""
+        run = self.running.pop(number, None)
+        if run is not None:
+            attrs = {"fidelity": run.fidelity, "full_fidelity": False, "fail_reason": reason}
+            self._record(run, TrialState.FAIL, attrs)
+
+    def close(self) -> None:
+        """Record what is still running when the runner returns: stopped by the deadline, or interrupted."""
+        time_up = self.time_left() is not None and self.time_left() <= 0
+        for number, run in list(self.running.items()):
+            if time_up and run.fidelity > 0:
+                self.stop_early(number, "time budget")
+                continue
+            self.running.pop(number)
+            try:
+                run.trial.set_user_attr("fidelity", run.fidelity)
+            except UpdateFinishedTrialError:
+                continue
+            recovery.fail_and_requeue(self.study, self.study._storage.get_trial(run.trial._trial_id))
+
+    # -- writing ----------------------------------------------------------------------------------------
+
+    def _record(self, run: _Running, state: TrialState, attrs: dict, values: list[float] | None = None) -> None:
+        trial = run.trial
+        if self._multi and run.intermediate:
+            attrs = {**attrs, "intermediate": {str(k): v for k, v in sorted(run.intermediate.items())}}
+        attrs["seconds"] = round(time.monotonic() - run.started, 3)
+        try:
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+            frozen = self.study.tell(trial, values, state=state)
+        except UpdateFinishedTrialError:
+            log.warning("trial %d was declared interrupted by another process; its result is dropped", trial.number)
+            return
+        self._count_outcome(state, attrs.get("fail_reason"))
+        if state in claims.TRAINED:
+            self.finished.append(frozen)
+        self.on_record(frozen)
+
+    def _count_outcome(self, state: TrialState, reason: str | None) -> None:
+        if state != TrialState.FAIL:
+            self._failures_in_row = 0
+            return
+        self._failures_in_row += 1
+        if self._failures_in_row >= MAX_FAILURES_IN_ROW:
+            self.error = (
+                f"{MAX_FAILURES_IN_ROW} trials in a row failed (last: {reason}); "
+                "fix the cause and run the same command again to resume"
+            )
+
+    def _fail(self, trial: optuna.Trial, reason: str) -> None:
+        trial.set_user_attr("fail_reason", reason)
+        self.study.tell(trial, state=TrialState.FAIL)
+
+    def _maintain(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_maintenance < MAINTENANCE_SECONDS:
+            return
+        self._last_maintenance = now
+        for trial in recovery.interrupted_trials(self.study, own=self.running):
+            self.requeued += recovery.fail_and_requeue(self.study, trial)
+

@@ -1,0 +1,230 @@
+"""From what the user asked (`SearchOptions`) to everything a search needs (`SearchPlan`), checked up front.
+
+`prepare` resolves the task, model, space, budgets and storage and raises `UserError` on the first bad
+input, before any study, database file or Ray process exists. The pieces other parts of autopelt provide
+(space, trial function, parameter counting, model config) can be passed in instead, which is how the tests
+run a search on a synthetic objective.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from autopelt.errors import UserError
+from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
+from autopelt.search.storage import DEFAULT_STORAGE, check_storage
+
+DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
+PROBE_STUDY = "autopelt-probe"  # the in-memory study of the one draw `prepare` makes to check a space
+TrialFn = Callable[[dict, Callable[[dict], None]], dict]
+
+
+@dataclass
+class SearchOptions:
+    """A search as the user states it (the CLI flags, one for one)."""
+
+    task: str
+    budget: str | int = 20
+    model: str | None = None
+    data_dir: str | None = None
+    space: str = "default"
+    storage: str = DEFAULT_STORAGE
+    study_name: str | None = None
+    workers: int = 1
+    cpus_per_trial: float | None = None  # default: this machine's CPUs shared among the workers
+    gpus_per_trial: float = 0
+    ray_address: str | None = None
+    max_params: str | None = None
+    multi_objective: bool = False
+    baselines: bool = True
+    k: int | None = None  # the low-resource protocol: K training examples; None: the full protocol
+    epochs: int | None = None
+    seed: int = 0
+    out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
+    early_stopping: bool = True
+
+
+@dataclass
+class SearchPlan:
+    """Everything resolved: what the controller, the Ray adapter and the view work from."""
+
+    options: SearchOptions
+    study_name: str
+    storage: str
+    task: str
+    metric: str
+    num_labels: int
+    model: str
+    model_config: Any
+    space: Any  # has .name, .fingerprint, .sample(trial, num_layers)
+    budget: Budget
+    param_limit: ParamLimit | None
+    epochs: int
+    protocol: dict
+    out_dir: Path
+    baselines: dict[str, dict]  # preset name -> spec, enqueued first
+    trial_fn: TrialFn
+    count_fn: Callable  # (spec, model_config, num_labels) -> ParamCount(trainable, stored, base)
+    describe_fn: Callable  # spec -> (normalised spec dict, one-line summary)
+    cpus_per_trial: float = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.model_config.num_hidden_layers)
+
+    @property
+    def directions(self) -> list[str]:
+        return ["maximize", "minimize"] if self.options.multi_objective else ["maximize"]
+
+    @property
+    def deadline_seconds(self) -> float | None:
+        return self.budget.seconds if isinstance(self.budget, TimeBudget) else None
+
+
+def prepare(
+    options: SearchOptions,
+    *,
+    space=None,
+    trial_fn: TrialFn | None = None,
+    count_fn: Callable | None = None,
+    describe_fn: Callable | None = None,
+    model_config=None,
+    baselines: dict[str, dict] | None = None,
+) -> SearchPlan:
+    """Check and resolve every input; raise UserError on the first bad one. Writes nothing."""
+    budget = parse_budget(options.budget)
+    param_limit = parse_max_params(options.max_params)
+    _check_numbers(options)
+    task = _task(options.task)
+    model = _model(options.model, model_config)
+    if model_config is None:
+        from autopelt.models import load_config
+
+        model_config = load_config(model, task.num_labels)
+    space = space if space is not None else _space(options.space)
+    data_dir = _data_dir(options.data_dir)
+    count_fn, describe_fn = _delta_tools(count_fn, describe_fn)
+    epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
+    name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
+    check_storage(options.storage)
+    return SearchPlan(
+        options=options, study_name=name, storage=options.storage, task=task.name, metric=task.metric,
+        num_labels=task.num_labels, model=model, model_config=model_config, space=space, budget=budget,
+        param_limit=param_limit, epochs=epochs,
+        protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
+        out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
+        baselines=_baselines(baselines, options.baselines),
+        trial_fn=trial_fn or _default_trial_fn(), count_fn=count_fn, describe_fn=describe_fn,
+        cpus_per_trial=_cpus_per_trial(options), extra={"data_dir": data_dir},
+    )
+
+
+def _check_numbers(options: SearchOptions) -> None:
+    if options.workers < 1:
+        raise UserError("--workers must be at least 1")
+    if options.cpus_per_trial is not None and options.cpus_per_trial <= 0:
+        raise UserError("--cpus-per-trial must be positive")
+    if options.gpus_per_trial < 0:
+        raise UserError("--gpus-per-trial cannot be negative")
+    if options.epochs is not None and options.epochs < 1:
+        raise UserError("--epochs must be at least 1")
+    if options.k is not None and options.k < 1:
+        raise UserError("--k must be a positive number of training examples")
+
+
+def _task(name: str):
+    from autopelt.data import get_task
+
+    return get_task(name)
+
+
+def _model(name: str | None, model_config) -> str:
+    from autopelt.models import resolve_model
+
+    if model_config is not None and not name:
+        return getattr(model_config, "name_or_path", "") or "test-model"
+    return resolve_model(name)
+
+
+def _space(name: str):
+    from autopelt.search.space import load_space
+
+    return load_space(name)
+
+
+def _data_dir(given: str | None) -> str | None:
+    value = given or os.environ.get("AUTOPELT_DATA_DIR")
+    if value and not Path(value).expanduser().is_dir():
+        raise UserError(f"--data-dir {value} is not a folder")
+    return str(Path(value).expanduser().resolve()) if value else None
+
+
+def _delta_tools(count_fn, describe_fn):
+    if count_fn is not None and describe_fn is not None:
+        return count_fn, describe_fn
+    from autopelt.delta import count_parameters, parse_spec
+
+    def describe(spec: dict) -> tuple[dict, str]:
+        parsed = parse_spec(spec)
+        return parsed.to_dict(), parsed.summary()
+
+    return count_fn or count_parameters, describe_fn or describe
+
+
+def _space_epochs(space, model_config) -> int | None:
+    """The space's `train.epochs` as one draw shows it (a malformed space fails here, before the study)."""
+    import optuna
+
+    probe = optuna.create_study(study_name=PROBE_STUDY, sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    _, hparams = space.sample(probe, int(model_config.num_hidden_layers))
+    epochs = hparams.get("epochs")
+    return int(epochs) if isinstance(epochs, (int, float)) and epochs >= 1 else None
+
+
+def _baselines(given: dict[str, dict] | None, wanted: bool) -> dict[str, dict]:
+    if not wanted:
+        return {}
+    if given is not None:
+        return dict(given)
+    from autopelt.delta.presets import BASELINES, PRESETS
+
+    return {name: PRESETS[name] for name in BASELINES}
+
+
+def _default_trial_fn() -> TrialFn:
+    from autopelt.search.trainer import train_trial
+
+    return train_trial
+
+
+def _cpus_per_trial(options: SearchOptions) -> float:
+    if options.cpus_per_trial is not None:
+        return options.cpus_per_trial
+    if options.ray_address:
+        return 1
+    return max(1, (os.cpu_count() or 1) // options.workers)
+
+
+def study_name_for(task: str, model: str, space, k: int | None, multi_objective: bool) -> str:
+    """`rte-all-MiniLM-L6-v2-default-1a2b3c4d`: same task, model, space file and protocol -> same study."""
+    parts = [task, model_short(model), space.name, str(space.fingerprint)[:8]]
+    if k:
+        parts.append(f"k{k}")
+    if multi_objective:
+        parts.append("pareto")
+    return "-".join(parts)
+
+
+_GENERIC = {"model", "models", "snapshot", "snapshots", "main", "checkpoint", "final"}
+
+
+def model_short(model: str) -> str:
+    """A model's readable name: a hub id's last part, or a folder's name above generic ones like `model`."""
+    path = Path(str(model).rstrip("/"))
+    while path.name.lower() in _GENERIC and path.parent != path:
+        path = path.parent
+    return path.name or str(model)

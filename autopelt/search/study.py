@@ -1,0 +1,84 @@
+"""The study a search writes to: created on the first run, resumed by every later run of the same command.
+
+A resumed study must be about the same thing: its task, space, objectives and protocol are stored as study
+user attributes (docs/design.md) and compared before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import zlib
+
+import optuna
+
+from autopelt.errors import UserError
+from autopelt.search.plan import SearchPlan, model_short
+from autopelt.search.storage import hide_password, open_storage, sqlite_path
+
+
+def study_attrs(plan: SearchPlan) -> dict:
+    return {
+        "task": plan.task,
+        "model": plan.model,
+        "space": plan.space.name,
+        "space_fingerprint": str(plan.space.fingerprint),
+        "metric": plan.metric,
+        "direction": "maximize",
+        "objectives": [f"dev {plan.metric}"] + (["stored params %"] if plan.options.multi_objective else []),
+        "protocol": plan.protocol,
+        "epochs": plan.epochs,
+    }
+
+
+def open_study(plan: SearchPlan) -> optuna.Study:
+    """Load the plan's study, or create it with its attributes; UserError if it exists for something else."""
+    path = sqlite_path(plan.storage)
+    existed = path is None or path.exists()
+    storage = open_storage(plan.storage)
+    if existed and plan.study_name in optuna.get_all_study_names(storage):
+        study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=_sampler(plan))
+        check_same(study, plan)
+        return study
+    try:
+        study = optuna.create_study(
+            study_name=plan.study_name, storage=storage, directions=plan.directions, sampler=_sampler(plan),
+        )
+    except optuna.exceptions.DuplicatedStudyError:  # another process created it a moment ago
+        study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=_sampler(plan))
+        check_same(study, plan)
+        return study
+    for key, value in study_attrs(plan).items():
+        study.set_user_attr(key, value)
+    study.set_metric_names(study_attrs(plan)["objectives"])
+    return study
+
+
+def check_same(study: optuna.Study, plan: SearchPlan) -> None:
+    """A resumed study must have been made for this task, space, model, protocol and objectives."""
+    stored = study.user_attrs
+    wanted = study_attrs(plan)
+    differences = [
+        f"{key} {stored[key]!r} (now {wanted[key]!r})"
+        for key in ("task", "space_fingerprint", "protocol", "epochs")
+        if key in stored and stored[key] != wanted[key]
+    ]
+    if "model" in stored and model_short(stored["model"]) != model_short(plan.model):
+        differences.append(f"model {stored['model']!r} (now {plan.model!r})")
+    if [d.name.lower() for d in study.directions] != plan.directions:
+        differences.append(f"{len(study.directions)} objective(s) (now {len(plan.directions)})")
+    if differences:
+        raise UserError(
+            f"study {plan.study_name!r} in {hide_password(plan.storage)} was made for "
+            f"{'; '.join(differences)}; pick another --study-name"
+        )
+
+
+def _sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:
+    # Processes sharing a study must not draw the same deltas: the seed is mixed with the process id.
+    seed = zlib.crc32(f"{plan.options.seed}:{os.getpid()}".encode())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if plan.options.multi_objective:
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)

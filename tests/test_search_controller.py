@@ -1,0 +1,256 @@
+"""The controller on its own (no Ray): budgets, parameter limits, failures, baselines, interrupted trials.
+
+Trials run one at a time in this process on the synthetic objective of `autopelt.search.fakes`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autopelt.errors import UserError
+from autopelt.search import claims, controller as controller_module, fakes
+from autopelt.search.controller import DONE, Controller
+from autopelt.search.plan import SearchOptions, prepare
+from autopelt.search.recovery import Owner, host_id
+from autopelt.search.study import open_study
+from autopelt.search.view import best_trial, pareto_front
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def make(tmp_path, space=None, baselines=None, **options):
+    options = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/study.db", out=str(tmp_path / "out"),
+                            **options)
+    plan = prepare(options, **fakes.injected(space, {} if baselines is None else baselines))
+    study = open_study(plan)
+    control = Controller(study, plan)
+    control.start()
+    return study, control
+
+
+def states(study, *wanted):
+    return [t for t in study.get_trials(deepcopy=False) if t.state in wanted]
+
+
+class CountingTrial:
+    def __init__(self):
+        self.specs = []
+
+    def __call__(self, config, report):
+        self.specs.append(config["spec"])
+        return fakes.fake_trial(config, report)
+
+
+def test_a_trial_budget_counts_trained_trials_and_a_rerun_adds_none(tmp_path):
+    study, control = make(tmp_path, budget=5)
+    assert fakes.run_serially(control) == 5
+    assert len(states(study, TrialState.COMPLETE)) == 5
+    assert control.next_trial() == DONE
+
+    study, again = make(tmp_path, budget=5)
+    assert fakes.run_serially(again) == 0
+    assert len(study.trials) == 5
+
+
+def test_over_budget_deltas_are_recorded_and_never_train(tmp_path):
+    trial_fn = CountingTrial()
+    study, control = make(tmp_path, budget=6, max_params="5k")  # fake sizes: rank r -> 1000 r + 10
+    fakes.run_serially(control, trial_fn)
+
+    assert len(trial_fn.specs) == 6 == len(states(study, TrialState.COMPLETE))
+    assert all(spec["methods"][0]["rank"] <= 4 for spec in trial_fn.specs)
+    refused = [t for t in states(study, TrialState.FAIL)]
+    assert refused and control.rejected == len(refused)
+    for trial in refused:
+        assert trial.user_attrs["fail_reason"].startswith("over parameter budget: ")
+        assert trial.user_attrs["params_stored"] > 5000 and trial.params["lora.rank"] >= 8
+
+
+def test_a_parameter_budget_nothing_fits_ends_in_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(controller_module, "MAX_REJECTIONS_IN_ROW", 5)
+    trial_fn = CountingTrial()
+    study, control = make(tmp_path, budget=3, max_params="100")
+    assert fakes.run_serially(control, trial_fn) == 0
+    assert trial_fn.specs == []
+    assert "5 deltas in a row were refused --max-params 100" in control.error
+    assert len(states(study, TrialState.FAIL)) == 5
+
+
+def test_failed_trials_are_recorded_with_their_reason_and_the_search_goes_on(tmp_path):
+    space = fakes.FakeSpace(script=[{"mode": "nan"}, {"mode": "raise"}])
+    study, control = make(tmp_path, space=space, budget=3)
+    fakes.run_serially(control)
+
+    failed = states(study, TrialState.FAIL)
+    assert [t.user_attrs["fail_reason"] for t in failed] == [
+        "dev metric is nan (not a finite number)", "RuntimeError: the fake trial exploded"]
+    assert all(not t.user_attrs["full_fidelity"] for t in failed)
+    assert len(states(study, TrialState.COMPLETE)) == 3  # failures do not use up the budget
+
+
+def test_every_trial_failing_stops_the_search(tmp_path, monkeypatch):
+    monkeypatch.setattr(controller_module, "MAX_FAILURES_IN_ROW", 3)
+    study, control = make(tmp_path, space=fakes.FakeSpace(script=[{"mode": "raise"}] * 10), budget=5)
+    assert fakes.run_serially(control) == 3
+    assert control.error.startswith("3 trials in a row failed (last: RuntimeError: the fake trial exploded)")
+
+
+def test_completed_trials_carry_the_design_attributes(tmp_path):
+    study, control = make(tmp_path, budget=1)
+    fakes.run_serially(control)
+    trial = states(study, TrialState.COMPLETE)[0]
+    for key in ("spec", "summary", "methods", "params_stored", "params_trainable", "params_pct", "fidelity",
+                "max_fidelity", "full_fidelity", "dev", "test", "result_dir", "controller"):
+        assert key in trial.user_attrs, key
+    assert trial.user_attrs["methods"] == ["lora"] and trial.user_attrs["full_fidelity"] is True
+    assert trial.user_attrs["fidelity"] == trial.user_attrs["max_fidelity"] == 3
+    assert sorted(trial.intermediate_values) == [1, 2, 3]
+    assert trial.value == trial.user_attrs["dev"]["accuracy"]
+    assert study.user_attrs["task"] == "rte" and study.user_attrs["direction"] == "maximize"
+    assert study.user_attrs["metric"] == "accuracy" and study.user_attrs["space"] == "fake"
+
+
+def test_baselines_run_first_and_once_per_study(tmp_path):
+    study, control = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=5)
+    fakes.run_serially(control)
+    trials = study.get_trials(deepcopy=False)
+    assert [t.user_attrs.get("baseline") for t in trials[:3]] == ["lora", "adapter", "prefix"]
+    assert [t.user_attrs["spec"] for t in trials[:3]] == list(fakes.FAKE_BASELINES.values())
+    assert all(t.state == TrialState.COMPLETE for t in trials[:3])
+
+    study, again = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=7)
+    fakes.run_serially(again)
+    names = [t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)]
+    assert sum(name is not None for name in names) == 3
+
+
+def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
+    study, control = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=2)
+    fakes.run_serially(control)
+    last = study.trials[2]
+    assert last.user_attrs["baseline"] == "prefix" and last.state == TrialState.WAITING  # left queued
+
+    study, again = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=3)
+    fakes.run_serially(again)
+    done = {t.user_attrs.get("baseline") for t in states(study, TrialState.COMPLETE)}
+    assert done == {"lora", "adapter", "prefix"} and len(states(study, TrialState.COMPLETE)) == 3
+
+
+def test_a_baseline_queued_twice_runs_once(tmp_path):
+    study, control = make(tmp_path, budget=3)
+    study.enqueue_trial({}, user_attrs={"baseline": "lora"})
+    study.enqueue_trial({}, user_attrs={"baseline": "lora"})
+    control.plan.baselines = dict(fakes.FAKE_BASELINES)
+    fakes.run_serially(control)
+    lora = [t for t in study.trials if t.user_attrs.get("baseline") == "lora"]
+    assert [t.state for t in lora] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert lora[1].user_attrs["fail_reason"] == claims.DUPLICATE_BASELINE
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_trials_of_a_dead_controller_are_failed_as_interrupted_and_run_again(tmp_path):
+    study, _ = make(tmp_path, budget=3)
+    orphan = study.ask()
+    orphan.suggest_categorical("lora.rank", [1, 2, 4, 8, 16, 32, 64])
+    orphan.suggest_float("quality", 0.0, 1.0)
+    orphan.set_user_attr("controller", {"host": host_id(), "pid": dead_pid(), "start": "1"})
+    alive = study.ask()
+    alive.set_user_attr("controller", Owner.current().to_attr())  # another controller of this host, running
+
+    study, control = make(tmp_path, budget=3)
+    assert control.requeued == 1
+    first = study.trials[orphan.number]
+    assert first.state == TrialState.FAIL and first.user_attrs["fail_reason"] == claims.INTERRUPTED
+    assert study.trials[alive.number].state == TrialState.RUNNING
+
+    fakes.run_serially(control)
+    retry = next(t for t in study.trials if t.user_attrs.get("retry_of") == orphan.number)
+    assert retry.state == TrialState.COMPLETE and retry.params == first.params
+    # budget 3: the live controller's running trial holds one claim
+    assert len(states(study, TrialState.COMPLETE)) == 2
+
+
+def test_a_controller_leaves_trials_it_never_finished_to_the_next_run(tmp_path):
+    study, control = make(tmp_path, budget=2)
+    ticket = control.next_trial()
+    control.report(ticket.number, {"epoch": 1, "dev_metric": 0.4})
+    control.close()
+    trial = study.trials[ticket.number]
+    assert trial.state == TrialState.FAIL and trial.user_attrs["fail_reason"] == claims.INTERRUPTED
+    assert trial.user_attrs["fidelity"] == 1
+    queued = study.trials[-1]
+    assert queued.state == TrialState.WAITING and queued.system_attrs["fixed_params"] == trial.params
+
+
+def test_early_stopped_trials_are_pruned_and_never_best(tmp_path):
+    study, control = make(tmp_path, budget=2)
+    stopped = control.next_trial()
+    control.report(stopped.number, {"epoch": 1, "dev_metric": 0.99})
+    control.stop_early(stopped.number)
+    fakes.run_serially(control)
+
+    pruned = study.trials[stopped.number]
+    assert pruned.state == TrialState.PRUNED and pruned.intermediate_values == {1: 0.99}
+    assert pruned.user_attrs["fidelity"] == 1 and pruned.user_attrs["full_fidelity"] is False
+    best = best_trial(study)
+    assert best.state == TrialState.COMPLETE and best.value < 0.99
+
+
+def test_a_time_budget_stops_asking_and_prunes_what_runs_at_the_deadline(tmp_path):
+    study, control = make(tmp_path, budget="1s")
+    ticket = control.next_trial()
+    control.report(ticket.number, {"epoch": 1, "dev_metric": 0.5})
+    control.started -= 2  # the deadline passed
+    assert control.next_trial() == DONE
+    control.close()
+    trial = study.trials[ticket.number]
+    assert trial.state == TrialState.PRUNED and trial.user_attrs["stopped_by"] == "time budget"
+
+
+def test_multi_objective_records_stored_params_and_a_pareto_front(tmp_path):
+    study, control = make(tmp_path, budget=6, multi_objective=True)
+    fakes.run_serially(control)
+    complete = states(study, TrialState.COMPLETE)
+    assert len(complete) == 6
+    for trial in complete:
+        assert trial.values == [trial.user_attrs["dev"]["accuracy"], pytest.approx(trial.user_attrs["params_pct"])]
+        assert "intermediate" in trial.user_attrs
+    front = pareto_front(study)
+    assert front
+    for a in front:  # nothing in the study dominates a Pareto trial
+        assert not any(b.values[0] >= a.values[0] and b.values[1] <= a.values[1] and b.values != a.values
+                       for b in complete)
+
+
+def test_resuming_a_study_made_for_another_task_is_refused_and_changes_nothing(tmp_path):
+    make(tmp_path, budget=1, study_name="mine")
+    before = (tmp_path / "study.db").read_bytes()
+    with pytest.raises(UserError, match="study 'mine' .* was made for task 'rte' \\(now 'mrpc'\\)"):
+        options = SearchOptions(task="mrpc", storage=f"sqlite:///{tmp_path}/study.db", study_name="mine")
+        open_study(prepare(options, **fakes.injected()))
+    assert (tmp_path / "study.db").read_bytes() == before
+
+
+def test_the_claim_rule():
+    trials = [_frozen(0, TrialState.COMPLETE), _frozen(1, TrialState.FAIL), _frozen(2, TrialState.RUNNING),
+              _frozen(3, TrialState.WAITING), _frozen(4, TrialState.PRUNED)]
+    assert claims.admitted(4, trials, budget=4)  # 0, 2, 3 alive below 4
+    assert not claims.admitted(4, trials, budget=3)
+    assert claims.admitted(2, trials, budget=2)  # only 0 below 2: the failed 1 frees its claim
+    assert claims.tally(trials) == claims.Tally(trained=2, running=1, waiting=1)
+    assert claims.budget_spoken_for(trials, budget=3) and not claims.budget_spoken_for(trials, budget=4)
+
+
+def _frozen(number, state):
+    frozen = optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.5)
+    frozen.number, frozen.state = number, state
+    return frozen
