@@ -1,0 +1,92 @@
+"""Everything one report shows, gathered from a study in one read: the header and the data of each figure."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+
+from autopelt.report.report_data import (
+    Comparison, GateMap, HistoryPoint, Pareto, Row, baseline_comparison, best_trial, gate_maps, history, pareto,
+    row, top_trials,
+)
+from autopelt.report.report_importance import Importances, param_importances
+from autopelt.report.report_trials import is_answer
+
+STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+
+
+@dataclass(frozen=True)
+class Header:
+    study: str
+    task: str
+    model: str
+    space: str
+    metric: str
+    maximize: bool
+    protocol: str
+    states: dict[str, int]  # trials by state, in STATE_ORDER, zeros left out
+    answers: int  # COMPLETE at full fidelity
+    best: Row | None
+    best_hparams: dict = field(default_factory=dict)
+    fail_reasons: list[tuple[str, int]] = field(default_factory=list)  # most common first
+
+
+@dataclass(frozen=True)
+class ReportContents:
+    header: Header
+    history: list[HistoryPoint]
+    pareto: Pareto
+    comparison: Comparison
+    importances: Importances
+    gates: list[GateMap]
+    top: list[Row]
+
+
+def collect(study: optuna.Study, top: int = 10) -> ReportContents:
+    trials = study.get_trials(deepcopy=False)
+    maximize = study.directions[0] == StudyDirection.MAXIMIZE
+    metric = str(study.user_attrs.get("metric") or "dev metric")
+    return ReportContents(
+        header=header(study, trials, metric, maximize),
+        history=history(trials, maximize),
+        pareto=pareto(trials, maximize),
+        comparison=baseline_comparison(trials, metric, maximize),
+        importances=param_importances(trials, maximize),
+        gates=gate_maps(trials, maximize),
+        top=top_trials(trials, metric, maximize, top),
+    )
+
+
+def header(study: optuna.Study, trials: list, metric: str, maximize: bool) -> Header:
+    attrs = study.user_attrs
+    states = Counter(t.state.name for t in trials)
+    best = best_trial(trials, maximize)
+    reasons = Counter(_first_line(t.user_attrs.get("fail_reason")) for t in trials if t.state == TrialState.FAIL)
+    return Header(
+        study=study.study_name, task=str(attrs.get("task", "?")), model=str(attrs.get("model", "?")),
+        space=str(attrs.get("space", "?")), metric=metric, maximize=maximize,
+        protocol=protocol_text(attrs.get("protocol")),
+        states={name: states[name] for name in STATE_ORDER if states[name]},
+        answers=sum(1 for t in trials if is_answer(t)),
+        best=row(best, metric) if best else None,
+        best_hparams=dict(best.user_attrs.get("hparams") or best.params) if best else {},
+        fail_reasons=reasons.most_common(),
+    )
+
+
+def protocol_text(protocol) -> str:
+    """{"name": "k-shot", "k": 1000, ...} -> "k-shot (k=1000)"; anything else as it is."""
+    if isinstance(protocol, dict):
+        name = str(protocol.get("name", "?"))
+        return f"{name} (k={protocol['k']})" if protocol.get("k") else name
+    return "?" if protocol is None else str(protocol)
+
+
+def _first_line(reason) -> str:
+    text = str(reason or "no reason recorded").strip()
+    line = text.splitlines()[0] if text else "no reason recorded"
+    return line if len(line) <= 100 else line[:99] + "…"
