@@ -1,0 +1,166 @@
+"""The report page: the study's header, the figures of plots.py and a table of the top trials, in ONE html file.
+
+plotly.js is inlined once in the page's head (the file must open offline, anywhere); each figure is a div
+drawn by `Plotly.newPlot`. The page's frame lives in dashboards/report.html.tmpl.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import string
+from pathlib import Path
+
+from autopelt.report import plots
+from autopelt.report.report_contents import Header, ReportContents
+from autopelt.report.report_data import Row
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "dashboards" / "report.html.tmpl"
+STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "stopped early", "FAIL": "failed", "RUNNING": "running",
+               "WAITING": "waiting"}
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": "hover"}
+e = html.escape
+
+
+def render(contents: ReportContents, footer: str = "") -> str:
+    """The whole page as text."""
+    from plotly.offline import get_plotlyjs
+
+    sections, figures = _sections(contents)
+    header = contents.header
+    return string.Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
+        title=e(f"autopelt report: {header.study}"), figure_count=str(figures), plotly_js=get_plotlyjs(),
+        header=header_html(header), sections="\n".join(sections), footer=e(footer),
+    )
+
+
+def _sections(contents: ReportContents) -> tuple[list[str], int]:
+    metric, counter = contents.header.metric, iter(range(1_000_000))
+
+    def figure(fig, name: str) -> str:
+        div_id = f"figure-{next(counter)}-{name}"
+        return f'<div class="figure" data-figure="{name}">' + fig.to_html(
+            full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG) + "</div>"
+
+    out = [_section(
+        "Optimisation history",
+        f"Dev {metric} of every finished trial by trial number. The line is the best complete, full-fidelity "
+        "trial so far; hollow grey markers were stopped early (their last reported value), red crosses failed.",
+        figure(plots.history_figure(contents.history, metric), "history") if contents.history
+        else _note("no trial has finished yet"),
+    )]
+    out.append(_section(
+        "Pareto front: dev metric against size",
+        f"Complete, full-fidelity trials only: the front holds those no other trial beats on both dev {metric} "
+        "and stored parameters. Orange points are baselines.",
+        figure(plots.pareto_figure(contents.pareto, metric), "pareto") if contents.pareto.front
+        else _note("no complete full-fidelity trial with a parameter count yet"),
+    ))
+    comparison = contents.comparison
+    out.append(_section(
+        "Search against baselines",
+        "The best searched trial against each baseline (a paper's default delta); in brackets, the difference "
+        f"in dev {metric} to the best searched trial.",
+        figure(plots.baselines_figure(comparison, metric), "baselines")
+        if comparison.searched or comparison.baselines else _note("no searched or baseline trial yet"),
+    ))
+    importances = contents.importances
+    out.append(_section(
+        "Hyperparameter importances",
+        f"How much each searched hyperparameter mattered for dev {metric} (Optuna's default evaluator, over "
+        f"{importances.trials} complete full-fidelity searched trial(s)).",
+        figure(plots.importance_figure(importances), "importances") if importances.values
+        else _note(importances.note or "no importances"),
+    ))
+    gates = "".join(
+        f"<h3>{e(g.label)}</h3>" + figure(plots.gates_figure(g), "gates") for g in contents.gates
+    ) or _note("no complete full-fidelity trial recorded UniPELT gate values")
+    out.append(_section(
+        "UniPELT gates per layer",
+        "Mean gate value on the dev set (0 = the delta is shut off, 1 = fully on), for the best gated searched "
+        "trial and each gated baseline.", gates,
+    ))
+    out.append(_section("Top trials", "Complete, full-fidelity trials, best first.",
+                        rows_table(contents.top, metric) if contents.top else _note("none yet")))
+    return out, next(counter)
+
+
+def _section(title: str, caption: str, body: str) -> str:
+    return f'<section>\n<h2>{e(title)}</h2>\n<p class="caption">{e(caption)}</p>\n{body}\n</section>'
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{e(text)}</p>'
+
+
+def header_html(header: Header) -> str:
+    better = "higher" if header.maximize else "lower"
+    meta = " · ".join(f"{name} <b>{e(value)}</b>" for name, value in [
+        ("task", header.task), ("model", header.model), ("space", header.space),
+        ("metric", f"dev {header.metric} ({better} is better)"), ("protocol", header.protocol),
+    ])
+    counts = "".join(f'<span class="{state}">{n} {STATE_WORDS[state]}</span>' for state, n in header.states.items())
+    counts += f"<span>{header.answers} at full fidelity</span>"
+    parts = [f"<h1>autopelt report: {e(header.study)}</h1>", f'<p class="meta">{meta}</p>',
+             f'<div class="counts">{counts}</div>', _best_html(header)]
+    if header.fail_reasons:
+        items = "".join(f"<tr><td class='num'>{n}</td><td>{e(reason)}</td></tr>" for reason, n in header.fail_reasons)
+        parts.append(f"<details><summary>why trials failed</summary><table><tr><th class='num'>trials</th>"
+                     f"<th>reason</th></tr>{items}</table></details>")
+    return '<header>\n' + "\n".join(parts) + '\n</header>'
+
+
+def _best_html(header: Header) -> str:
+    best = header.best
+    if best is None:
+        return '<div class="best">No trial has completed at full fidelity yet.</div>'
+    kind = f"baseline {best.name}" if best.name != "searched" else "searched"
+    scores = [f"dev {e(header.metric)} <b>{_num(best.dev)}</b>"]
+    if best.test is not None:
+        scores.append(f"test {e(header.metric)} <b>{_num(best.test)}</b>")
+    if best.params_pct is not None:
+        stored = f" ({best.params_stored:,} stored)" if best.params_stored is not None else ""
+        scores.append(f"{best.params_pct:.3g}% params{stored}")
+    hparams = ", ".join(f"{e(str(k))}={e(_short(v))}" for k, v in header.best_hparams.items())
+    return (f'<div class="best{" baseline" if best.name != "searched" else ""}">Best trial <b>#{best.number}</b> '
+            f"({e(kind)}): <b>{e(best.summary)}</b><br>{' · '.join(scores)}"
+            + (f"<br>hyperparameters: {hparams}" if hparams else "") + "</div>")
+
+
+def rows_table(rows: list[Row], metric: str) -> str:
+    head = ("<tr><th class='num'>rank</th><th class='num'>trial</th><th>kind</th><th>delta</th>"
+            f"<th class='num'>params %</th><th class='num'>stored</th><th class='num'>dev {e(metric)}</th>"
+            f"<th class='num'>test {e(metric)}</th><th class='num'>epochs</th><th class='num'>seconds</th></tr>")
+    body = "".join(
+        f"<tr class='{'searched' if r.name == 'searched' else 'baseline'}'><td class='num'>{rank}</td>"
+        f"<td class='num'>#{r.number}</td><td class='kind'>{e(r.name)}</td><td>{e(r.summary)}</td>"
+        f"<td class='num'>{'' if r.params_pct is None else f'{r.params_pct:.3g}'}</td>"
+        f"<td class='num'>{'' if r.params_stored is None else f'{r.params_stored:,}'}</td>"
+        f"<td class='num'>{_num(r.dev)}</td><td class='num'>{_num(r.test)}</td><td class='num'>{e(r.fidelity)}</td>"
+        f"<td class='num'>{'' if r.seconds is None else f'{r.seconds:.0f}'}</td></tr>"
+        for rank, r in enumerate(rows, 1)
+    )
+    return f"<table>{head}{body}</table>"
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder: readers never see half a page."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        # os.open honours the umask, as a plain open() would (a NamedTemporaryFile would be 0600)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
