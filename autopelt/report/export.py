@@ -1,0 +1,158 @@
+"""Export a study's answer: the delta (spec + safetensors), its training settings, metrics and a model card,
+plus a peft adapter folder when the delta has a peft form; optionally re-run with several seeds.
+
+Layout of an export folder (what `autopelt predict --delta DIR` reads):
+    delta.json, delta.safetensors   the delta in inference form (autopelt's own format)
+    training.json                   the trial's settings (task, model, protocol, learning rate, seed …)
+    metrics.json                    dev/test metrics, parameter counts, and the re-seeded mean ± std
+    README.md                       a short model card
+    peft/                           a peft adapter folder, when the delta is LoRA (+ BitFit, + head)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+from autopelt.errors import UserError
+
+
+def pick_trials(study, trial_number: int | None, pareto: bool) -> list:
+    """The trials to export: one by number, the Pareto front, or the best full-fidelity trial."""
+    from autopelt.report.report_data import pareto as pareto_front
+    from autopelt.report.report_trials import is_answer
+
+    trials = study.get_trials(deepcopy=False)
+    if trial_number is not None:
+        chosen = [t for t in trials if t.number == trial_number]
+        if not chosen:
+            raise UserError(f"study {study.study_name!r} has no trial {trial_number} (it has 0..{len(trials) - 1})")
+        return chosen
+    answers = [t for t in trials if is_answer(t)]
+    if not answers:
+        raise UserError(f"study {study.study_name!r} has no completed full-fidelity trial to export yet")
+    if pareto:
+        front = {p.number for p in pareto_front(answers).front}
+        return [t for t in answers if t.number in front]
+    return [max(answers, key=lambda t: t.values[0])]
+
+
+def trial_outputs(trial) -> tuple[dict, Path]:
+    """The trial's result.json and its delta folder; UserError when the trial kept no weights."""
+    result_dir = trial.user_attrs.get("result_dir")
+    delta_dir = Path(result_dir or "") / "delta"
+    if not result_dir or not (delta_dir / "delta.safetensors").is_file():
+        state = trial.state.name.lower()
+        raise UserError(f"trial {trial.number} ({state}) has no saved delta weights"
+                        + (f" in {result_dir}" if result_dir else "") + "; export a completed trial")
+    try:
+        result = json.loads((Path(result_dir) / "result.json").read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise UserError(f"trial {trial.number}: cannot read {result_dir}/result.json ({error})") from None
+    return result, delta_dir
+
+
+def export_trial(trial, out_dir: Path, reseed: int = 0, study_name: str = "") -> Path:
+    """Write one trial's export folder (atomically: built beside `out_dir`, then moved into place)."""
+    result, delta_dir = trial_outputs(trial)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UserError(f"--out {out_dir} exists and is not empty; choose a new folder")
+    staging = out_dir.with_name(f".{out_dir.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        for name in ("delta.json", "delta.safetensors"):
+            shutil.copy2(delta_dir / name, staging / name)
+        metrics = _metrics(result, trial, study_name)
+        if reseed:
+            metrics["reseed"] = reseeded(result["settings"], reseed, staging / "seeds")
+        _write_json(staging / "training.json", result["settings"])
+        _write_json(staging / "metrics.json", metrics)
+        peft = _maybe_peft(staging, result)
+        (staging / "README.md").write_text(model_card(result, metrics, peft))
+        if out_dir.exists():
+            out_dir.rmdir()
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out_dir
+
+
+def reseeded(settings: dict, seeds: int, work_dir: Path) -> dict:
+    """Re-run a trial's settings with seeds 0..n-1 (new K-shot samples too, as the papers do): mean ± std."""
+    from autopelt.train import TrialSettings, run_trial
+
+    runs = []
+    for seed in range(seeds):
+        changed = {**settings, "seed": seed, "data_seed": seed, "out_dir": str(work_dir / f"seed-{seed}")}
+        result = run_trial(TrialSettings.from_dict(changed))
+        if result["status"] != "ok":
+            raise UserError(f"re-run with seed {seed} failed: {result['reason']}")
+        runs.append({"seed": seed, "dev": result["dev"], "test": result["test"]})
+    summary = {}
+    for split in ("dev", "test"):
+        for metric in runs[0][split]:
+            values = [run[split][metric] for run in runs]
+            summary[f"{split}_{metric}"] = {"mean": statistics.fmean(values),
+                                            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    shutil.rmtree(work_dir, ignore_errors=True)  # the runs' weights: only their numbers are kept
+    return {"seeds": seeds, "runs": runs, "summary": summary}
+
+
+def _metrics(result: dict, trial, study_name: str) -> dict:
+    return {"study": study_name, "trial": trial.number, "baseline": trial.user_attrs.get("baseline"),
+            "task": result.get("task"), "metric": result.get("metric"), "dev": result.get("dev"),
+            "test": result.get("test"), "params": result.get("params"), "protocol": result.get("protocol"),
+            "gates": result.get("gates")}
+
+
+def _maybe_peft(folder: Path, result: dict) -> bool:
+    """Write folder/peft when the delta has a peft form and peft is installed."""
+    from autopelt.delta.peft_export import peft_expressible
+
+    header = json.loads((folder / "delta.json").read_text())
+    if not peft_expressible(header["spec"]):
+        return False
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        return False
+    from autopelt.delta.peft_export import export_peft
+    from autopelt.report.predict import load_delta_model
+
+    model, _ = load_delta_model(folder, result.get("model"))
+    export_peft(model, header["spec"], folder / "peft", base_model_name=result.get("model"))
+    return True
+
+
+def model_card(result: dict, metrics: dict, peft: bool) -> str:
+    params = result.get("params") or {}
+    lines = [
+        f"# autopelt delta: {result.get('summary', '')}",
+        "",
+        f"- task: **{result.get('task')}** ({(result.get('protocol') or {}).get('name')} protocol)",
+        f"- base model: `{result.get('model')}`",
+        f"- stored parameters: {params.get('stored', 0):,} ({params.get('stored_pct', 0):.3f}% of the base model)",
+        f"- dev: {_fmt(result.get('dev'))}; test (never used for selection): {_fmt(result.get('test'))}",
+    ]
+    if "reseed" in metrics:
+        summary = metrics["reseed"]["summary"]
+        lines.append(f"- over {metrics['reseed']['seeds']} seeds: "
+                     + ", ".join(f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items()))
+    lines += ["", "Run it:", "", "```", f"autopelt predict --delta . --text \"…\"", "```"]
+    if peft:
+        lines += ["", "Or with peft:", "", "```python",
+                  "from peft import PeftModel",
+                  "model = PeftModel.from_pretrained(base_model, \"peft\")", "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(values) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in (values or {}).items()) or "–"
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str))

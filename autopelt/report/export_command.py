@@ -1,0 +1,39 @@
+"""`autopelt export`: the best (or a chosen, or every Pareto) delta of a study, as files to take away."""
+
+from __future__ import annotations
+
+import os
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--study", required=True, help="study name (as `autopelt search` printed it)")
+    parser.add_argument("--storage", default=os.environ.get("AUTOPELT_STORAGE", "sqlite:///autopelt.db"),
+                        help="SQLAlchemy URL of the study database (default: sqlite:///autopelt.db)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="export this trial number (default: the best)")
+    which.add_argument("--pareto", action="store_true", help="export every trial on the Pareto front")
+    parser.add_argument("--out", required=True, help="folder to create (with --pareto: one sub-folder a trial)")
+    parser.add_argument("--reseed", type=int, default=0, metavar="N",
+                        help="re-run the chosen config with seeds 0..N-1 and record mean ± std")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from autopelt.errors import UserError
+    from autopelt.report.export import export_trial, pick_trials, trial_outputs
+    from autopelt.report.report_storage import load_study, open_existing
+
+    if args.reseed < 0:
+        raise UserError("--reseed takes a number of seeds ≥ 1 (or leave it out)")
+    study = load_study(open_existing(args.storage), args.study, args.storage)
+    trials = pick_trials(study, args.trial, args.pareto)
+    for trial in trials:
+        trial_outputs(trial)  # every chosen trial must have weights before anything is written
+    out = Path(args.out)
+    for trial in trials:
+        target = out / f"trial-{trial.number}" if args.pareto else out
+        export_trial(trial, target, args.reseed, study.study_name)
+        print(f"exported trial {trial.number} ({trial.user_attrs.get('summary', '')}) to {target}")
+    print(f"next: autopelt predict --delta {out / f'trial-{trials[0].number}' if args.pareto else out} --text \"…\"")
+    return 0
