@@ -18,7 +18,7 @@ from autopelt.report.report_data import Row
 TEMPLATE = Path(__file__).resolve().parents[2] / "dashboards" / "report.html.tmpl"
 STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "stopped early", "FAIL": "failed", "RUNNING": "running",
                "WAITING": "waiting"}
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": "hover"}
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 e = html.escape
 
 
