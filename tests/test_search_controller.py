@@ -22,10 +22,10 @@ from autopelt.search.view import best_trial, pareto_front
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def make(tmp_path, space=None, baselines=None, **options):
+def make(tmp_path, space=None, presets=None, **options):
     options = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/study.db", out=str(tmp_path / "out"),
                             **options)
-    plan = prepare(options, **fakes.injected(space, {} if baselines is None else baselines))
+    plan = prepare(options, **fakes.injected(space, {} if presets is None else presets))
     study = open_study(plan)
     control = Controller(study, plan)
     control.start()
@@ -115,36 +115,35 @@ def test_completed_trials_carry_the_design_attributes(tmp_path):
 
 
 def test_baselines_run_first_and_once_per_study(tmp_path):
-    study, control = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=5)
+    study, control = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=5)
     fakes.run_serially(control)
     trials = study.get_trials(deepcopy=False)
     assert [t.user_attrs.get("baseline") for t in trials[:3]] == ["lora", "adapter", "prefix"]
     assert [t.user_attrs["spec"] for t in trials[:3]] == list(fakes.FAKE_BASELINES.values())
     assert all(t.state == TrialState.COMPLETE for t in trials[:3])
 
-    study, again = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=7)
+    study, again = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=7)
     fakes.run_serially(again)
     names = [t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)]
     assert sum(name is not None for name in names) == 3
 
 
 def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
-    study, control = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=2)
+    study, control = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=2)
     fakes.run_serially(control)
     last = study.trials[2]
     assert last.user_attrs["baseline"] == "prefix" and last.state == TrialState.WAITING  # left queued
 
-    study, again = make(tmp_path, baselines=fakes.FAKE_BASELINES, budget=3)
+    study, again = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=3)
     fakes.run_serially(again)
     done = {t.user_attrs.get("baseline") for t in states(study, TrialState.COMPLETE)}
     assert done == {"lora", "adapter", "prefix"} and len(states(study, TrialState.COMPLETE)) == 3
 
 
 def test_a_baseline_queued_twice_runs_once(tmp_path):
-    study, control = make(tmp_path, budget=3)
+    study, control = make(tmp_path, presets=fakes.FAKE_BASELINES, baselines=False, budget=3)
     study.enqueue_trial({}, user_attrs={"baseline": "lora"})
     study.enqueue_trial({}, user_attrs={"baseline": "lora"})
-    control.plan.baselines = dict(fakes.FAKE_BASELINES)
     fakes.run_serially(control)
     lora = [t for t in study.trials if t.user_attrs.get("baseline") == "lora"]
     assert [t.state for t in lora] == [TrialState.COMPLETE, TrialState.FAIL]

@@ -83,7 +83,7 @@ class Controller:
     def start(self) -> list[str]:
         """Fail and re-queue trials of dead controllers, then queue the baselines not run yet."""
         self._maintain(force=True)
-        return enqueue_missing(self.study, list(self.plan.baselines))
+        return enqueue_missing(self.study, self.plan.baselines)
 
     def running_trial_ids(self) -> list[int]:
         return [run.trial._trial_id for run in list(self.running.values())]
@@ -154,9 +154,9 @@ class Controller:
 
     def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
         if baseline:
-            if baseline not in self.plan.baselines:
+            if baseline not in self.plan.presets:
                 raise UserError(f"unknown baseline {baseline!r}")
-            return self.plan.baselines[baseline], baseline_hparams(baseline, self.plan.epochs)
+            return self.plan.presets[baseline], baseline_hparams(baseline, self.plan.epochs)
         return self.plan.space.sample(trial, self.plan.num_layers)
 
     def _config(self, number: int, spec: dict, hparams: dict, result_dir: str, baseline: str | None) -> dict:

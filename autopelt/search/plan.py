@@ -65,7 +65,8 @@ class SearchPlan:
     epochs: int
     protocol: dict
     out_dir: Path
-    baselines: dict[str, dict]  # preset name -> spec, enqueued first
+    baselines: list[str]  # preset names queued first in every study
+    presets: dict[str, dict]  # preset name -> spec: what a queued baseline trial trains
     trial_fn: TrialFn
     count_fn: Callable  # (spec, model_config, num_labels) -> ParamCount(trainable, stored, base)
     describe_fn: Callable  # spec -> (normalised spec dict, one-line summary)
@@ -93,7 +94,7 @@ def prepare(
     count_fn: Callable | None = None,
     describe_fn: Callable | None = None,
     model_config=None,
-    baselines: dict[str, dict] | None = None,
+    baselines: dict[str, dict] | None = None,  # preset name -> spec: the study's baselines (and all presets)
 ) -> SearchPlan:
     """Check and resolve every input; raise UserError on the first bad one. Writes nothing."""
     budget = parse_budget(options.budget)
@@ -108,6 +109,7 @@ def prepare(
     space = space if space is not None else _space(options.space)
     data_dir = _data_dir(options.data_dir)
     count_fn, describe_fn = _delta_tools(count_fn, describe_fn)
+    presets, baseline_names = _presets(baselines)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
     check_storage(options.storage)
@@ -117,7 +119,8 @@ def prepare(
         param_limit=param_limit, epochs=epochs,
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
-        baselines=_baselines(baselines, options.baselines),
+        baselines=baseline_names if options.baselines else [],
+        presets=presets,
         trial_fn=trial_fn or _default_trial_fn(), count_fn=count_fn, describe_fn=describe_fn,
         cpus_per_trial=_cpus_per_trial(options), extra={"data_dir": data_dir},
     )
@@ -185,14 +188,13 @@ def _space_epochs(space, model_config) -> int | None:
     return int(epochs) if isinstance(epochs, (int, float)) and epochs >= 1 else None
 
 
-def _baselines(given: dict[str, dict] | None, wanted: bool) -> dict[str, dict]:
-    if not wanted:
-        return {}
+def _presets(given: dict[str, dict] | None) -> tuple[dict[str, dict], list[str]]:
+    """(every preset a queued baseline may name, the baselines of a study)."""
     if given is not None:
-        return dict(given)
+        return dict(given), list(given)
     from autopelt.delta.presets import BASELINES, PRESETS
 
-    return {name: PRESETS[name] for name in BASELINES}
+    return dict(PRESETS), list(BASELINES)
 
 
 def _default_trial_fn() -> TrialFn:
