@@ -1,0 +1,60 @@
+"""`autopelt search`: find the best delta for a task (flags below; heavy imports only inside `run`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from autopelt.search.storage import DEFAULT_STORAGE
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to search")
+    what.add_argument("--task", required=True, help="GLUE task (rte, mrpc, sst2, ...)")
+    what.add_argument("--model", help="base model: a local folder or a hub id (default: all-MiniLM-L6-v2)")
+    what.add_argument("--data-dir", help="local task data, <dir>/<task>/<split>.jsonl (env AUTOPELT_DATA_DIR)")
+    what.add_argument("--space", default="default", help="search space name or YAML path (default: default)")
+    what.add_argument("--k", type=int, help="low-resource protocol: K training examples (default: full train)")
+    what.add_argument("--epochs", type=int, help="epochs per trial (default: the space's train.epochs)")
+    what.add_argument("--seed", type=int, default=0, help="training seed of every trial (default: 0)")
+    what.add_argument("--max-params", help="parameter budget of a delta: 0.5%% of the base model, or 100k, 2M")
+    what.add_argument("--multi-objective", action="store_true",
+                      help="optimise dev metric and stored params %% together (Pareto front)")
+    what.add_argument("--no-baselines", dest="baselines", action="store_false",
+                      help="do not run UniPELT and the single methods at paper defaults first")
+    what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
+                      help="train every trial to its last epoch (no ASHA)")
+
+    how = parser.add_argument_group("how much and where")
+    how.add_argument("--budget", default="20",
+                     help="trials over the whole study (20), or wall time of this run (90s, 30m, 2h); default 20")
+    how.add_argument("--storage", default=DEFAULT_STORAGE,
+                     help=f"study database, an SQLAlchemy URL (default {DEFAULT_STORAGE}; "
+                          "postgresql://user:pw@host/db to share a study between machines)")
+    how.add_argument("--study-name", help="default: <task>-<model>-<space>-<space hash>")
+    how.add_argument("--out", help="trial outputs (results, delta weights); default ./autopelt_runs/<study>")
+    how.add_argument("--workers", type=int, default=1, help="trials at once (default 1)")
+    how.add_argument("--cpus-per-trial", type=float, help="default: this machine's CPUs / workers")
+    how.add_argument("--gpus-per-trial", type=float, default=0, help="default 0; use 1 on a GPU machine")
+    how.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from autopelt.search.run import SearchOptions, SearchStopped, run_search
+
+    options = SearchOptions(
+        task=args.task, budget=args.budget, model=args.model, data_dir=args.data_dir, space=args.space,
+        storage=args.storage, study_name=args.study_name, workers=args.workers,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, ray_address=args.ray_address,
+        max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
+        epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping,
+    )
+    try:
+        outcome = run_search(options)
+    except SearchStopped as error:
+        print(f"autopelt: error: {error}", file=sys.stderr)
+        return 1
+    if outcome.interrupted:
+        print("autopelt: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    return 0

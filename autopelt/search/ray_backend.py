@@ -1,0 +1,206 @@
+"""Where Ray meets the rest (the only module that imports ray): trials run as Ray Tune trials.
+
+- `ControllerSearcher` is a Tune `Searcher` over the `Controller`: suggest -> controller.next_trial (ask,
+  claim, draw, size check), on_trial_result -> report, on_trial_complete -> finish / stop_early / crash.
+  It runs in this (the driver) process, so only the driver writes the study; workers just train.
+- Early stopping is Tune's ASHA scheduler on the dev metric with epochs as its time (Ray's own
+  OptunaSearch forces Optuna's NopPruner, so pruning has to come from a Tune scheduler anyway).
+  A trial's last epoch is never shown to ASHA (it carries no `epoch` key), so a trial that trained to the
+  end always returns its full result; trials ASHA stops are recorded as PRUNED at the epoch they reached.
+- Each trial gets `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray
+  assigned it a GPU) in its config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import ray
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search import Searcher
+
+from autopelt.search.controller import DONE, WAIT, Controller
+from autopelt.search.plan import SearchPlan
+
+log = logging.getLogger(__name__)
+
+METRIC = "dev_metric"
+TIME_ATTR = "epoch"
+TICKET_KEY = "autopelt_ticket"  # the trial config, as JSON so Tune does not flatten or name dirs after it
+EVENT_KEY = "autopelt_event"
+RESULT_KEY = "autopelt_result"
+REDUCTION_FACTOR = 3
+
+
+def asha_settings(epochs: int) -> dict:
+    """Rungs at grace * 3^k epochs; a trial trains at least ~a tenth of its epochs before it can be stopped."""
+    return {"max_t": max(epochs, 1), "grace_period": max(1, epochs // 10), "reduction_factor": REDUCTION_FACTOR}
+
+
+class ControllerSearcher(Searcher):
+    def __init__(self, controller: Controller, max_concurrent: int):
+        super().__init__(metric=METRIC, mode="max")
+        self.controller = controller
+        self.max_concurrent = max_concurrent
+        self.numbers: dict[str, int] = {}  # Tune trial id -> Optuna trial number
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        if len(self.numbers) >= self.max_concurrent:
+            return None
+        outcome = self.controller.next_trial()
+        if outcome == DONE:
+            return Searcher.FINISHED if not self.numbers else None
+        if outcome == WAIT:
+            return None
+        self.numbers[trial_id] = outcome.number
+        return {TICKET_KEY: json.dumps(outcome.config)}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self.numbers and EVENT_KEY in result:
+            self.controller.report(self.numbers[trial_id], json.loads(result[EVENT_KEY]))
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        number = self.numbers.pop(trial_id, None)
+        if number is None:
+            return
+        if error:
+            self.controller.crash(number, "the trial's Ray worker died (its error is in the log above)")
+        elif result and RESULT_KEY in result:
+            self.controller.finish(number, json.loads(result[RESULT_KEY]))
+        elif result:  # stopped by the scheduler; the result that stopped it was not passed to on_trial_result
+            if EVENT_KEY in result:
+                self.controller.report(number, json.loads(result[EVENT_KEY]))
+            self.controller.stop_early(number, "early stopping")
+        # no result: never started; the controller re-queues it when the run ends
+
+    def save(self, checkpoint_path: str) -> None:
+        Path(checkpoint_path).write_text("{}")  # the study is the state; nothing to save here
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+
+def run_trials(controller: Controller, plan: SearchPlan) -> None:
+    """Run the search's trials on Ray Tune until the controller has nothing more to start."""
+    started_ray = _connect(plan)
+    try:
+        tuner = tune.Tuner(
+            tune.with_resources(
+                tune.with_parameters(_trainable, trial_fn=plan.trial_fn),
+                {"cpu": plan.cpus_per_trial, "gpu": plan.options.gpus_per_trial},
+            ),
+            tune_config=tune.TuneConfig(
+                search_alg=ControllerSearcher(controller, plan.options.workers),
+                scheduler=_scheduler(plan),
+                num_samples=-1,
+                reuse_actors=True,
+                time_budget_s=controller.time_left(),
+                trial_name_creator=_trial_name,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                storage_path=str(plan.out_dir / "ray"),
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0),
+            ),
+        )
+        _tune_environment()
+        tuner.fit()
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+
+def _scheduler(plan: SearchPlan):
+    if not plan.options.early_stopping:
+        return FIFOScheduler()
+    return ASHAScheduler(time_attr=TIME_ATTR, metric=METRIC, mode="max", stop_last_trials=False,
+                         **asha_settings(plan.epochs))
+
+
+def _tune_environment() -> None:
+    """The live view is the progress display: no Tune tables, no per-trial Tune logs (the study is the record).
+    Ray 2.60 refuses to run while the old TUNE_RESULT_DIR is set; `storage_path` says where Tune writes."""
+    os.environ.pop("TUNE_RESULT_DIR", None)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+
+
+def _trial_name(trial) -> str:
+    return f"trial_{trial.trial_id}"
+
+
+def _connect(plan: SearchPlan) -> bool:
+    """Join the given cluster, or start a local Ray; True when this call started it (and must stop it)."""
+    if ray.is_initialized():
+        return False
+    common = {"include_dashboard": False, "log_to_driver": True, "logging_level": logging.WARNING}
+    if plan.options.ray_address:
+        ray.init(address=plan.options.ray_address, **common)
+    else:
+        ray.init(**common)
+    return True
+
+
+# -- inside a Ray worker ------------------------------------------------------------------------------------
+
+
+def _trainable(tune_config: dict, trial_fn: Callable) -> None:
+    config = {**json.loads(tune_config[TICKET_KEY]), **_placement()}
+    last_epoch = int(config["epochs"])
+
+    def report(event: dict) -> None:
+        payload = {METRIC: _number(event.get("dev_metric")), EVENT_KEY: json.dumps(event, default=str)}
+        if int(event.get("epoch") or 0) < last_epoch:  # the last epoch is the final result's, not ASHA's
+            payload[TIME_ATTR] = int(event["epoch"])
+        tune.report(payload)
+
+    result = _call(trial_fn, config, report)
+    _write_result(config.get("out_dir"), result)
+    tune.report({METRIC: _number(result.get("dev_metric")), RESULT_KEY: json.dumps(result, default=str)})
+
+
+def _placement() -> dict:
+    """The device and CPU threads Ray assigned this trial; torch follows them."""
+    resources = tune.get_context().get_trial_resources().required_resources
+    threads = max(1, int(resources.get("CPU", 1)))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:  # a reused worker: torch read OMP_NUM_THREADS long ago
+        sys.modules["torch"].set_num_threads(threads)
+    return {"device": "cuda" if ray.get_gpu_ids() else "cpu", "threads": threads}
+
+
+def _call(trial_fn: Callable, config: dict, report: Callable[[dict], None]) -> dict:
+    """The trial function's result; its exceptions become a failed result (the search goes on)."""
+    try:
+        result = trial_fn(config, report)
+    except Exception as error:
+        return {"status": "failed", "reason": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc(), "spec": config.get("spec")}
+    if not isinstance(result, dict):
+        return {"status": "failed", "reason": f"the trial function returned {type(result).__name__}, not a dict"}
+    return result
+
+
+def _write_result(out_dir: str | None, result: dict) -> None:
+    if not out_dir:
+        return
+    path = Path(out_dir) / "result.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2, default=str))
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan

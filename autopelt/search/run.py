@@ -1,0 +1,76 @@
+"""`run_search`: the whole search from Python — check inputs, open the study, run trials on Ray, summarise.
+
+    from autopelt.search.run import SearchOptions, run_search
+    outcome = run_search(SearchOptions(task="rte", budget=10))
+    outcome.best  # FrozenTrial (full fidelity only) or None
+
+Every input is checked before the study exists (`plan.prepare`); a bad one raises UserError and leaves the
+database as it was. The space, trial function, parameter counting and model config can be passed in (see
+`autopelt.search.fakes`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import optuna
+
+from autopelt.search.controller import Controller, SearchStopped
+from autopelt.search.plan import SearchOptions, SearchPlan, prepare
+from autopelt.search.recovery import Heartbeat
+from autopelt.search.study import open_study
+from autopelt.search.view import LiveView, best_trial, pareto_front, summary_lines
+
+__all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
+
+
+@dataclass
+class SearchOutcome:
+    study: optuna.Study
+    plan: SearchPlan
+    best: optuna.trial.FrozenTrial | None  # highest dev metric among COMPLETE (full-fidelity) trials
+    pareto: list[optuna.trial.FrozenTrial]  # multi-objective studies only
+    recorded: int  # trained trials this process recorded
+    rejected: int  # deltas over --max-params this process refused
+    interrupted: bool  # stopped before its budget (Ctrl-C); the next run resumes
+    seconds: float
+
+
+def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print, **injected) -> SearchOutcome:
+    """Run (or resume) the search `options` describe. `injected`: space, trial_fn, count_fn, describe_fn,
+    model_config, baselines (see `plan.prepare`). Raises UserError for bad input, SearchStopped when the
+    search cannot go on (every trial failing, every delta over --max-params)."""
+    started = time.monotonic()
+    plan = prepare(options, **injected)
+    study = open_study(plan)
+    view = LiveView(study, plan, echo)
+    controller = Controller(study, plan, on_record=view.on_record)
+    queued = controller.start()
+    view.header(queued, controller.requeued)
+    from autopelt.search.ray_backend import run_trials  # Ray only once everything else is sound
+
+    interrupted = False
+    try:
+        with Heartbeat(study, controller.running_trial_ids):
+            run_trials(controller, plan)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        interrupted = interrupted or bool(controller.running and not _time_up(controller))
+        controller.close()
+    seconds = time.monotonic() - started
+    for line in summary_lines(study, plan, seconds, controller.rejected):
+        echo(line)
+    if controller.error:
+        raise SearchStopped(controller.error)
+    return SearchOutcome(
+        study=study, plan=plan, best=best_trial(study), pareto=pareto_front(study),
+        recorded=len(controller.finished), rejected=controller.rejected, interrupted=interrupted, seconds=seconds,
+    )
+
+
+def _time_up(controller: Controller) -> bool:
+    left = controller.time_left()
+    return left is not None and left <= 0

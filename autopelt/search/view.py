@@ -1,0 +1,161 @@
+"""What the user sees: one line per finished trial while the search runs, and a summary at the end.
+
+Both are built from the study's records (FrozenTrials and their user attributes), so they show the same
+thing whichever process recorded a trial.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autopelt.search.budget import TrialBudget, format_duration
+from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
+from autopelt.search.plan import SearchPlan
+from autopelt.search.storage import DEFAULT_STORAGE, hide_password
+
+SUMMARY_WIDTH = 34
+
+
+class LiveView:
+    """Prints a line for each trial this process records (trained or failed; refusals are counted)."""
+
+    def __init__(self, study: optuna.Study, plan: SearchPlan, echo: Callable[[str], None] = print):
+        self.study, self.plan, self.echo = study, plan, echo
+        self.started = time.monotonic()
+        self.mine = 0  # trained trials this process recorded
+
+    def header(self, queued_baselines: list[str], requeued: int) -> None:
+        plan = self.plan
+        workers = f"{plan.options.workers} worker{'s' if plan.options.workers > 1 else ''}"
+        self.echo(f"study {plan.study_name} in {hide_password(plan.storage)}: {plan.task}, {plan.model}, "
+                  f"space {plan.space.name}, budget {plan.budget}, {workers}")
+        done = sum(t.state in TRAINED for t in self.study.get_trials(deepcopy=False))
+        if done or requeued:
+            self.echo(f"resuming: {done} trained trial(s) kept, {requeued} interrupted trial(s) queued again")
+        if queued_baselines:
+            self.echo(f"baselines queued: {', '.join(queued_baselines)}")
+        self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {'dev ' + plan.metric[:8]:<14} "
+                  f"{'best so far':<18} elapsed / ETA")
+
+    def on_record(self, trial: FrozenTrial) -> None:
+        if trial.state in TRAINED:
+            self.mine += 1
+        elapsed = time.monotonic() - self.started
+        self.echo(f"{'#' + str(trial.number):>6}  {_summary(trial):<{SUMMARY_WIDTH}} {_pct(trial):>8}  "
+                  f"{_outcome(trial):<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
+
+    def _best(self) -> str:
+        best = best_trial(self.study)
+        return f"{best.values[0]:.4f} (#{best.number})" if best else "-"
+
+    def _eta(self, elapsed: float) -> str:
+        budget = self.plan.budget
+        if not isinstance(budget, TrialBudget):
+            return format_duration(max(budget.seconds - elapsed, 0))
+        done = sum(t.state in TRAINED for t in self.study.get_trials(deepcopy=False))
+        left = max(budget.trials - done, 0)
+        if not left:
+            return "0s"
+        return format_duration(elapsed / self.mine * left) if self.mine else "?"
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The complete (full-fidelity) trial with the highest dev metric; early-stopped trials never count."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return max(complete, key=lambda t: t.values[0], default=None)
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    """Complete trials no other complete trial beats on both dev metric (higher) and stored params % (lower)."""
+    if len(study.directions) < 2:
+        return []
+    return sorted(study.best_trials, key=lambda t: t.values[1])
+
+
+def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejected: int = 0) -> list[str]:
+    trials = study.get_trials(deepcopy=False)
+    count = {state: sum(t.state == state for t in trials) for state in TrialState}
+    failed = [t for t in trials if t.state == TrialState.FAIL and _reason(t) not in NOT_DONE_REASONS
+              and not _reason(t).startswith("over parameter budget")]
+    lines = [
+        "",
+        f"study {plan.study_name}: {count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} stopped "
+        f"early, {len(failed)} failed ({format_duration(seconds)} in this run)",
+    ]
+    if rejected:
+        lines.append(f"{rejected} delta(s) over --max-params {plan.param_limit} were recorded as FAIL, never trained")
+    best = best_trial(study)
+    lines.append(f"best: {_trial_text(best, plan)}" if best else "best: no trial completed yet")
+    front = pareto_front(study)
+    if front:
+        lines.append(f"Pareto front (dev {plan.metric} up, stored params % down), {len(front)} trial(s):")
+        lines += [f"  {_trial_text(t, plan)}" for t in front]
+    baselines = _baseline_lines(trials, plan)
+    if baselines:
+        lines.append("baselines:")
+        lines += baselines
+    lines.append("next:")
+    lines += [f"  {command}" for command in next_commands(plan)]
+    return lines
+
+
+def next_commands(plan: SearchPlan) -> list[str]:
+    where = f"--study {shlex.quote(plan.study_name)}"
+    if plan.storage != DEFAULT_STORAGE:
+        where += f" --storage {shlex.quote(hide_password(plan.storage))}"
+    return [
+        f"autopelt export {where} --out {shlex.quote(plan.study_name)}-best",
+        f"autopelt dashboard {where}",
+        f"autopelt report {where} --out {shlex.quote(plan.study_name)}.html",
+    ]
+
+
+def _baseline_lines(trials: list[FrozenTrial], plan: SearchPlan) -> list[str]:
+    latest: dict[str, FrozenTrial] = {}
+    for trial in trials:
+        name = trial.user_attrs.get("baseline")
+        if name and _reason(trial) not in NOT_DONE_REASONS:
+            latest[name] = trial
+    width = max((len(name) for name in latest), default=0)
+    return [f"  {name:<{width}}  {_trial_text(trial, plan)}" for name, trial in latest.items()]
+
+
+def _trial_text(trial: FrozenTrial, plan: SearchPlan) -> str:
+    head = f"#{trial.number} {_summary(trial)} ({_pct(trial)} params)"
+    if trial.state == TrialState.COMPLETE:
+        test = trial.user_attrs.get("test", {}).get(plan.metric)
+        tail = f", test {test:.4f}" if isinstance(test, (int, float)) else ""
+        return f"{head}: dev {plan.metric} {trial.values[0]:.4f}{tail}"
+    return f"{head}: {_outcome(trial)}"
+
+
+def _summary(trial: FrozenTrial) -> str:
+    text = trial.user_attrs.get("summary", "?")
+    if trial.user_attrs.get("baseline"):
+        text = f"[{trial.user_attrs['baseline']}] {text}"
+    return text if len(text) <= SUMMARY_WIDTH else text[: SUMMARY_WIDTH - 1] + "…"
+
+
+def _pct(trial: FrozenTrial) -> str:
+    pct = trial.user_attrs.get("params_pct")
+    return f"{pct:.3g}%" if isinstance(pct, (int, float)) else "-"
+
+
+def _outcome(trial: FrozenTrial) -> str:
+    if trial.state == TrialState.COMPLETE:
+        return f"{trial.values[0]:.4f}"
+    if trial.state == TrialState.PRUNED:
+        fidelity, top = trial.user_attrs.get("fidelity", 0), trial.user_attrs.get("max_fidelity", "?")
+        last = trial.intermediate_values.get(fidelity, trial.user_attrs.get("intermediate", {}).get(str(fidelity)))
+        at = f" ({last:.3f})" if last is not None else ""
+        return f"stopped {fidelity}/{top}{at}"
+    return f"FAIL: {_reason(trial)}"
+
+
+def _reason(trial: FrozenTrial) -> str:
+    return str(trial.user_attrs.get("fail_reason", ""))

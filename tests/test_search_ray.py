@@ -1,0 +1,178 @@
+"""Searches through Ray Tune on SQLite, on the synthetic objective: end to end, failures, ASHA, parameter
+budget, wall-time budget, and resuming after the search process is killed with SIGKILL.
+
+One local Ray (2 CPUs) serves the whole module; a killed search runs in a subprocess that joins it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autopelt.search import claims, fakes
+from autopelt.search.run import SearchOptions, run_search
+
+ray = pytest.importorskip("ray")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    started = time.monotonic()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    print(f"ray.init: {time.monotonic() - started:.1f}s")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def options(tmp_path: Path, **changes) -> SearchOptions:
+    base = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
+            "cpus_per_trial": 1}
+    return SearchOptions(**{**base, **changes})
+
+
+def search(tmp_path, space=None, presets=None, **changes):
+    lines: list[str] = []
+    outcome = run_search(options(tmp_path, **changes), echo=lines.append, **fakes.injected(space, presets or {}))
+    return outcome, lines
+
+
+def calls(tmp_path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("trial-*/fake_call.json"))]
+
+
+def by_state(study, *states):
+    return [t for t in study.get_trials(deepcopy=False) if t.state in states]
+
+
+def test_a_search_end_to_end_records_failures_and_goes_on(tmp_path, ray_address):
+    space = fakes.FakeSpace(script=[{"mode": "nan"}, {"mode": "raise"}])
+    outcome, lines = search(tmp_path, space, fakes.FAKE_BASELINES, budget=5, workers=2)
+    study = outcome.study
+
+    trained = by_state(study, TrialState.COMPLETE, TrialState.PRUNED)
+    assert len(trained) == 5 and outcome.recorded == 5
+    assert {t.user_attrs.get("baseline") for t in trained} >= {"lora", "adapter", "prefix"}
+    reasons = sorted(t.user_attrs["fail_reason"] for t in by_state(study, TrialState.FAIL))
+    assert reasons == ["RuntimeError: the fake trial exploded", "dev metric is nan (not a finite number)"]
+    assert not by_state(study, TrialState.RUNNING, TrialState.WAITING)
+
+    assert len(calls(tmp_path)) == 7  # every trial that trained or failed ran once; nothing else ran
+    assert all(call["device"] == "cpu" and call["threads"] == 1 for call in calls(tmp_path))
+    for trial in by_state(study, TrialState.COMPLETE, TrialState.FAIL):  # early-stopped trials are cut short
+        assert (Path(trial.user_attrs["result_dir"]) / "result.json").is_file()
+
+    assert outcome.best.state == TrialState.COMPLETE
+    assert outcome.best.value == max(t.value for t in by_state(study, TrialState.COMPLETE))
+    trial_lines = [line for line in lines if line.lstrip().startswith("#")]
+    assert len(trial_lines) == 7  # one per trained or failed trial
+    assert any(line.startswith("best: #") for line in lines)
+    assert any(f"autopelt export --study {outcome.plan.study_name}" in line for line in lines)
+
+
+def test_a_trial_gets_the_cpus_ray_gives_it_as_threads(tmp_path, ray_address):
+    search(tmp_path, budget=1, cpus_per_trial=2)
+    [call] = calls(tmp_path)
+    assert call["threads"] == 2 and call["omp"] == "2" and call["device"] == "cpu"
+
+
+def test_asha_stops_a_bad_trial_early_and_best_ignores_it(tmp_path, ray_address):
+    space = fakes.FakeSpace(epochs=9, seconds_per_epoch=0.15,
+                            script=[{"quality": 0.8}, {"quality": 0.9}, {"quality": 0.05}, {"quality": 0.95}])
+    outcome, lines = search(tmp_path, space, budget=4, workers=1)
+    study = outcome.study
+
+    [pruned] = by_state(study, TrialState.PRUNED)
+    assert pruned.user_attrs["hparams"]["quality"] == 0.05
+    assert pruned.user_attrs["stopped_by"] == "early stopping" and pruned.user_attrs["full_fidelity"] is False
+    assert 1 <= pruned.user_attrs["fidelity"] < 9 and pruned.intermediate_values
+    assert len(by_state(study, TrialState.COMPLETE)) == 3
+    assert outcome.best.user_attrs["hparams"]["quality"] == 0.95 and outcome.best.user_attrs["fidelity"] == 9
+    assert any("stopped " in line and f"#{pruned.number}" in line for line in lines)
+
+
+def test_over_budget_samples_never_train(tmp_path, ray_address):
+    outcome, _ = search(tmp_path, budget=4, workers=2, max_params="5k")  # fake sizes: rank r -> 1000 r + 10
+    ranks = [call["spec"]["methods"][0]["rank"] for call in calls(tmp_path)]
+    assert len(ranks) == 4 and max(ranks) <= 4
+    refused = by_state(outcome.study, TrialState.FAIL)
+    assert len(refused) == outcome.rejected
+    assert all(t.user_attrs["fail_reason"].startswith("over parameter budget") for t in refused)
+
+
+def test_a_time_budget_ends_the_search_cleanly(tmp_path, ray_address):
+    started = time.monotonic()
+    outcome, _ = search(tmp_path, fakes.FakeSpace(seconds_per_epoch=0.6), budget="8s", workers=2,
+                        early_stopping=False)
+    assert time.monotonic() - started < 25
+    study = outcome.study
+    assert not by_state(study, TrialState.RUNNING)
+    assert by_state(study, TrialState.COMPLETE)
+    for trial in by_state(study, TrialState.PRUNED):
+        assert trial.user_attrs["stopped_by"] == "time budget" and trial.user_attrs["fidelity"] >= 1
+    for trial in by_state(study, TrialState.FAIL):  # started but never evaluated: queued again
+        assert trial.user_attrs["fail_reason"] == claims.INTERRUPTED
+
+
+def test_a_search_killed_with_sigkill_resumes_without_losing_a_trial(tmp_path, ray_address):
+    opts = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
+            "budget": 7, "workers": 2, "cpus_per_trial": 1, "ray_address": ray_address}
+    arguments = {"options": opts, "space": {"seconds_per_epoch": 0.4}}
+    process = subprocess.Popen([sys.executable, "-m", "autopelt.search.fakes", json.dumps(arguments)],
+                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "search.log", "w"))
+    try:
+        study = _wait_for(lambda: _study(tmp_path), timeout=90)
+        _wait_for(lambda: len(by_state(study, TrialState.COMPLETE)) >= 2, timeout=90)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    before = {t.number: t.value for t in by_state(study, TrialState.COMPLETE)}
+    left_running = {t.number for t in by_state(study, TrialState.RUNNING)}
+    assert left_running, "the kill should catch trials mid-flight"
+
+    outcome, lines = search(tmp_path, fakes.FakeSpace(seconds_per_epoch=0.05), fakes.FAKE_BASELINES,
+                            budget=7, workers=2)
+    study = outcome.study
+    after = {t.number: t.value for t in by_state(study, TrialState.COMPLETE)}
+    assert before.items() <= after.items()  # no completed trial lost or changed
+    assert len(by_state(study, TrialState.COMPLETE, TrialState.PRUNED)) == 7  # the budget, exactly
+    assert not by_state(study, TrialState.RUNNING, TrialState.WAITING)
+    for number in left_running:
+        interrupted = study.trials[number]
+        assert interrupted.state == TrialState.FAIL and interrupted.user_attrs["fail_reason"] == claims.INTERRUPTED
+        [retry] = [t for t in study.trials if t.user_attrs.get("retry_of") == number]
+        assert retry.params == interrupted.params and retry.state == TrialState.COMPLETE
+    assert any(line.startswith("resuming:") for line in lines)
+    baselines = [t.user_attrs["baseline"] for t in by_state(study, TrialState.COMPLETE) if "baseline" in t.user_attrs]
+    assert sorted(baselines) == ["adapter", "lora", "prefix"]  # each once, though the search ran twice
+
+
+def _study(tmp_path):
+    if not (tmp_path / "study.db").exists():
+        return None
+    storage = f"sqlite:///{tmp_path}/study.db"
+    names = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=names[0], storage=storage) if names else None
+
+
+def _wait_for(condition, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except Exception:  # the database is being created
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("timed out")
