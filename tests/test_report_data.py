@@ -186,6 +186,7 @@ def test_header_counts_states_and_names_the_best_trial(tmp_path):
     assert (header.task, header.space, header.metric, header.maximize) == ("rte", "unipelt", "accuracy", True)
     assert header.protocol == "k-shot (k=1000)"
     assert header.best_hparams == {"learning_rate": 5e-4, "epochs": 3}
+    assert header.best_spec == {"methods": [{"method": "adapter"}, {"method": "prefix"}, {"method": "lora"}]}
     assert dict(header.fail_reasons) == {"CUDA out of memory. Tried to allocate 2.00 GiB": 1,
                                          "over parameter budget: 5.0% > 1%": 1, "dev metric is nan": 1,
                                          "interrupted": 1}

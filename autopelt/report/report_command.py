@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out if args.out is not None else f"{args.study}.html").expanduser()
+    out = Path(args.out).expanduser() if args.out is not None else Path(args.study.replace("/", "_") + ".html")
     if not out.parent.is_dir():
         raise UserError(f"--out: folder {out.parent} does not exist")
     if out.is_dir():

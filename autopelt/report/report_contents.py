@@ -32,6 +32,7 @@ class Header:
     answers: int  # COMPLETE at full fidelity
     best: Row | None
     best_hparams: dict = field(default_factory=dict)
+    best_spec: dict = field(default_factory=dict)  # the delta spec (docs/design.md), to rebuild the best delta
     fail_reasons: list[tuple[str, int]] = field(default_factory=list)  # most common first
 
 
@@ -74,6 +75,7 @@ def header(study: optuna.Study, trials: list, metric: str, maximize: bool) -> He
         answers=sum(1 for t in trials if is_answer(t)),
         best=row(best, metric) if best else None,
         best_hparams=dict(best.user_attrs.get("hparams") or best.params) if best else {},
+        best_spec=dict(best.user_attrs.get("spec") or {}) if best else {},
         fail_reasons=reasons.most_common(),
     )
 

@@ -7,6 +7,7 @@ drawn by `Plotly.newPlot`. The page's frame lives in dashboards/report.html.tmpl
 from __future__ import annotations
 
 import html
+import json
 import os
 import string
 from pathlib import Path
@@ -122,9 +123,11 @@ def _best_html(header: Header) -> str:
         stored = f" ({best.params_stored:,} stored)" if best.params_stored is not None else ""
         scores.append(f"{best.params_pct:.3g}% params{stored}")
     hparams = ", ".join(f"{e(str(k))}={e(_short(v))}" for k, v in header.best_hparams.items())
+    spec = json.dumps(header.best_spec, indent=1) if header.best_spec else ""
     return (f'<div class="best{" baseline" if best.name != "searched" else ""}">Best trial <b>#{best.number}</b> '
             f"({e(kind)}): <b>{e(best.summary)}</b><br>{' · '.join(scores)}"
-            + (f"<br>hyperparameters: {hparams}" if hparams else "") + "</div>")
+            + (f"<br>hyperparameters: {hparams}" if hparams else "")
+            + (f"<details><summary>delta spec</summary><pre>{e(spec)}</pre></details>" if spec else "") + "</div>")
 
 
 def rows_table(rows: list[Row], metric: str) -> str:
