@@ -69,25 +69,37 @@ def history_figure(points: list[HistoryPoint], metric: str) -> go.Figure:
 def pareto_figure(pareto: Pareto, metric: str) -> go.Figure:
     """Dev metric against stored parameters; the front is joined, dominated trials are grey."""
     fig = go.Figure()
+    hover = "%{hovertext}<br>%{x:.3g}% params, dev %{y:.4f}<extra></extra>"
     if pareto.dominated:
         fig.add_trace(go.Scatter(
             x=[p.params_pct for p in pareto.dominated], y=[p.dev for p in pareto.dominated], mode="markers",
             name="dominated", marker=dict(color=STOPPED, size=8, opacity=0.7),
-            hovertext=_hover([p.label for p in pareto.dominated]),
-            hovertemplate="%{hovertext}<br>%{x:.3g}% params, dev %{y:.4f}<extra></extra>",
+            hovertext=_hover([p.label for p in pareto.dominated]), hovertemplate=hover,
         ))
     fig.add_trace(go.Scatter(
-        x=[p.params_pct for p in pareto.front], y=[p.dev for p in pareto.front], mode="lines+markers+text",
-        name="Pareto front", line=dict(color=SEARCHED, shape="hv", width=1.5),
-        marker=dict(size=11, color=[BASELINE if p.baseline else SEARCHED for p in pareto.front]),
-        text=[p.baseline or f"#{p.number}" for p in pareto.front], textposition="top left",
-        hovertext=_hover([p.label for p in pareto.front]),
-        hovertemplate="%{hovertext}<br>%{x:.3g}% params, dev %{y:.4f}<extra></extra>",
+        x=[p.params_pct for p in pareto.front], y=[p.dev for p in pareto.front], mode="lines", name="Pareto front",
+        line=dict(color=SEARCHED, shape="hv", width=1.5), hoverinfo="skip",
     ))
-    pcts = [p.params_pct for p in pareto.front + pareto.dominated]
-    if min(pcts) > 0 and max(pcts) / min(pcts) >= 10:
-        fig.update_xaxes(type="log")
+    for name, colour, keep in [("on the front: searched", SEARCHED, lambda p: not p.baseline),
+                               ("on the front: baseline", BASELINE, lambda p: p.baseline)]:
+        chosen = [p for p in pareto.front if keep(p)]
+        if chosen:
+            fig.add_trace(go.Scatter(
+                x=[p.params_pct for p in chosen], y=[p.dev for p in chosen], mode="markers+text", name=name,
+                marker=dict(size=11, color=colour), text=[p.baseline or f"#{p.number}" for p in chosen],
+                textposition="top left", hovertext=_hover([p.label for p in chosen]), hovertemplate=hover,
+            ))
+    _log_axis_if_wide(fig, [p.params_pct for p in pareto.front + pareto.dominated])
     return _layout(fig, "stored parameters (% of the base model)", f"dev {metric}")
+
+
+def _log_axis_if_wide(fig: go.Figure, pcts: list[float]) -> None:
+    """A log x axis with 1-2-5 ticks when sizes span 10x or more."""
+    low, high = min(pcts), max(pcts)
+    if low <= 0 or high / low < 10:
+        return
+    ticks = [m * 10.0 ** e for e in range(-6, 4) for m in (1, 2, 5) if low / 1.5 <= m * 10.0 ** e <= high * 1.5]
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}%" for t in ticks])
 
 
 def baselines_figure(comparison: Comparison, metric: str) -> go.Figure:
