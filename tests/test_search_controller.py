@@ -6,6 +6,7 @@ Trials run one at a time in this process on the synthetic objective of `autopelt
 from __future__ import annotations
 
 import subprocess
+import time
 
 import optuna
 import pytest
@@ -253,3 +254,20 @@ def _frozen(number, state):
     frozen = optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.5)
     frozen.number, frozen.state = number, state
     return frozen
+
+
+def test_a_trial_of_another_machine_is_interrupted_once_its_heartbeat_is_stale(tmp_path):
+    from autopelt.search import recovery
+
+    study, _ = make(tmp_path, budget=3)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/study.db", heartbeat_interval=1, grace_period=1)
+    quick = optuna.load_study(study_name=study.study_name, storage=storage)
+    remote = quick.ask()
+    remote.set_user_attr("controller", {"host": "another-machine/1234", "pid": 1, "start": "1"})
+    storage.record_heartbeat(remote._trial_id)
+    assert recovery.interrupted_trials(quick) == []  # fresh heartbeat, and not a process of this host
+    time.sleep(2.5)
+    assert [t.number for t in recovery.interrupted_trials(quick)] == [remote.number]
+    assert recovery.fail_and_requeue(quick, quick.trials[remote.number])
+    assert not recovery.fail_and_requeue(quick, quick.trials[remote.number])  # only one process re-queues it
+    assert quick.trials[remote.number].user_attrs["fail_reason"] == claims.INTERRUPTED

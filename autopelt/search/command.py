@@ -40,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import optuna
+
     from autopelt.search.run import SearchOptions, SearchStopped, run_search
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the live view says what happens
 
     options = SearchOptions(
         task=args.task, budget=args.budget, model=args.model, data_dir=args.data_dir, space=args.space,

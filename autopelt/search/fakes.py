@@ -147,7 +147,8 @@ def run_serially(controller, trial_fn: Callable = fake_trial, stop_after: int | 
 
 def main(arguments: dict) -> int:
     """A search on the synthetic objective from JSON-able arguments, for tests that run it in a subprocess:
-    {"options": {SearchOptions fields}, "space": {FakeSpace arguments}, "serial": run without Ray}."""
+    {"options": {SearchOptions fields}, "space": {FakeSpace arguments}, "serial": run without Ray,
+     "start_at": a time.time() at which a serial search starts asking (to make several processes race)}."""
     from autopelt.search.run import SearchOptions, run_search
 
     options = SearchOptions(**arguments["options"])
@@ -164,6 +165,7 @@ def main(arguments: dict) -> int:
     study = open_study(plan)
     controller = Controller(study, plan)
     controller.start()
+    time.sleep(max(0.0, arguments.get("start_at", 0) - time.time()))
     with Heartbeat(study, controller.running_trial_ids):
         run_serially(controller)
     controller.close()

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from autopelt.errors import UserError
 from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
-from autopelt.search.storage import DEFAULT_STORAGE, check_storage
+from autopelt.search.storage import DEFAULT_STORAGE, check_storage, normalise_url
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
 PROBE_STUDY = "autopelt-probe"  # the in-memory study of the one draw `prepare` makes to check a space
@@ -112,9 +112,10 @@ def prepare(
     presets, baseline_names = _presets(baselines)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    check_storage(options.storage)
+    storage = normalise_url(options.storage)
+    check_storage(storage)
     return SearchPlan(
-        options=options, study_name=name, storage=options.storage, task=task.name, metric=task.metric,
+        options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,
         num_labels=task.num_labels, model=model, model_config=model_config, space=space, budget=budget,
         param_limit=param_limit, epochs=epochs,
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},

@@ -17,6 +17,17 @@ _EXAMPLES = "e.g. sqlite:///autopelt.db or postgresql://user:password@host:5432/
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def normalise_url(url: str) -> str:
+    """`postgresql://` means psycopg (3) to SQLAlchemy 2.1; use psycopg2 when only that is installed
+    (autopelt's `postgres` extra installs psycopg2-binary)."""
+    import importlib.util
+
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
+            and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
 def check_storage(url: str) -> None:
     """Raise UserError unless `url` names a database the search can use. Never creates or writes anything."""
     import sqlalchemy

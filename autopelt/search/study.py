@@ -50,7 +50,9 @@ def open_study(plan: SearchPlan) -> optuna.Study:
         return study
     for key, value in study_attrs(plan).items():
         study.set_user_attr(key, value)
-    study.set_metric_names(study_attrs(plan)["objectives"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(study_attrs(plan)["objectives"])
     return study
 
 

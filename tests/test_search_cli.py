@@ -1,0 +1,64 @@
+"""`autopelt search` with bad input: one line on stderr, exit code 2, and the database exactly as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+from autopelt.cli import main
+from autopelt.search import fakes
+from autopelt.search.plan import SearchOptions, prepare
+from autopelt.search.study import open_study
+
+
+def run_cli(args, capsys):
+    code = main(["search", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+BAD_INPUTS = {
+    "budget 0": (["--task", "rte", "--budget", "0"], "--budget must be at least 1 trial"),
+    "malformed budget": (["--task", "rte", "--budget", "2 hours"], "--budget '2 hours'"),
+    "unknown task": (["--task", "nosuchtask", "--budget", "3"], "unknown task 'nosuchtask'"),
+    "unknown space": (["--task", "rte", "--space", "nosuchspace"], "unknown search space 'nosuchspace'"),
+    "missing model": (["--task", "rte", "--model", "./no/such/model"], "model folder ./no/such/model does not exist"),
+    "bad max params": (["--task", "rte", "--max-params", "5x"], "--max-params '5x'"),
+    "no workers": (["--task", "rte", "--workers", "0"], "--workers must be at least 1"),
+    "missing data dir": (["--task", "rte", "--data-dir", "./no/such/dir"], "--data-dir ./no/such/dir is not a folder"),
+    "storage folder missing": (["--task", "rte", "--storage", "sqlite:///no/such/dir/s.db"],
+                               "--storage: folder no/such/dir does not exist"),
+    "not a URL": (["--task", "rte", "--storage", "autopelt.db"], "--storage 'autopelt.db' is not a database URL"),
+    "unreachable database": (["--task", "rte", "--storage", "postgresql://nobody@127.0.0.1:9/none"],
+                             "cannot reach database postgresql+psycopg2://nobody@127.0.0.1:9/none: "),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_no_database(case, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args, message = BAD_INPUTS[case]
+    code, err = run_cli(args, capsys)
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("autopelt: error: ") and message in err[0], err
+    assert list(tmp_path.iterdir()) == []  # no autopelt.db, no run folder
+
+
+def test_malformed_space_file_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("methods:\n  lora:\n    rank: {choice: []}\ntrain:\n  learning_rate: 1e-3\n")
+    (tmp_path / "unknown.yaml").write_text("methods:\n  sparse_magic: {}\ntrain:\n  learning_rate: 1e-3\n")
+    for name in ("bad.yaml", "unknown.yaml"):
+        code, err = run_cli(["--task", "rte", "--space", name], capsys)
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"autopelt: error: {name}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "unknown.yaml"]
+
+
+def test_a_study_made_for_another_task_is_refused_and_its_database_unchanged(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    plan = prepare(SearchOptions(task="mrpc", study_name="mine"), **fakes.injected())
+    open_study(plan)
+    before = (tmp_path / "autopelt.db").read_bytes()
+    capsys.readouterr()
+    code, err = run_cli(["--task", "rte", "--study-name", "mine", "--budget", "3"], capsys)
+    assert code == 2 and len(err) == 1 and "study 'mine'" in err[0] and "task 'mrpc'" in err[0], err
+    assert (tmp_path / "autopelt.db").read_bytes() == before
