@@ -1,15 +1,21 @@
-"""The delta library: every PEFT method as composable, gated, serialisable modules on transformers 5."""
+"""The delta library: every PEFT method as composable, gated, serialisable modules on transformers 5.
 
-from autopelt.delta.count import ParamCount, count_parameters
-from autopelt.delta.gates import gate_values
-from autopelt.delta.inject import apply_delta, merge, unmerge
-from autopelt.delta.io import delta_state, load_delta, read_delta_header, save_delta, stored_spec
-from autopelt.delta.modules.mixture import consistency_loss, has_mixtures, route_all
-from autopelt.delta.presets import BASELINES, PRESETS
-from autopelt.delta.spec import DeltaSpec, parse_spec
+Names are imported on first use, so that `import autopelt.delta.spec` (or the CLI) does not load torch.
+"""
 
-__all__ = [
-    "BASELINES", "PRESETS", "DeltaSpec", "ParamCount", "apply_delta", "consistency_loss", "count_parameters",
-    "delta_state", "gate_values", "has_mixtures", "load_delta", "merge", "parse_spec", "read_delta_header",
-    "route_all", "save_delta", "stored_spec", "unmerge",
-]
+import importlib
+
+_EXPORTS = {
+    "ParamCount": "count", "count_parameters": "count", "gate_values": "gates",
+    "apply_delta": "inject", "merge": "inject", "unmerge": "inject",
+    "delta_state": "io", "load_delta": "io", "read_delta_header": "io", "save_delta": "io", "stored_spec": "io",
+    "consistency_loss": "modules.mixture", "has_mixtures": "modules.mixture", "route_all": "modules.mixture",
+    "BASELINES": "presets", "PRESETS": "presets", "DeltaSpec": "spec", "parse_spec": "spec",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'autopelt.delta' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"autopelt.delta.{_EXPORTS[name]}"), name)

@@ -21,6 +21,9 @@ from autopelt.errors import UserError
 
 def pick_trials(study, trial_number: int | None, pareto: bool) -> list:
     """The trials to export: one by number, the Pareto front, or the best full-fidelity trial."""
+    from optuna.study import StudyDirection
+
+    from autopelt.report.report_data import best_trial
     from autopelt.report.report_data import pareto as pareto_front
     from autopelt.report.report_trials import is_answer
 
@@ -33,10 +36,11 @@ def pick_trials(study, trial_number: int | None, pareto: bool) -> list:
     answers = [t for t in trials if is_answer(t)]
     if not answers:
         raise UserError(f"study {study.study_name!r} has no completed full-fidelity trial to export yet")
+    maximize = study.directions[0] == StudyDirection.MAXIMIZE
     if pareto:
-        front = {p.number for p in pareto_front(answers).front}
+        front = {p.number for p in pareto_front(answers, maximize).front}
         return [t for t in answers if t.number in front]
-    return [max(answers, key=lambda t: t.values[0])]
+    return [best_trial(answers, maximize)]
 
 
 def trial_outputs(trial) -> tuple[dict, Path]:

@@ -16,7 +16,7 @@ from autopelt.report import plots
 from autopelt.report.report_contents import Header, ReportContents
 from autopelt.report.report_data import Row
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "dashboards" / "report.html.tmpl"
+TEMPLATE = Path(__file__).resolve().parents[1] / "dashboards" / "report.html.tmpl"
 STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "stopped early", "FAIL": "failed", "RUNNING": "running",
                "WAITING": "waiting"}
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}

@@ -1,6 +1,12 @@
-"""One trial: train and evaluate one delta spec on one task, reproducibly."""
+"""One trial: train and evaluate one delta spec on one task, reproducibly. (Names load on first use.)"""
 
-from autopelt.train.settings import TrialSettings
-from autopelt.train.trial import run_trial
+import importlib
 
-__all__ = ["TrialSettings", "run_trial"]
+_EXPORTS = {"TrialSettings": "settings", "run_trial": "trial"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'autopelt.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"autopelt.train.{_EXPORTS[name]}"), name)
