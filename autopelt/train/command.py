@@ -31,6 +31,11 @@ def add_arguments(parser) -> None:
     fields = parser.add_argument_group("method fields (with --method; see `autopelt methods`)")
     for name in _method_fields():
         fields.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE")
+    own = parser.add_argument_group("your own data (with --task NAME and --data-dir DIR holding DIR/NAME/train.jsonl …)")
+    own.add_argument("--text-columns", help="one or two text columns, comma-separated (e.g. premise,hypothesis)")
+    own.add_argument("--label-column", default="label")
+    own.add_argument("--num-labels", type=int, help="number of classes (classification)")
+    own.add_argument("--regression", action="store_true", help="a real-valued label (metric: Pearson)")
     parser.add_argument("--model", help="base model folder or hub id (default: all-MiniLM-L6-v2)")
     parser.add_argument("--data-dir", default=os.environ.get("AUTOPELT_DATA_DIR"),
                         help="local data: DIR/<task>/<split>.jsonl|csv|parquet (env AUTOPELT_DATA_DIR)")
@@ -64,7 +69,7 @@ def run(args) -> int:
         spec = delta.parse_spec(args.delta).to_dict()
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     settings = TrialSettings(
-        task=args.task, spec=spec, model=args.model, data_dir=args.data_dir,
+        task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
         protocol=args.k if args.k else "full", seed=args.seed, epochs=args.epochs, learning_rate=args.lr,
         batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
@@ -114,12 +119,22 @@ def _convert(name: str, text: str, field: dataclasses.Field):
     return text
 
 
+def custom_task_fields(args) -> dict | None:
+    if not args.text_columns:
+        if args.num_labels or args.regression:
+            raise UserError("--num-labels/--regression describe your own data: add --text-columns too")
+        return None
+    fields = {"text_columns": [c.strip() for c in args.text_columns.split(",")], "label_column": args.label_column}
+    return {**fields, "regression": True} if args.regression else {**fields, "num_labels": args.num_labels}
+
+
 def _check_inputs(settings) -> None:
     """Fail in one line, before any training, on inputs that cannot work."""
-    from autopelt.data import get_task, parse_protocol
+    from autopelt.data import parse_protocol
     from autopelt.models import resolve_model
+    from autopelt.train.data import resolve_task
 
-    get_task(settings.task)
+    resolve_task(settings)
     parse_protocol(settings.protocol)
     resolve_model(settings.model)
     if settings.data_dir and not os.path.isdir(settings.data_dir):

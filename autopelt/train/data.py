@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopelt.data import Features, Task, get_task, load_task_splits, make_splits, tokenize
+from autopelt.data import Features, Task, custom_task, get_task, load_task_splits, make_splits, tokenize
 from autopelt.train.settings import TrialSettings
 
 
@@ -19,8 +19,15 @@ class TrialData:
     protocol: dict  # sizes and seed, as the result reports them
 
 
+def resolve_task(settings: TrialSettings) -> Task:
+    """A GLUE task by name, or the user's own task from its named columns."""
+    if settings.custom_task:
+        return custom_task(settings.task, **settings.custom_task)
+    return get_task(settings.task)
+
+
 def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -> TrialData:
-    task = task or get_task(settings.task)
+    task = task or resolve_task(settings)
     splits = make_splits(load_task_splits(task, settings.data_dir), task, settings.protocol,
                          seed=settings.split_seed, dev_size=settings.dev_size)
     train_rows = splits.train

@@ -10,8 +10,10 @@ from autopelt.errors import UserError
 
 @dataclass(frozen=True)
 class TrialSettings:
-    task: str
+    task: str  # a GLUE task, or the name (and data folder) of a custom task
     spec: dict  # a delta spec (see docs/design.md)
+    custom_task: dict | None = None  # a user's own data: {"text_columns": [...], "label_column": "label",
+    #                                  "num_labels": 3 | "regression": true | "label_names": [...]}
     model: str | None = None  # path or hub id; None = the default model
     data_dir: str | None = None  # local <task>/<split>.jsonl|csv|parquet; None = $AUTOPELT_DATA_DIR or the hub
     protocol: str | int = "full"  # "full" or K (UniPELT's low-resource protocol)

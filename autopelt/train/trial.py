@@ -11,11 +11,10 @@ from typing import Callable
 import torch
 
 from autopelt import delta
-from autopelt.data import get_task
 from autopelt.errors import UserError
 from autopelt.models import load_model, load_tokenizer, resolve_model
 from autopelt.train import device as devices
-from autopelt.train.data import prepare_data
+from autopelt.train.data import prepare_data, resolve_task
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate, train
 from autopelt.train.settings import TrialSettings
 
@@ -59,7 +58,7 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
 
 def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step) -> None:
     spec = delta.parse_spec(settings.spec)
-    task = get_task(settings.task)
+    task = resolve_task(settings)
     model_name = resolve_model(settings.model)
     result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary())
     if settings.threads:
