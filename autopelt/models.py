@@ -6,7 +6,6 @@ is installed (offline), else by its hub id.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from autopelt.errors import UserError
@@ -27,11 +26,12 @@ def resolve_model(name_or_path: str | None) -> str:
     """A model argument as given, or the default; a path that looks local must exist."""
     if not name_or_path:
         return default_model()
-    looks_local = name_or_path.startswith((".", "/", "~")) or os.sep in name_or_path.rstrip("/").split("/", 1)[-1]
+    # a hub id is `name` or `org/name`; anything else (./x, /x, ~/x, a/b/c) can only be a folder
+    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.rstrip("/").count("/") > 1
     path = Path(name_or_path).expanduser()
     if path.exists():
         return str(path)
-    if looks_local and name_or_path.count("/") != 1:
+    if looks_local:
         raise UserError(f"model folder {name_or_path} does not exist; pass a local model folder or a hub id")
     return name_or_path
 
@@ -70,11 +70,31 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     hf_logging.set_verbosity_error()  # "newly initialised head" warnings are expected here
     hf_logging.disable_progress_bar()
     try:
-        return AutoModelForSequenceClassification.from_pretrained(name_or_path, config=config)
+        # a fine-tuned checkpoint's head may have another number of labels: it is replaced below anyway
+        model = AutoModelForSequenceClassification.from_pretrained(name_or_path, config=config,
+                                                                   ignore_mismatched_sizes=True)
     except OSError as error:
         raise UserError(f"cannot load model {name_or_path!r} ({_first_line(error)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+    _fresh_head(model, seed)
+    return model
+
+
+def _fresh_head(model, seed: int) -> None:
+    """A checkpoint's own task head is never reused: every trial's head is random, from its seed."""
+    import torch
+
+    from autopelt.delta.sites import architecture_of
+
+    generator = torch.Generator().manual_seed(seed)
+    std = getattr(model.config, "initializer_range", 0.02)
+    with torch.no_grad():
+        for module in getattr(model, architecture_of(model.config).head).modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.normal_(0.0, std, generator=generator)
+                if module.bias is not None:
+                    module.bias.zero_()
 
 
 def _first_line(error: Exception) -> str:

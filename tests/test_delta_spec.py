@@ -96,7 +96,7 @@ def test_loading_a_delta_whose_weights_do_not_match_fails_cleanly(tmp_path):
     (tmp_path / "delta.json").write_text(json.dumps(header))
     with pytest.raises(UserError, match="does not match its spec"):
         delta.load_delta(tiny_model(), tmp_path)
-    with pytest.raises(UserError, match="not a readable autopelt delta"):
+    with pytest.raises(UserError, match="not an autopelt delta folder"):
         delta.load_delta(tiny_model(), tmp_path / "missing")
 
 

@@ -65,10 +65,12 @@ def save_delta(model: nn.Module, spec, out_dir, metadata: dict | None = None) ->
 
 def read_delta_header(delta_dir) -> dict:
     path = Path(delta_dir) / SPEC_FILE
+    if not path.is_file():
+        raise UserError(f"{delta_dir} is not an autopelt delta folder (no {SPEC_FILE}); pass an export folder")
     try:
         header = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
-        raise UserError(f"{delta_dir} is not a readable autopelt delta folder ({path.name}: {error})") from None
+        raise UserError(f"cannot read {path}: {error}") from None
     if header.get("format") != FORMAT:
         raise UserError(f"{path} is not an autopelt delta (format {header.get('format')!r}, expected {FORMAT})")
     return header
@@ -99,6 +101,7 @@ def _atomic(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes files private; a saved delta is meant to be shared
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

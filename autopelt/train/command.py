@@ -70,7 +70,7 @@ def run(args) -> int:
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
-        protocol=args.k if args.k else "full", seed=args.seed, epochs=args.epochs, learning_rate=args.lr,
+        protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, learning_rate=args.lr,
         batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, autocast=args.autocast, out_dir=args.out,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from autopelt.data import Features, Task, custom_task, get_task, load_task_splits, make_splits, tokenize
+from autopelt.errors import UserError
 from autopelt.train.settings import TrialSettings
 
 
@@ -28,6 +30,8 @@ def resolve_task(settings: TrialSettings) -> Task:
 
 def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -> TrialData:
     task = task or resolve_task(settings)
+    if settings.data_dir and not Path(settings.data_dir).expanduser().is_dir():
+        raise UserError(f"--data-dir {settings.data_dir} is not a folder")
     splits = make_splits(load_task_splits(task, settings.data_dir), task, settings.protocol,
                          seed=settings.split_seed, dev_size=settings.dev_size)
     train_rows = splits.train

@@ -28,8 +28,10 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     `report(entry)` gets every dev evaluation; a truthy return stops training (a scheduler's early stop).
     """
     started = time.perf_counter()
-    result = {"status": "running", "reason": None, "task": settings.task, "seed": settings.seed,
-              "spec": settings.spec, "settings": settings.to_dict()}
+    result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
+              "model": settings.model, "seed": settings.seed, "protocol": None, "metric": None, "dev": None,
+              "test": None, "dev_metric": None, "params": None, "peak_memory_mb": None, "gates": None,
+              "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
     try:
         _run(settings, result, outcome, report, on_step)
