@@ -24,6 +24,7 @@ BAD_INPUTS = {
     "missing model": (["--task", "rte", "--model", "./no/such/model"], "model folder ./no/such/model does not exist"),
     "bad max params": (["--task", "rte", "--max-params", "5x"], "--max-params '5x'"),
     "no workers": (["--task", "rte", "--workers", "0"], "--workers must be at least 1"),
+    "more CPUs than the machine": (["--task", "rte", "--cpus-per-trial", "4096"], "--cpus-per-trial 4096, but"),
     "missing data dir": (["--task", "rte", "--data-dir", "./no/such/dir"], "--data-dir ./no/such/dir is not a folder"),
     "storage folder missing": (["--task", "rte", "--storage", "sqlite:///no/such/dir/s.db"],
                                "--storage: folder no/such/dir does not exist"),
@@ -62,3 +63,13 @@ def test_a_study_made_for_another_task_is_refused_and_its_database_unchanged(tmp
     code, err = run_cli(["--task", "rte", "--study-name", "mine", "--budget", "3"], capsys)
     assert code == 2 and len(err) == 1 and "study 'mine'" in err[0] and "task 'mrpc'" in err[0], err
     assert (tmp_path / "autopelt.db").read_bytes() == before
+
+
+def test_asking_for_a_gpu_on_a_machine_without_one_is_refused(tmp_path, monkeypatch, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.device_count():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(["--task", "rte", "--gpus-per-trial", "1"], capsys)
+    assert code == 2 and err == ["autopelt: error: --gpus-per-trial 1, but this machine has no CUDA GPU"]
+    assert list(tmp_path.iterdir()) == []

@@ -112,6 +112,8 @@ def prepare(
     presets, baseline_names = _presets(baselines)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
+    cpus_per_trial = _cpus_per_trial(options)
+    _check_local_resources(options, cpus_per_trial)
     storage = normalise_url(options.storage)
     check_storage(storage)
     return SearchPlan(
@@ -123,7 +125,7 @@ def prepare(
         baselines=baseline_names if options.baselines else [],
         presets=presets,
         trial_fn=trial_fn or _default_trial_fn(), count_fn=count_fn, describe_fn=describe_fn,
-        cpus_per_trial=_cpus_per_trial(options), extra={"data_dir": data_dir},
+        cpus_per_trial=cpus_per_trial, extra={"data_dir": data_dir},
     )
 
 
@@ -210,6 +212,23 @@ def _cpus_per_trial(options: SearchOptions) -> float:
     if options.ray_address:
         return 1
     return max(1, (os.cpu_count() or 1) // options.workers)
+
+
+def _check_local_resources(options: SearchOptions, cpus_per_trial: float) -> None:
+    """A trial asking for more than this machine has would wait forever in a local Ray."""
+    if options.ray_address:
+        return
+    cpus = os.cpu_count() or 1
+    if cpus_per_trial > cpus:
+        raise UserError(f"--cpus-per-trial {cpus_per_trial:g}, but this machine has {cpus} CPUs")
+    if options.gpus_per_trial > 0 and _local_gpus() == 0:
+        raise UserError(f"--gpus-per-trial {options.gpus_per_trial:g}, but this machine has no CUDA GPU")
+
+
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def study_name_for(task: str, model: str, space, k: int | None, multi_objective: bool) -> str:

@@ -7,6 +7,7 @@
   OptunaSearch forces Optuna's NopPruner, so pruning has to come from a Tune scheduler anyway).
   A trial's last epoch is never shown to ASHA (it carries no `epoch` key), so a trial that trained to the
   end always returns its full result; trials ASHA stops are recorded as PRUNED at the epoch they reached.
+  Baselines are never shown to ASHA: they are the reference every searched delta is compared with.
 - Each trial gets `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray
   assigned it a GPU) in its config.
 """
@@ -38,12 +39,13 @@ TIME_ATTR = "epoch"
 TICKET_KEY = "autopelt_ticket"  # the trial config, as JSON so Tune does not flatten or name dirs after it
 EVENT_KEY = "autopelt_event"
 RESULT_KEY = "autopelt_result"
-REDUCTION_FACTOR = 3
+REDUCTION_FACTOR = 2  # half of the trials reaching a rung go on: searches here are tens of trials, not thousands
 
 
 def asha_settings(epochs: int) -> dict:
-    """Rungs at grace * 3^k epochs; a trial trains at least ~a tenth of its epochs before it can be stopped."""
-    return {"max_t": max(epochs, 1), "grace_period": max(1, epochs // 10), "reduction_factor": REDUCTION_FACTOR}
+    """Rungs at grace * 2^k epochs; a trial trains a quarter of its epochs (at least one) before it can be
+    stopped, since the first epochs of a warmed-up, decaying schedule rank deltas poorly."""
+    return {"max_t": max(epochs, 1), "grace_period": max(1, epochs // 4), "reduction_factor": REDUCTION_FACTOR}
 
 
 class ControllerSearcher(Searcher):
@@ -148,9 +150,18 @@ def _connect(plan: SearchPlan) -> bool:
     common = {"include_dashboard": False, "log_to_driver": True, "logging_level": logging.WARNING}
     if plan.options.ray_address:
         ray.init(address=plan.options.ray_address, **common)
+        _warn_if_too_small(plan)
     else:
         ray.init(**common)
     return True
+
+
+def _warn_if_too_small(plan: SearchPlan) -> None:
+    have = ray.cluster_resources()
+    for name, need in (("CPU", plan.cpus_per_trial), ("GPU", plan.options.gpus_per_trial)):
+        if need > have.get(name, 0):
+            log.warning("each trial asks for %g %s but the cluster has %g: trials wait until it grows",
+                        need, name, have.get(name, 0))
 
 
 # -- inside a Ray worker ------------------------------------------------------------------------------------
@@ -158,11 +169,11 @@ def _connect(plan: SearchPlan) -> bool:
 
 def _trainable(tune_config: dict, trial_fn: Callable) -> None:
     config = {**json.loads(tune_config[TICKET_KEY]), **_placement()}
-    last_epoch = int(config["epochs"])
+    last_epoch = 0 if config.get("baseline") else int(config["epochs"])
 
     def report(event: dict) -> None:
         payload = {METRIC: _number(event.get("dev_metric")), EVENT_KEY: json.dumps(event, default=str)}
-        if int(event.get("epoch") or 0) < last_epoch:  # the last epoch is the final result's, not ASHA's
+        if int(event.get("epoch") or 0) < last_epoch:  # ASHA's: epochs before the last, of searched trials
             payload[TIME_ATTR] = int(event["epoch"])
         tune.report(payload)
 

@@ -6,6 +6,8 @@ lets search processes on several machines share a study.
 
 from __future__ import annotations
 
+import random
+import time
 import warnings
 from pathlib import Path
 
@@ -98,19 +100,33 @@ def sqlite_path(url: str) -> Path | None:
 
 def open_storage(url: str):
     """Optuna RDB storage with heartbeats on (the controller records them; see recovery.py)."""
-    import optuna
-
     sqlite = sqlite_path(url) is not None
     # SQLite: several controllers on one machine wait for the write lock instead of failing at once
     engine_kwargs = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = optuna.storages.RDBStorage(
-            url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
-        )
+    storage = _rdb_storage(url, engine_kwargs)
     if sqlite:
         _write_ahead_log(storage.engine)
     return storage
+
+
+def _rdb_storage(url: str, engine_kwargs: dict, attempts: int = 4):
+    """Optuna creates its tables on first use; processes starting together on a new database race to do
+    it and the losers fail ("table ... already exists"). A moment later the tables are there: try again."""
+    import optuna
+    import sqlalchemy
+
+    for attempt in range(1, attempts + 1):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
+                    grace_period=GRACE_SECONDS,
+                )
+        except sqlalchemy.exc.DatabaseError:
+            if attempt == attempts:
+                raise
+            time.sleep(0.5 * attempt + random.random())
 
 
 def _write_ahead_log(engine) -> None:

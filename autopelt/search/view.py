@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.search.budget import TrialBudget, format_duration
 from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
-from autopelt.search.plan import SearchPlan
+from autopelt.search.plan import SearchPlan, model_short
 from autopelt.search.storage import DEFAULT_STORAGE, hide_password
 
 SUMMARY_WIDTH = 34
@@ -32,7 +32,7 @@ class LiveView:
     def header(self, queued_baselines: list[str], requeued: int) -> None:
         plan = self.plan
         workers = f"{plan.options.workers} worker{'s' if plan.options.workers > 1 else ''}"
-        self.echo(f"study {plan.study_name} in {hide_password(plan.storage)}: {plan.task}, {plan.model}, "
+        self.echo(f"study {plan.study_name} in {hide_password(plan.storage)}: {plan.task}, {model_short(plan.model)}, "
                   f"space {plan.space.name}, budget {plan.budget}, {workers}")
         done = sum(t.state in TRAINED for t in self.study.get_trials(deepcopy=False))
         if done or requeued:
@@ -116,13 +116,21 @@ def next_commands(plan: SearchPlan) -> list[str]:
 
 
 def _baseline_lines(trials: list[FrozenTrial], plan: SearchPlan) -> list[str]:
-    latest: dict[str, FrozenTrial] = {}
+    """Each baseline's finished trial; the ones still queued (the budget ran out first) on one line."""
+    finished: dict[str, FrozenTrial] = {}
+    queued: list[str] = []
     for trial in trials:
         name = trial.user_attrs.get("baseline")
-        if name and _reason(trial) not in NOT_DONE_REASONS:
-            latest[name] = trial
-    width = max((len(name) for name in latest), default=0)
-    return [f"  {name:<{width}}  {_trial_text(trial, plan)}" for name, trial in latest.items()]
+        if name and trial.state.is_finished() and _reason(trial) not in NOT_DONE_REASONS:
+            finished[name] = trial
+        elif name and trial.state == TrialState.WAITING:
+            queued.append(name)
+    width = max((len(name) for name in finished), default=0)
+    lines = [f"  {name:<{width}}  {_trial_text(trial, plan)}" for name, trial in finished.items()]
+    waiting = [name for name in dict.fromkeys(queued) if name not in finished]
+    if waiting:
+        lines.append(f"  not run yet (the budget ran out first): {', '.join(waiting)}")
+    return lines
 
 
 def _trial_text(trial: FrozenTrial, plan: SearchPlan) -> str:
