@@ -165,7 +165,7 @@ class Controller:
             "study": plan.study_name, "trial": number, "baseline": baseline,
             "task": plan.task, "model": plan.model, "metric": plan.metric,
             "spec": spec, "hparams": hparams, "epochs": hparams["epochs"], "seed": plan.options.seed,
-            "protocol": plan.options.k or "full", "data_dir": plan.extra.get("data_dir"), "out_dir": result_dir,
+            "protocol": plan.options.k or "full", "data_dir": plan.data_dir, "out_dir": result_dir,
         }
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:

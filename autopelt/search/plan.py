@@ -9,7 +9,7 @@ run a search on a synthetic objective.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -70,8 +70,8 @@ class SearchPlan:
     trial_fn: TrialFn
     count_fn: Callable  # (spec, model_config, num_labels) -> ParamCount(trainable, stored, base)
     describe_fn: Callable  # spec -> (normalised spec dict, one-line summary)
-    cpus_per_trial: float = 1
-    extra: dict = field(default_factory=dict)
+    cpus_per_trial: float
+    data_dir: str | None  # absolute: Ray workers run elsewhere
 
     @property
     def num_layers(self) -> int:
@@ -125,7 +125,7 @@ def prepare(
         baselines=baseline_names if options.baselines else [],
         presets=presets,
         trial_fn=trial_fn or _default_trial_fn(), count_fn=count_fn, describe_fn=describe_fn,
-        cpus_per_trial=cpus_per_trial, extra={"data_dir": data_dir},
+        cpus_per_trial=cpus_per_trial, data_dir=data_dir,
     )
 
 
@@ -149,11 +149,13 @@ def _task(name: str):
 
 
 def _model(name: str | None, model_config) -> str:
+    """A hub id, or an absolute folder (Ray workers do not share this process's working directory)."""
     from autopelt.models import resolve_model
 
-    if model_config is not None and not name:
-        return getattr(model_config, "name_or_path", "") or "test-model"
-    return resolve_model(name)
+    if model_config is not None and not name:  # a model config passed in (tests): its name
+        return str(getattr(model_config, "name_or_path", "") or "model")
+    model = resolve_model(name)
+    return str(Path(model).resolve()) if Path(model).exists() else model
 
 
 def _space(name: str):
