@@ -26,6 +26,7 @@ BAD_INPUTS = {
     "no workers": (["--task", "rte", "--workers", "0"], "--workers must be at least 1"),
     "more CPUs than the machine": (["--task", "rte", "--cpus-per-trial", "4096"], "--cpus-per-trial 4096, but"),
     "missing data dir": (["--task", "rte", "--data-dir", "./no/such/dir"], "--data-dir ./no/such/dir is not a folder"),
+    "data dir without the task": (["--task", "rte", "--data-dir", "."], "--data-dir .: no rte/train.jsonl|csv|parquet"),
     "storage folder missing": (["--task", "rte", "--storage", "sqlite:///no/such/dir/s.db"],
                                "--storage: folder no/such/dir does not exist"),
     "not a URL": (["--task", "rte", "--storage", "autopelt.db"], "--storage 'autopelt.db' is not a database URL"),

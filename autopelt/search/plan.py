@@ -107,7 +107,7 @@ def prepare(
 
         model_config = load_config(model, task.num_labels)
     space = space if space is not None else _space(options.space)
-    data_dir = _data_dir(options.data_dir)
+    data_dir = _data_dir(options.data_dir, task)
     count_fn, describe_fn = _delta_tools(count_fn, describe_fn)
     presets, baseline_names = _presets(baselines)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
@@ -164,11 +164,20 @@ def _space(name: str):
     return load_space(name)
 
 
-def _data_dir(given: str | None) -> str | None:
+def _data_dir(given: str | None, task) -> str | None:
+    """The local data folder (absolute), checked to hold the task's splits; None: the hub."""
+    from autopelt.data.files import find_split_file
+
     value = given or os.environ.get("AUTOPELT_DATA_DIR")
-    if value and not Path(value).expanduser().is_dir():
+    if not value:
+        return None
+    folder = Path(value).expanduser().resolve()
+    if not folder.is_dir():
         raise UserError(f"--data-dir {value} is not a folder")
-    return str(Path(value).expanduser().resolve()) if value else None
+    for split in (task.train_split, task.test_split):
+        if find_split_file(folder / task.dataset, split) is None:
+            raise UserError(f"--data-dir {value}: no {task.dataset}/{split}.jsonl|csv|parquet for task {task.name!r}")
+    return str(folder)
 
 
 def _delta_tools(count_fn, describe_fn):
