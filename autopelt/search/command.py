@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="optimise dev metric and stored params %% together (Pareto front)")
     what.add_argument("--no-baselines", dest="baselines", action="store_false",
                       help="do not run UniPELT and the single methods at paper defaults first")
+    what.add_argument("--sampler", choices=("tpe", "random"), default="tpe",
+                      help="how deltas are drawn: Optuna's TPE (default) or uniformly at random")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
                       help="train every trial to its last epoch (no ASHA)")
 
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         storage=args.storage, study_name=args.study_name, workers=args.workers,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, ray_address=args.ray_address,
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
-        epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping,
+        epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
     )
     try:
         outcome = run_search(options)

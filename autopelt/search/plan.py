@@ -45,6 +45,7 @@ class SearchOptions:
     seed: int = 0
     out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
     early_stopping: bool = True
+    sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
 
 
 @dataclass
@@ -140,6 +141,8 @@ def _check_numbers(options: SearchOptions) -> None:
         raise UserError("--epochs must be at least 1")
     if options.k is not None and options.k < 1:
         raise UserError("--k must be a positive number of training examples")
+    if options.sampler not in ("tpe", "random"):
+        raise UserError(f"--sampler must be tpe or random, not {options.sampler!r}")
 
 
 def _task(name: str):

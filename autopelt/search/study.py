@@ -31,6 +31,20 @@ def study_attrs(plan: SearchPlan) -> dict:
     }
 
 
+def check_existing(plan: SearchPlan) -> None:
+    """UserError if the plan's study exists for another task, space, ... Reads only (a missing SQLite file
+    stays missing)."""
+    path = sqlite_path(plan.storage)
+    if path is not None and not path.exists():
+        return
+    storage = open_storage(plan.storage, write_ahead_log=False)
+    try:
+        if plan.study_name in optuna.get_all_study_names(storage):
+            check_same(optuna.load_study(study_name=plan.study_name, storage=storage), plan)
+    finally:
+        storage.engine.dispose()
+
+
 def open_study(plan: SearchPlan) -> optuna.Study:
     """Load the plan's study, or create it with its attributes; UserError if it exists for something else."""
     path = sqlite_path(plan.storage)
@@ -81,6 +95,8 @@ def _sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:
     seed = zlib.crc32(f"{plan.options.seed}:{os.getpid()}".encode())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if plan.options.sampler == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
         if plan.options.multi_objective:
             return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
