@@ -30,6 +30,8 @@ BAD_INPUTS = {
     "storage folder missing": (["--task", "rte", "--storage", "sqlite:///no/such/dir/s.db"],
                                "--storage: folder no/such/dir does not exist"),
     "not a URL": (["--task", "rte", "--storage", "autopelt.db"], "--storage 'autopelt.db' is not a database URL"),
+    "unreachable Ray cluster": (["--task", "rte", "--ray-address", "127.0.0.1:9"],
+                                "cannot reach the Ray cluster at 127.0.0.1:9 (Connection refused)"),
     "unreachable database": (["--task", "rte", "--storage", "postgresql://nobody@127.0.0.1:9/none"],
                              "cannot reach database postgresql+psycopg2://nobody@127.0.0.1:9/none: "),
 }

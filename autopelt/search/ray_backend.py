@@ -14,10 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import socket
 import sys
 import time
 import traceback
@@ -29,6 +31,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import Searcher
 
+from autopelt.errors import UserError
 from autopelt.search.controller import DONE, WAIT, Controller
 from autopelt.search.plan import SearchPlan
 
@@ -91,36 +94,57 @@ class ControllerSearcher(Searcher):
         pass
 
 
-def run_trials(controller: Controller, plan: SearchPlan) -> None:
-    """Run the search's trials on Ray Tune until the controller has nothing more to start."""
-    started_ray = _connect(plan)
+@contextlib.contextmanager
+def ray_session(plan: SearchPlan):
+    """Ray for the search: the given cluster, or a local one started here (and stopped on exit); an already
+    initialised Ray is used as it is. UserError when the cluster cannot be reached."""
+    if ray.is_initialized():
+        yield
+        return
+    common = {"include_dashboard": False, "log_to_driver": True, "logging_level": logging.WARNING}
+    if plan.options.ray_address:
+        _check_reachable(plan.options.ray_address)
     try:
-        tuner = tune.Tuner(
-            tune.with_resources(
-                tune.with_parameters(_trainable, trial_fn=plan.trial_fn),
-                {"cpu": plan.cpus_per_trial, "gpu": plan.options.gpus_per_trial},
-            ),
-            tune_config=tune.TuneConfig(
-                search_alg=ControllerSearcher(controller, plan.options.workers),
-                scheduler=_scheduler(plan),
-                num_samples=-1,
-                reuse_actors=True,
-                time_budget_s=controller.time_left(),
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_name,
-            ),
-            run_config=tune.RunConfig(
-                name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                storage_path=str(plan.out_dir / "ray"),
-                verbose=0,
-                failure_config=tune.FailureConfig(max_failures=0),
-            ),
-        )
-        _tune_environment()
-        tuner.fit()
+        if plan.options.ray_address:
+            ray.init(address=plan.options.ray_address, **common)
+        else:
+            ray.init(**common)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        where = f"the Ray cluster at {plan.options.ray_address}" if plan.options.ray_address else "a local Ray"
+        raise UserError(f"cannot start or reach {where}: {str(error).strip().splitlines()[0]}") from None
+    try:
+        if plan.options.ray_address:
+            _warn_if_too_small(plan)
+        yield
     finally:
-        if started_ray:
-            ray.shutdown()
+        ray.shutdown()
+
+
+def run_trials(controller: Controller, plan: SearchPlan) -> None:
+    """Run the search's trials on Ray Tune (inside `ray_session`) until the controller has nothing to start."""
+    tuner = tune.Tuner(
+        tune.with_resources(
+            tune.with_parameters(_trainable, trial_fn=plan.trial_fn),
+            {"cpu": plan.cpus_per_trial, "gpu": plan.options.gpus_per_trial},
+        ),
+        tune_config=tune.TuneConfig(
+            search_alg=ControllerSearcher(controller, plan.options.workers),
+            scheduler=_scheduler(plan),
+            num_samples=-1,
+            reuse_actors=True,
+            time_budget_s=controller.time_left(),
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_name,
+        ),
+        run_config=tune.RunConfig(
+            name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+            storage_path=str(plan.out_dir / "ray"),
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    )
+    _tune_environment()
+    tuner.fit()
 
 
 def _scheduler(plan: SearchPlan):
@@ -143,17 +167,16 @@ def _trial_name(trial) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def _connect(plan: SearchPlan) -> bool:
-    """Join the given cluster, or start a local Ray; True when this call started it (and must stop it)."""
-    if ray.is_initialized():
-        return False
-    common = {"include_dashboard": False, "log_to_driver": True, "logging_level": logging.WARNING}
-    if plan.options.ray_address:
-        ray.init(address=plan.options.ray_address, **common)
-        _warn_if_too_small(plan)
-    else:
-        ray.init(**common)
-    return True
+def _check_reachable(address: str, seconds: float = 10) -> None:
+    """ray.init retries an unreachable address for minutes; a plain TCP connect answers at once."""
+    host_port = address.removeprefix("ray://")
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():  # "auto" and friends: Ray resolves them
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as error:
+        raise UserError(f"cannot reach the Ray cluster at {address} ({error.strerror or error})") from None
 
 
 def _warn_if_too_small(plan: SearchPlan) -> None:

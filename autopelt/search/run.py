@@ -20,7 +20,7 @@ import optuna
 from autopelt.search.controller import Controller, SearchStopped
 from autopelt.search.plan import SearchOptions, SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat
-from autopelt.search.study import open_study
+from autopelt.search.study import check_existing, open_study
 from autopelt.search.view import LiveView, best_trial, pareto_front, summary_lines
 
 __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
@@ -44,22 +44,24 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print, *
     search cannot go on (every trial failing, every delta over --max-params)."""
     started = time.monotonic()
     plan = prepare(options, **injected)
-    study = open_study(plan)
-    view = LiveView(study, plan, echo)
-    controller = Controller(study, plan, on_record=view.on_record)
-    queued = controller.start()
-    view.header(queued, controller.requeued)
-    from autopelt.search.ray_backend import run_trials  # Ray only once everything else is sound
+    check_existing(plan)
+    from autopelt.search.ray_backend import ray_session, run_trials  # Ray only once every input is sound
 
-    interrupted = False
-    try:
-        with Heartbeat(study, controller.running_trial_ids):
-            run_trials(controller, plan)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        interrupted = interrupted or bool(controller.running and not _time_up(controller))
-        controller.close()
+    with ray_session(plan):  # before the study: an unreachable cluster is bad input too
+        study = open_study(plan)
+        view = LiveView(study, plan, echo)
+        controller = Controller(study, plan, on_record=view.on_record)
+        queued = controller.start()
+        view.header(queued, controller.requeued)
+        interrupted = False
+        try:
+            with Heartbeat(study, controller.running_trial_ids):
+                run_trials(controller, plan)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            interrupted = interrupted or bool(controller.running and not _time_up(controller))
+            controller.close()
     seconds = time.monotonic() - started
     for line in summary_lines(study, plan, seconds, controller.rejected):
         echo(line)

@@ -78,11 +78,7 @@ def _check_server(parsed) -> None:
 
 
 def _connect_timeout(parsed) -> dict:
-    if parsed.get_backend_name() == "postgresql":
-        return {"connect_timeout": 10}
-    if parsed.get_backend_name() == "mysql":
-        return {"connect_timeout": 10}
-    return {}
+    return {"connect_timeout": 10} if parsed.get_backend_name() in ("postgresql", "mysql") else {}
 
 
 def _first_line(error: BaseException) -> str:
@@ -98,13 +94,13 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database).expanduser() if parsed.get_backend_name() == "sqlite" else None
 
 
-def open_storage(url: str):
+def open_storage(url: str, write_ahead_log: bool = True):
     """Optuna RDB storage with heartbeats on (the controller records them; see recovery.py)."""
     sqlite = sqlite_path(url) is not None
     # SQLite: several controllers on one machine wait for the write lock instead of failing at once
     engine_kwargs = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
     storage = _rdb_storage(url, engine_kwargs)
-    if sqlite:
+    if sqlite and write_ahead_log:
         _write_ahead_log(storage.engine)
     return storage
 
