@@ -81,10 +81,11 @@ def test_a_search_end_to_end_records_failures_and_goes_on(tmp_path, ray_address)
     assert any(f"autopelt export --study {outcome.plan.study_name}" in line for line in lines)
 
 
-def test_a_trial_gets_the_cpus_ray_gives_it_as_threads(tmp_path, ray_address):
-    search(tmp_path, budget=1, cpus_per_trial=2)
+def test_a_trial_gets_the_cpus_ray_gives_it_as_threads(tmp_path, ray_address, capsys):
+    run_search(options(tmp_path, budget=1, cpus_per_trial=2), **fakes.injected(presets={}))  # echo: print
     [call] = calls(tmp_path)
     assert call["threads"] == 2 and call["omp"] == "2" and call["device"] == "cpu"
+    assert "best: #0" in capsys.readouterr().out
 
 
 def test_asha_stops_a_bad_trial_early_and_best_ignores_it(tmp_path, ray_address):
@@ -185,3 +186,14 @@ def _wait_for(condition, timeout: float):
             return value
         time.sleep(0.2)
     raise AssertionError("timed out")
+
+
+def test_the_searcher_pickles_without_its_controller(tmp_path):
+    """Tune pickles its config (tuner.pkl); an open study or the terminal must not have to go in there."""
+    import pickle
+
+    from autopelt.search.ray_backend import ControllerSearcher
+
+    searcher = ControllerSearcher(controller=lambda: None, max_concurrent=3)  # a lambda does not pickle
+    copy = pickle.loads(pickle.dumps(searcher))
+    assert copy.controller is None and copy.max_concurrent == 3 and copy.metric == "dev_metric"

@@ -115,12 +115,13 @@ def fake_trial(config: dict, report: Callable[[dict], None]) -> dict:
     }
 
 
-def injected(space: FakeSpace | None = None, baselines: dict | None = None) -> dict:
-    """Keyword arguments for `run_search` / `prepare` that swap every outside piece for a stand-in."""
+def injected(space: FakeSpace | None = None, presets: dict | None = None) -> dict:
+    """Keyword arguments for `run_search` / `prepare` that swap every outside piece for a stand-in;
+    `presets`: the baselines (default FAKE_BASELINES; {} for none)."""
     return {
         "space": space or FakeSpace(), "trial_fn": fake_trial, "count_fn": fake_count,
         "describe_fn": fake_describe, "model_config": fake_model_config(),
-        "baselines": FAKE_BASELINES if baselines is None else baselines,
+        "baselines": FAKE_BASELINES if presets is None else presets,
     }
 
 

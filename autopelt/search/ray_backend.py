@@ -87,6 +87,14 @@ class ControllerSearcher(Searcher):
             self.controller.stop_early(number, "early stopping")
         # no result: never started; the controller re-queues it when the run ends
 
+    def __getstate__(self) -> dict:
+        # Tune pickles its whole config for Tuner.restore, which autopelt never uses: the study is the state.
+        # The controller (an open study, the live view's output) stays out of that file.
+        return {"_metric": self._metric, "_mode": self._mode, "max_concurrent": self.max_concurrent}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, controller=None, numbers={})
+
     def save(self, checkpoint_path: str) -> None:
         Path(checkpoint_path).write_text("{}")  # the study is the state; nothing to save here
 
