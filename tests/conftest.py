@@ -15,7 +15,6 @@ os.environ.setdefault("HF_DATASETS_CACHE", str(_SCRATCH / "datasets"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("RAY_TMPDIR", str(_SCRATCH / "ray"))
-os.environ.setdefault("TUNE_RESULT_DIR", str(_SCRATCH / "ray_results"))
 os.environ.setdefault("AUTOPELT_CACHE_DIR", str(_SCRATCH / "cache"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
