@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import GLUE_DIR
+
 from autopelt.cli import main
 from autopelt.search import fakes
 from autopelt.search.plan import SearchOptions, prepare
@@ -30,7 +32,7 @@ BAD_INPUTS = {
     "storage folder missing": (["--task", "rte", "--storage", "sqlite:///no/such/dir/s.db"],
                                "--storage: folder no/such/dir does not exist"),
     "not a URL": (["--task", "rte", "--storage", "autopelt.db"], "--storage 'autopelt.db' is not a database URL"),
-    "unreachable Ray cluster": (["--task", "rte", "--ray-address", "127.0.0.1:9"],
+    "unreachable Ray cluster": (["--task", "rte", "--ray-address", "127.0.0.1:9", "--data-dir", str(GLUE_DIR)],
                                 "cannot reach the Ray cluster at 127.0.0.1:9 (Connection refused)"),
     "unreachable database": (["--task", "rte", "--storage", "postgresql://nobody@127.0.0.1:9/none"],
                              "cannot reach database postgresql+psycopg2://nobody@127.0.0.1:9/none: "),
@@ -63,7 +65,8 @@ def test_a_study_made_for_another_task_is_refused_and_its_database_unchanged(tmp
     open_study(plan)
     before = (tmp_path / "autopelt.db").read_bytes()
     capsys.readouterr()
-    code, err = run_cli(["--task", "rte", "--study-name", "mine", "--budget", "3"], capsys)
+    code, err = run_cli(["--task", "rte", "--study-name", "mine", "--budget", "3", "--data-dir", str(GLUE_DIR)],
+                        capsys)
     assert code == 2 and len(err) == 1 and "study 'mine'" in err[0] and "task 'mrpc'" in err[0], err
     assert (tmp_path / "autopelt.db").read_bytes() == before
 
@@ -76,3 +79,21 @@ def test_asking_for_a_gpu_on_a_machine_without_one_is_refused(tmp_path, monkeypa
     code, err = run_cli(["--task", "rte", "--gpus-per-trial", "1"], capsys)
     assert code == 2 and err == ["autopelt: error: --gpus-per-trial 1, but this machine has no CUDA GPU"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_data_anywhere_is_one_error_before_the_study_exists(tmp_path, monkeypatch, capsys):
+    """Offline without --data-dir: the hub is tried once, up front; no trial runs and no database is written."""
+    import autopelt.data.loading as loading
+    from autopelt.cli import main
+
+    def unreachable(path, name):
+        raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub")
+
+    monkeypatch.setattr(loading, "_hub_load_dataset", unreachable)
+    monkeypatch.delenv("AUTOPELT_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--task", "rte", "--budget", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autopelt: error: cannot load GLUE task 'rte': the hub is unreachable") and "--data-dir" in err
+    assert "\n" not in err
+    assert list(tmp_path.iterdir()) == []  # no autopelt.db, no autopelt_runs

@@ -117,6 +117,8 @@ def prepare(
     _check_local_resources(options, cpus_per_trial)
     storage = normalise_url(options.storage)
     check_storage(storage)
+    if data_dir is None and trial_fn is None:  # last: the slowest check (the hub client retries a dead host)
+        _check_hub_data(task)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,
         num_labels=task.num_labels, model=model, model_config=model_config, space=space, budget=budget,
@@ -159,6 +161,24 @@ def _model(name: str | None, model_config) -> str:
         return str(getattr(model_config, "name_or_path", "") or "model")
     model = resolve_model(name)
     return str(Path(model).resolve()) if Path(model).exists() else model
+
+
+def _check_hub_data(task) -> None:
+    """Load the task from the hub once, here: offline, that is one clear error before the study exists, not a
+    failure per trial; online, the workers then find the data in the `datasets` cache."""
+    import logging
+
+    from autopelt.data import load_task_splits
+
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)  # the hub client logs every retry of an unreachable host
+    try:
+        load_task_splits(task, None)
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _space(name: str):
