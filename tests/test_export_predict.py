@@ -106,3 +106,16 @@ def test_bad_inputs_are_one_line_errors_with_exit_code_2(argv, words, study_db, 
     err = capsys.readouterr().err.strip()
     assert err.startswith("autopelt: error:") and words in err and "\n" not in err
     assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+def test_reseed_reruns_the_config_and_records_mean_and_std(study_db, tmp_path):
+    out = tmp_path / "reseeded"
+    assert main(["export", "--study", "tiny", "--storage", study_db, "--out", str(out), "--reseed", "2"]) == 0
+    reseed = json.loads((out / "metrics.json").read_text())["reseed"]
+    assert reseed["seeds"] == 2 and [run["seed"] for run in reseed["runs"]] == [0, 1]
+    values = [run["test"]["accuracy"] for run in reseed["runs"]]
+    summary = reseed["summary"]["test_accuracy"]
+    assert summary["mean"] == pytest.approx(sum(values) / 2)
+    assert summary["std"] == pytest.approx(abs(values[0] - values[1]) / 2 ** 0.5)
+    assert "± " in (out / "README.md").read_text()
+    assert not (out / "seeds").exists()  # the re-runs' weights are not kept, only their numbers
