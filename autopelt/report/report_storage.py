@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from autopelt.errors import UserError
+from autopelt.search.storage import checked_engine, first_line
 
 DEFAULT_STORAGE = "sqlite:///autopelt.db"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -46,7 +47,7 @@ def open_existing(url: str):
             warnings.simplefilter("ignore")
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
     except Exception as error:  # e.g. tables written by a newer Optuna
-        raise UserError(f"cannot open the studies in {shown(url)}: {_first_line(error)}") from None
+        raise UserError(f"cannot open the studies in {shown(url)}: {first_line(error)}") from None
 
 
 def _check_sqlite_file(database: str | None) -> None:
@@ -64,18 +65,12 @@ def _check_tables(parsed, engine_kwargs: dict) -> None:
     import sqlalchemy
 
     where = parsed.render_as_string(hide_password=True)
-    try:
-        engine = sqlalchemy.create_engine(parsed, poolclass=sqlalchemy.NullPool, **engine_kwargs)
-    except ImportError as error:
-        raise UserError(f"--storage {where}: the database driver is missing ({error}); "
-                        "for PostgreSQL: pip install 'autopelt[postgres]'") from None
-    except Exception as error:
-        raise UserError(f"--storage {where}: {_first_line(error)}") from None
+    engine = checked_engine(parsed, engine_kwargs["connect_args"])
     try:
         with engine.connect() as connection:
             tables = set(sqlalchemy.inspect(connection).get_table_names())
     except Exception as error:
-        raise UserError(f"cannot reach database {where}: {_first_line(getattr(error, 'orig', error))}") from None
+        raise UserError(f"cannot reach database {where}: {first_line(getattr(error, 'orig', error))}") from None
     finally:
         engine.dispose()
     if not {"studies", "trials", "version_info"} <= tables:
@@ -89,11 +84,6 @@ def _connect_args(parsed) -> dict:
     if backend in ("postgresql", "mysql"):
         return {"connect_timeout": 10}
     return {}
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def load_study(storage, name: str, url: str):

@@ -61,27 +61,35 @@ def _check_server(parsed) -> None:
     import sqlalchemy
 
     shown = parsed.render_as_string(hide_password=True)
-    try:
-        engine = sqlalchemy.create_engine(parsed, connect_args=_connect_timeout(parsed), poolclass=sqlalchemy.NullPool)
-    except ImportError as error:
-        raise UserError(f"--storage {shown}: the database driver is missing ({error}); "
-                        "for PostgreSQL: pip install 'autopelt[postgres]'") from None
-    except Exception as error:
-        raise UserError(f"--storage {shown}: {_first_line(error)}") from None
+    engine = checked_engine(parsed, _connect_timeout(parsed))
     try:
         with engine.connect() as connection:
             connection.execute(sqlalchemy.text("SELECT 1"))
     except Exception as error:
-        raise UserError(f"cannot reach database {shown}: {_first_line(getattr(error, 'orig', error))}") from None
+        raise UserError(f"cannot reach database {shown}: {first_line(getattr(error, 'orig', error))}") from None
     finally:
         engine.dispose()
+
+
+def checked_engine(parsed, connect_args: dict):
+    """A throwaway engine (no pool) for a parsed URL; a missing driver or a bad URL is a one-line UserError."""
+    import sqlalchemy
+
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        return sqlalchemy.create_engine(parsed, connect_args=connect_args, poolclass=sqlalchemy.NullPool)
+    except ImportError as error:
+        raise UserError(f"--storage {shown}: the database driver is missing ({error}); "
+                        "for PostgreSQL: pip install 'autopelt[postgres]'") from None
+    except Exception as error:
+        raise UserError(f"--storage {shown}: {first_line(error)}") from None
 
 
 def _connect_timeout(parsed) -> dict:
     return {"connect_timeout": 10} if parsed.get_backend_name() in ("postgresql", "mysql") else {}
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
