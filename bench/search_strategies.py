@@ -21,7 +21,7 @@ from pathlib import Path
 STRATEGIES = {  # name -> extra `autopelt search` flags
     "tpe+asha": ["--sampler", "tpe"],
     "random": ["--sampler", "random", "--no-early-stopping"],
-    "tpe, no early stopping": ["--sampler", "tpe", "--no-early-stopping"],
+    "tpe-no-early-stopping": ["--sampler", "tpe", "--no-early-stopping"],
 }
 
 
@@ -39,7 +39,7 @@ def run_strategy(name: str, flags: list[str], args, storage: str, out: Path) -> 
 
 
 def _study(name: str) -> str:
-    return "bench-" + name.replace("+", "-").replace(",", "").replace(" ", "-")
+    return "bench-" + name.replace("+", "-")
 
 
 def summarise(name: str, storage: str) -> dict:
@@ -98,17 +98,23 @@ def main() -> None:
     parser.add_argument("--baselines", action="store_true", help="run the baselines in every strategy's study")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--verbose", action="store_true", help="show each search's own output")
+    parser.add_argument("--work-dir", help="keep the studies and trial outputs here (default: a new temp folder)")
     args = parser.parse_args()
     from autopelt.data import get_task
 
-    with tempfile.TemporaryDirectory(prefix="autopelt-bench-") as work:
-        storage = f"sqlite:///{Path(work) / 'bench.db'}"
-        names = args.strategies.split(",")
-        for name in names:
-            run_strategy(name, STRATEGIES[name], args, storage, Path(work))
-        print(f"{args.task} · K={args.k} · space {args.space} · {args.epochs} epochs per trial · "
-              f"{args.minutes} min per strategy · seed {args.seed}")
-        print_summary([summarise(name, storage) for name in names], get_task(args.task).metric)
+    names = args.strategies.split(",")
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        parser.error(f"unknown strategy {unknown[0]!r}; strategies: {', '.join(STRATEGIES)}")
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="autopelt-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{work / 'bench.db'}"
+    print(f"studies in {storage}", flush=True)  # kept: a failed run can still be read
+    for name in names:
+        run_strategy(name, STRATEGIES[name], args, storage, work)
+    print(f"{args.task} · K={args.k} · space {args.space} · {args.epochs} epochs per trial · "
+          f"{args.minutes} min per strategy · seed {args.seed}")
+    print_summary([summarise(name, storage) for name in names], get_task(args.task).metric)
 
 
 if __name__ == "__main__":
