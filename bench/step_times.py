@@ -90,8 +90,9 @@ def build_steps(name: str, data: dict) -> tuple[dict, dict]:
         routing = torch.Generator().manual_seed(1)
         adamix = next((m for m in delta.parse_spec(spec).methods if m.method == "adamix"), None)
         consistency = adamix.consistency if adamix else 0.0
+        mixed = delta.has_mixtures(model)
         steps[label] = optimiser_step(
-            model, lambda model=model, routing=routing, c=consistency: training_loss(model, dict(data), routing, c))
+            model, lambda model=model, routing=routing, c=consistency, m=mixed: training_loss(model, dict(data), routing, c, m))
         params[label] = delta.count_parameters(spec, model.config).trainable
     return steps, params
 

@@ -44,13 +44,15 @@ def supervised_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), labels)
 
 
-def training_loss(model: nn.Module, batch: dict, routing: torch.Generator, consistency: float) -> torch.Tensor:
-    """The task loss; with AdaMix, two passes under independent routings plus their consistency loss."""
+def training_loss(model: nn.Module, batch: dict, routing: torch.Generator, consistency: float,
+                  mixed: bool = True) -> torch.Tensor:
+    """The task loss; with AdaMix (`mixed`), two passes under independent routings plus their consistency loss."""
     labels = batch.pop("labels")
-    if consistency <= 0 or not has_mixtures(model):
-        route_all(model, routing)
+    if not mixed:
         return supervised_loss(model(**batch).logits, labels)
     route_all(model, routing)
+    if consistency <= 0:
+        return supervised_loss(model(**batch).logits, labels)
     first = model(**batch).logits
     route_all(model, routing)
     second = model(**batch).logits
@@ -97,6 +99,7 @@ def train(model: nn.Module, data, settings: TrialSettings, device: torch.device,
     scaler = devices.grad_scaler(device, dtype)
     order = torch.Generator().manual_seed(settings.seed)  # data order across epochs
     routing = torch.Generator().manual_seed(settings.seed + 1)  # AdaMix expert choice
+    mixed = has_mixtures(model)  # once: routing walks the model, which plain deltas need not pay every step
     best_state: dict[str, torch.Tensor] | None = None
     waited = 0
 
@@ -129,7 +132,7 @@ def train(model: nn.Module, data, settings: TrialSettings, device: torch.device,
             batch = {k: v.to(device) for k, v in batch.items()}
             size = len(batch["input_ids"])
             with devices.autocast(device, dtype):
-                loss = training_loss(model, batch, routing, consistency)
+                loss = training_loss(model, batch, routing, consistency, mixed)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"the loss became {float(loss)} at step {outcome.steps + 1}")
             scaler.scale(loss).backward()
