@@ -14,7 +14,9 @@ import torch
 
 from autopelt.data.features import Features
 
-DEFAULT_GROUP_SIZE = 50
+# Batches per length-sorted chunk. Small enough that a K=1000 training set spans several chunks, so a row's
+# batch-mates change from epoch to epoch; large enough to keep padding low (1.18x real tokens at 4, 1.02x at 50).
+DEFAULT_GROUP_SIZE = 8
 
 
 def pad_batch(features: Features, indices) -> dict[str, torch.Tensor]:
