@@ -88,8 +88,9 @@ def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSe
 
 def train(model: nn.Module, data, settings: TrialSettings, device: torch.device, consistency: float = 0.0,
           report: Callable[[dict], object] | None = None, on_step: Callable[[int, float], None] | None = None,
-          ) -> TrainOutcome:
-    task, outcome = data.task, TrainOutcome()
+          outcome: TrainOutcome | None = None) -> TrainOutcome:
+    """Train in place; `outcome` (filled as training goes, so a failed trial keeps what it ran) is returned."""
+    task, outcome = data.task, outcome if outcome is not None else TrainOutcome()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
     steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)

@@ -78,8 +78,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     result["params"] = count.to_dict()
 
     adamix = next((m for m in spec.methods if m.method == "adamix"), None)
-    trained = train(model, data, settings, device, adamix.consistency if adamix else 0.0, report, on_step)
-    _copy_outcome(trained, outcome)
+    trained = train(model, data, settings, device, adamix.consistency if adamix else 0.0, report, on_step, outcome)
     best = trained.best
     result.update(dev=best["dev"], dev_metric=best["dev_metric"])
 
@@ -93,10 +92,6 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     if settings.out_dir:
         result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
                                                    metadata={"base_model": model_name, "task": task.name}))
-
-
-def _copy_outcome(source: TrainOutcome, target: TrainOutcome) -> None:
-    target.__dict__.update(source.__dict__)
 
 
 def _write_result(out_dir: Path, result: dict) -> None:
