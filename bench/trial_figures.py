@@ -19,13 +19,13 @@ import torch
 
 from autopelt import delta
 from autopelt.data import pad_batch, train_order
+from autopelt.delta.presets import preset_learning_rate
 from autopelt.models import default_model, load_model, load_tokenizer
 from autopelt.train import TrialSettings, run_trial
 from autopelt.train.data import prepare_data
 from autopelt.train.loop import supervised_loss
 
 METHODS = ("lora", "adapter", "prefix", "compacter", "bitfit", "prompt", "unipelt_apl")
-LEARNING_RATES = {"prefix": 5e-3, "prompt": 3e-2, "bitfit": 1e-3, "unipelt_apl": 1e-3}  # else 5e-4
 
 
 def padding_throughput(data_dir: str, steps: int, threads: int) -> None:
@@ -88,7 +88,7 @@ def method_accuracy(data_dir: str, seeds: int, epochs: int, threads: int, method
         for seed in range(seeds):
             settings = TrialSettings(task="rte", spec=delta.PRESETS[name], data_dir=data_dir, protocol=1000,
                                      seed=seed, epochs=epochs, threads=threads,
-                                     learning_rate=LEARNING_RATES.get(name, 5e-4))
+                                     learning_rate=preset_learning_rate(name))
             result = run_trial(settings)
             if result["status"] != "ok":
                 print(f"| {name} | failed: {result['reason']} | | | |")

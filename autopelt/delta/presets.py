@@ -31,3 +31,25 @@ PRESETS: dict[str, dict] = {
 
 # The baselines every study runs beside its search.
 BASELINES = ("unipelt_apl", "adapter", "prefix", "lora", "compacter", "bitfit")
+
+# Learning rates in the range each method's paper used for base-size encoders on GLUE (adapters and UniPELT
+# ~1e-4..5e-4, LoRA 5e-4, Compacter 3e-3, BitFit 1e-3, prompt tuning 3e-2), not tuned here. Used by the
+# baselines of a study, by `autopelt train --preset` without --lr, and by bench/trial_figures.py.
+LEARNING_RATES = {
+    "unipelt_apl": 5e-4,
+    "unipelt_ap": 5e-4,
+    "adapter": 1e-4,
+    "houlsby": 1e-4,
+    "prefix": 2e-4,
+    "lora": 5e-4,
+    "compacter": 3e-3,
+    "compacter++": 3e-3,
+    "bitfit": 1e-3,
+    "prompt": 3e-2,
+    "adamix": 4e-4,
+}
+DEFAULT_LEARNING_RATE = 1e-4
+
+
+def preset_learning_rate(name: str) -> float:
+    return LEARNING_RATES.get(name, DEFAULT_LEARNING_RATE)

@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--k", type=int, help="UniPELT low-resource protocol: K training examples (100/500/1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=5e-4, help="learning rate")
+    parser.add_argument("--lr", type=float, help="learning rate (default: the preset's, else 5e-4)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--patience", type=int, help="stop after N evaluations without improvement")
@@ -56,7 +56,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from autopelt import delta
-    from autopelt.delta.presets import PRESETS
+    from autopelt.delta.presets import PRESETS, preset_learning_rate
     from autopelt.train import TrialSettings, run_trial
 
     if args.preset:
@@ -68,9 +68,10 @@ def run(args) -> int:
     else:
         spec = delta.parse_spec(args.delta).to_dict()
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
+    learning_rate = args.lr if args.lr is not None else preset_learning_rate(args.preset) if args.preset else 5e-4
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
-        protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, learning_rate=args.lr,
+        protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, learning_rate=learning_rate,
         batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, autocast=args.autocast, out_dir=args.out,
