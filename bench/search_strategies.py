@@ -3,7 +3,10 @@ early stopping. Each strategy gets the same wall-time budget on the same task, p
 script runs `autopelt search` once per strategy (in a subprocess, as a user would), then reads the studies.
 
 It prints, per strategy: the best dev metric against cumulative training seconds, the test metric of its pick,
-the trials it ran (complete / stopped early), and the controller's overhead between trials.
+the trials it ran (complete / stopped by ASHA / stopped by the time budget / failed), and the controller's
+overhead between trials. With --baselines, the baselines (UniPELT(APL) and each single method at paper
+defaults) then run in the first strategy's study, after its search so no sampler sees them, on the same
+rows, seed and epochs; the script prints where each strategy's pick stands against them.
 
 Usage: python bench/search_strategies.py --data-dir ../shared/data/glue [--task rte --k 1000]
        [--minutes 12] [--epochs 3] [--space default] [--baselines]
@@ -25,17 +28,25 @@ STRATEGIES = {  # name -> extra `autopelt search` flags
 }
 
 
-def run_strategy(name: str, flags: list[str], args, storage: str, out: Path) -> None:
+def run_search(name: str, flags: list[str], budget: str, args, storage: str, out: Path) -> None:
     command = [sys.executable, "-m", "autopelt.cli", "search", "--task", args.task, "--data-dir", args.data_dir,
-               "--epochs", str(args.epochs), "--space", args.space, "--budget", f"{args.minutes}m",
+               "--epochs", str(args.epochs), "--space", args.space, "--budget", budget,
                "--storage", storage, "--study-name", _study(name), "--out", str(out / _study(name)),
                "--seed", str(args.seed), *flags]
     if args.k:
         command += ["--k", str(args.k)]
-    if not args.baselines:
-        command.append("--no-baselines")
     print(f"$ {' '.join(command[2:])}", flush=True)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL if not args.verbose else None)
+
+
+def run_baselines(name: str, args, storage: str, out: Path) -> None:
+    """Queue and run the baselines in `name`'s study: a trial budget of the trials it holds plus the baselines."""
+    import optuna
+
+    from autopelt.delta.presets import BASELINES
+
+    held = len(optuna.load_study(study_name=_study(name), storage=storage).trials)
+    run_search(name, STRATEGIES[name], str(held + len(BASELINES)), args, storage, out)
 
 
 def _study(name: str) -> str:
@@ -47,7 +58,13 @@ def summarise(name: str, storage: str) -> dict:
     from optuna.trial import TrialState
 
     study = optuna.load_study(study_name=_study(name), storage=storage)
-    finished = sorted((t for t in study.trials if t.datetime_complete), key=lambda t: t.datetime_complete)
+    baselines = {t.user_attrs["baseline"]: t for t in study.trials
+                 if t.user_attrs.get("baseline") and t.state == TrialState.COMPLETE}
+    # the search's own trials: a trial the deadline cut in its first epoch is re-queued and may run in the
+    # baseline phase, after the strategy's budget; it is not the strategy's
+    cutoff = min((t.datetime_start for t in baselines.values()), default=None)
+    finished = sorted((t for t in study.trials if t.datetime_complete and not t.user_attrs.get("baseline")
+                       and (cutoff is None or t.datetime_start < cutoff)), key=lambda t: t.datetime_complete)
     curve, spent, best = [], 0.0, None
     for trial in finished:
         spent += (trial.datetime_complete - trial.datetime_start).total_seconds()
@@ -57,10 +74,12 @@ def summarise(name: str, storage: str) -> dict:
     gaps = [(b.datetime_start - a.datetime_complete).total_seconds() for a, b in zip(finished, finished[1:])]
     durations = [(t.datetime_complete - t.datetime_start).total_seconds() for t in finished]
     states = [t.state for t in finished]
+    timed_out = sum(t.user_attrs.get("stopped_by") == "time budget" for t in finished)
+    cut = sum(t.user_attrs.get("fail_reason") == "interrupted" for t in finished)  # by the deadline, in epoch 1
     return {
-        "name": name, "curve": curve, "best": best,
-        "complete": states.count(TrialState.COMPLETE), "pruned": states.count(TrialState.PRUNED),
-        "failed": states.count(TrialState.FAIL),
+        "name": name, "curve": curve, "best": best, "baselines": baselines, "spent": spent,
+        "complete": states.count(TrialState.COMPLETE), "asha": states.count(TrialState.PRUNED) - timed_out,
+        "timed_out": timed_out + cut, "failed": states.count(TrialState.FAIL) - cut,
         "overhead": statistics.fmean(gaps) if gaps else 0.0,
         "trial_seconds": statistics.fmean(durations) if durations else 0.0,
     }
@@ -68,22 +87,55 @@ def summarise(name: str, storage: str) -> dict:
 
 def print_summary(rows: list[dict], metric: str) -> None:
     print()
-    print(f"| strategy | trials (complete / stopped early / failed) | best dev {metric} | its test {metric} | "
-          "its delta | overhead between trials |")
-    print("|---|---|---:|---:|---|---:|")
+    print(f"| strategy | trials (complete / stopped by ASHA / by the time budget / failed) | trial seconds | "
+          f"best dev {metric} | its test {metric} | its delta | overhead between trials |")
+    print("|---|---|---:|---:|---:|---|---:|")
     for row in rows:
         best = row["best"]
         dev = f"{best.values[0]:.4f}" if best else "–"
-        test = best.user_attrs.get("test", {}).get(metric) if best else None
         share = 100 * row["overhead"] / row["trial_seconds"] if row["trial_seconds"] else 0.0
-        print(f"| {row['name']} | {row['complete']} / {row['pruned']} / {row['failed']} | {dev} | "
-              f"{'–' if test is None else f'{test:.4f}'} | {best.user_attrs.get('summary', '') if best else '–'} | "
+        print(f"| {row['name']} | {row['complete']} / {row['asha']} / {row['timed_out']} / {row['failed']} | "
+              f"{row['spent']:.0f} | {dev} | "
+              f"{_test(best, metric) if best else '–'} | {best.user_attrs.get('summary', '') if best else '–'} | "
               f"{row['overhead']:.2f} s ({share:.2f}% of a trial) |")
     print()
     print("best dev so far against cumulative training seconds (each strategy's finished trials in order):")
     for row in rows:
         points = ", ".join(f"{s:.0f}s→{b:.3f}" if b is not None else f"{s:.0f}s→–" for s, b in row["curve"])
         print(f"  {row['name']}: {points}")
+    with_baselines = [row for row in rows if row["baselines"]]
+    if with_baselines:
+        print_baselines(with_baselines[0], rows, metric)
+
+
+def print_baselines(host: dict, rows: list[dict], metric: str) -> None:
+    baselines = host["baselines"]
+    print()
+    print(f"baselines in the {host['name']} study (same rows, seed and epochs; run after its search):")
+    print(f"| baseline | params % | dev {metric} | test {metric} |")
+    print("|---|---:|---:|---:|")
+    for name, trial in sorted(baselines.items(), key=lambda item: -item[1].values[0]):
+        print(f"| {name} | {trial.user_attrs.get('params_pct', float('nan')):.3f} | {trial.values[0]:.4f} | "
+              f"{_test(trial, metric)} |")
+    unipelt = baselines.get("unipelt_apl")
+    singles = [t for name, t in baselines.items() if not name.startswith("unipelt")]
+    single = max(singles, key=lambda t: t.values[0]) if singles else None
+    for row in rows:
+        pick = row["best"]
+        if pick is None:
+            continue
+        line = f"{row['name']} pick: dev {pick.values[0]:.4f} / test {_test(pick, metric)}"
+        if unipelt:
+            line += f"; UniPELT(APL) dev {unipelt.values[0]:.4f} / test {_test(unipelt, metric)}"
+        if single:
+            line += (f"; best single default ({single.user_attrs['baseline']}) dev {single.values[0]:.4f} / "
+                     f"test {_test(single, metric)}")
+        print(line)
+
+
+def _test(trial, metric: str) -> str:
+    value = trial.user_attrs.get("test", {}).get(metric)
+    return "–" if value is None else f"{value:.4f}"
 
 
 def main() -> None:
@@ -95,7 +147,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--space", default="default")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--baselines", action="store_true", help="run the baselines in every strategy's study")
+    parser.add_argument("--baselines", action="store_true",
+                        help="after the searches, run the baselines in the first strategy's study")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--verbose", action="store_true", help="show each search's own output")
     parser.add_argument("--work-dir", help="keep the studies and trial outputs here (default: a new temp folder)")
@@ -111,7 +164,9 @@ def main() -> None:
     storage = f"sqlite:///{work / 'bench.db'}"
     print(f"studies in {storage}", flush=True)  # kept: a failed run can still be read
     for name in names:
-        run_strategy(name, STRATEGIES[name], args, storage, work)
+        run_search(name, [*STRATEGIES[name], "--no-baselines"], f"{args.minutes}m", args, storage, work)
+    if args.baselines:
+        run_baselines(names[0], args, storage, work)
     print(f"{args.task} · K={args.k} · space {args.space} · {args.epochs} epochs per trial · "
           f"{args.minutes} min per strategy · seed {args.seed}")
     print_summary([summarise(name, storage) for name in names], get_task(args.task).metric)
