@@ -151,11 +151,11 @@ def test_gated_lora_cannot_merge_and_model_merge_leaves_it_alone():
     torch.testing.assert_close(model(**batch).logits, expected, rtol=0, atol=0)
 
 
-def _perturb_deltas(model, seed=3):
+def _perturb_deltas(model, seed=3, gates=False):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.requires_grad and not name.startswith("classifier") and ".gate." not in name:
+            if p.requires_grad and not name.startswith("classifier") and (gates or ".gate." not in name):
                 p.add_(torch.randn(p.shape, generator=generator) * 0.5)
 
 
@@ -276,18 +276,35 @@ def test_compacter_shares_one_rule_across_layers_and_positions():
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-@pytest.mark.parametrize("name", ["prefix", "prompt", "prefix+lora+compacter+bitfit", "lora+adapter_same_site+prompt"])
+@pytest.mark.parametrize("name", ["prefix", "prompt", "prefix+lora+compacter+bitfit", "lora+adapter_same_site+prompt",
+                                  "unipelt_apl", "gated_adapter+prompt"])
 def test_padding_does_not_change_a_sequence_result(name, attn):
-    """A row's logits are the same alone and right-padded inside a longer batch (mask handled)."""
+    """A row's logits are the same alone and right-padded inside a longer batch (masks handled, gates included)."""
     model = tiny_model("bert", attn_implementation=attn)
-    delta.apply_delta(model, CASES[name])
-    _perturb_deltas(model)
+    spec = CASES.get(name) or {"methods": [{"method": "adapter", "bottleneck": 8, "gate": True},
+                                           {"method": "prompt", "length": 4}]}
+    delta.apply_delta(model, spec)
+    _perturb_deltas(model, gates=True)
     model.eval()
     batch = tiny_batch(batch_size=3, seq_len=9, padded=True)
     together = model(**batch).logits[-1]
     length = int(batch["attention_mask"][-1].sum())
     alone = model(input_ids=batch["input_ids"][-1:, :length], attention_mask=batch["attention_mask"][-1:, :length])
     torch.testing.assert_close(alone.logits[0], together, rtol=1e-4, atol=1e-5)
+
+
+def test_gates_see_the_padding_mask_only_during_a_pass():
+    from autopelt.delta.modules.gate import Gate
+
+    model = build("unipelt_apl", "bert").eval()
+    gates = [m for m in model.modules() if isinstance(m, Gate)]
+    assert len({id(g.padding) for g in gates}) == 1  # one mask per model, shared
+    seen = []
+    gates[0].register_forward_hook(lambda gate, args, out: seen.append(gate.padding.current))
+    batch = tiny_batch(batch_size=3, seq_len=9, padded=True)
+    model(**batch)
+    assert torch.equal(seen[0], batch["attention_mask"])
+    assert gates[0].padding.current is None
 
 
 def test_prefix_keys_are_visible_to_padded_rows_too():

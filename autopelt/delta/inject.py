@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck
-from autopelt.delta.modules.gate import Gate, init_linear_
+from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_
 from autopelt.delta.modules.lora import LoRALinear
 from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
 from autopelt.delta.modules.phm import PHMLinear, new_rule
@@ -37,8 +37,22 @@ def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
         mixture = (config.experts, config.share_up) if isinstance(config, AdaMixConfig) else (1, True)
         inner = config.delta if isinstance(config, AdaMixConfig) else config
         BUILDERS[type(inner)](model, arch, inner, generator, *mixture)
+    _share_padding_mask(model, arch)
     model.get_submodule(arch.head).requires_grad_(True)
     return model
+
+
+def _share_padding_mask(model: nn.Module, arch: Architecture) -> None:
+    """Give the gates the padding mask of each pass (hooks registered after the soft prompt's, so it is in)."""
+    gates = [module for module in model.modules() if isinstance(module, Gate)]
+    if not gates:
+        return
+    padding = PaddingMask()
+    for gate in gates:
+        gate.padding = padding
+    backbone = arch.backbone_of(model)
+    backbone.register_forward_pre_hook(padding.capture, with_kwargs=True)
+    backbone.register_forward_hook(padding.release)
 
 
 def check_fits(spec: DeltaSpec, config) -> None:

@@ -6,10 +6,29 @@ import torch
 from torch import nn
 
 
+class PaddingMask:
+    """The padding mask of the forward pass under way, for the gates of one model to average over real tokens.
+
+    Forward hooks on the backbone set it (after any soft prompt is inserted, so its shape is the hidden
+    states') and clear it when the pass ends; a gate called outside a backbone pass sees None.
+    """
+
+    def __init__(self):
+        self.current: torch.Tensor | None = None
+
+    def capture(self, backbone: nn.Module, args: tuple, kwargs: dict) -> None:
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        self.current = mask if mask is not None and mask.dim() == 2 else None
+
+    def release(self, *_) -> None:
+        self.current = None
+
+
 class Gate(nn.Module):
     """G = sigmoid(W·h) averaged over the sequence: `heads` values in (0, 1) per example.
 
-    The average runs over every position, padding included, as in UniPELT's reference code.
+    The average runs over real tokens when the model's `padding` mask is known (so a gated delta gives the same
+    output however a batch is padded); UniPELT's reference code averages over padding too, padded to 128.
     `kind` and `layer` name what the gate scales, so gate values can be read per method and layer.
     """
 
@@ -17,9 +36,15 @@ class Gate(nn.Module):
         super().__init__()
         self.linear = nn.Linear(in_features, heads)
         self.kind, self.layer = kind, layer
+        self.padding: PaddingMask | None = None  # shared by a model's gates; set by apply_delta
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads)
-        return torch.sigmoid(self.linear(hidden)).mean(dim=1)
+        values = torch.sigmoid(self.linear(hidden))
+        mask = self.padding.current if self.padding is not None else None
+        if mask is None or mask.shape != hidden.shape[:2]:
+            return values.mean(dim=1)
+        weights = mask.to(values.dtype).unsqueeze(-1)
+        return (values * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
 
 
 def init_linear_(linear: nn.Module, generator: torch.Generator, zero: bool = False) -> None:
