@@ -85,7 +85,12 @@ def _start_time(pid: int) -> str:
 
 
 def stale_trial_ids(study: optuna.Study) -> set[int]:
-    """Storage trial ids whose heartbeat is older than the grace period (uses Optuna's database clock)."""
+    """Storage trial ids whose heartbeat is older than the grace period (uses Optuna's database clock).
+
+    Optuna's public `fail_stale_trials` calls the same storage method but fails the trials itself, after which
+    a trial's user attributes can no longer be set, so the reason `interrupted` could not be recorded. The
+    private method is looked up, not assumed; the stale-heartbeat test fails if an Optuna release drops it.
+    """
     storage = study._storage
     finder = getattr(storage, "_get_stale_trial_ids", None)
     if finder is None or not storage.get_heartbeat_interval():
