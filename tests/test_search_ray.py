@@ -198,3 +198,19 @@ def test_the_searcher_pickles_without_its_controller(tmp_path):
     searcher = ControllerSearcher(controller=lambda: None, max_concurrent=3)  # a lambda does not pickle
     copy = pickle.loads(pickle.dumps(searcher))
     assert copy.controller is None and copy.max_concurrent == 3 and copy.metric == "dev_metric"
+
+
+def test_a_local_ray_starts_without_the_token_notice(tmp_path):
+    import tempfile
+
+    """A search that starts its own Ray keeps Ray's token authentication but not its notice at every start."""
+    script = ("import types; from autopelt.search.ray_backend import ray_session\n"
+              "with ray_session(types.SimpleNamespace(options=types.SimpleNamespace(ray_address=None))):\n"
+              "    import os; print('auth mode', os.environ.get('RAY_AUTH_MODE'))\n")
+    short = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    env = {**os.environ, "RAY_TMPDIR": short, "HOME": str(tmp_path)}
+    env.pop("RAY_AUTH_MODE", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("auth mode token")  # Ray turned token authentication on
+    assert "Token authentication" not in done.stderr

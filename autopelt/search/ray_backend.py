@@ -43,6 +43,7 @@ TICKET_KEY = "autopelt_ticket"  # the trial config, as JSON so Tune does not fla
 EVENT_KEY = "autopelt_event"
 RESULT_KEY = "autopelt_result"
 REDUCTION_FACTOR = 2  # half of the trials reaching a rung go on: searches here are tens of trials, not thousands
+RAY_TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"  # the logger of that start notice
 
 
 def asha_settings(epochs: int) -> dict:
@@ -116,6 +117,9 @@ def ray_session(plan: SearchPlan):
         if plan.options.ray_address:
             ray.init(address=plan.options.ray_address, **common)
         else:
+            # a new local cluster turns on token authentication and says so at every start; keep the
+            # protection, drop the notice (RAY_AUTH_MODE still decides, as Ray documents)
+            logging.getLogger(RAY_TOKEN_NOTICE).setLevel(logging.ERROR)
             ray.init(**common)
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = f"the Ray cluster at {plan.options.ray_address}" if plan.options.ray_address else "a local Ray"
