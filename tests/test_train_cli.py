@@ -66,6 +66,19 @@ def test_train_from_a_spec_file_and_from_a_preset(train, tmp_path):
     assert saved == delta.parse_spec(delta.PRESETS["lora"]).to_dict()
 
 
+def test_a_preset_trains_at_its_own_learning_rate_unless_lr_is_given(tiny_model_dir, sst2_dir, tmp_path, capsys):
+    def learning_rate(*flags: str) -> float:
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        argv = ["train", "--model", str(tiny_model_dir), "--data-dir", str(sst2_dir), "--task", "sst2", "--epochs", "1",
+                "--max-length", "32", "--threads", "1", "--max-train-examples", "16", "--out", str(out), *flags]
+        assert cli.main(argv) == 0, capsys.readouterr()
+        return json.loads((out / "result.json").read_text())["settings"]["learning_rate"]
+
+    assert learning_rate("--preset", "prompt") == delta.presets.LEARNING_RATES["prompt"] == 3e-2
+    assert learning_rate("--preset", "prompt", "--lr", "0.002") == 0.002
+    assert learning_rate("--method", "lora") == 5e-4
+
+
 def test_train_k_shot_flag(train, tmp_path):
     code, out, _ = train("--task", "sst2", "--method", "lora", "--k", "16", "--out", str(tmp_path))
     assert code == 0, out
