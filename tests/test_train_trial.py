@@ -301,3 +301,19 @@ def test_a_checkpoint_with_its_own_head_gets_a_fresh_seeded_head(tmp_path, minil
     heads = [delta_tensors(run("sst2", seed))["classifier.weight"] for seed in (0, 1)]
     assert not torch.equal(heads[0], checkpoint_head), "the checkpoint's head was reused, not initialised"
     assert not torch.equal(heads[0], heads[1]), "the head's initialisation does not follow the seed"
+
+
+def test_peak_memory_is_this_trials_not_the_process_maximum():
+    """A reused Ray worker runs many trials: the second one must not report the first one's peak."""
+    import time
+
+    from autopelt.train.device import PeakMemory
+
+    cpu = torch.device("cpu")
+    with PeakMemory(cpu, every=0.01) as first:
+        big = torch.ones(64 * 2**20)  # 256 MiB, touched
+        time.sleep(0.1)
+        del big
+    with PeakMemory(cpu, every=0.01) as second:
+        time.sleep(0.05)
+    assert first.mb - second.mb > 200

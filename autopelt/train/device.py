@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
+import threading
 
 import torch
 
@@ -33,17 +35,50 @@ def grad_scaler(device: torch.device, dtype: torch.dtype | None):
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+class PeakMemory:
+    """Peak memory of one trial, in MiB: CUDA's allocator counter, reset at the start; on a CPU, resident memory
+    sampled every `every` seconds by a daemon thread. (The process's own maximum would not do: a reused Ray
+    worker runs many trials, and it would carry every earlier trial's peak.)"""
+
+    def __init__(self, device: torch.device, every: float = 0.05):
+        self.device, self.every = device, every
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._peak = resident_bytes()
+            self._thread = threading.Thread(target=self._sample, name="autopelt-peak-memory", daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            self._peak = max(self._peak, resident_bytes())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        return max(self._peak, resident_bytes()) / 2**20
 
 
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak CUDA memory of this trial, or the process's peak resident memory on a CPU."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux), else its peak so far (the best other systems offer)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
 OUT_OF_MEMORY_TEXTS = ("out of memory", "can't allocate memory", "not enough memory")  # CUDA, CPU (POSIX, Windows)

@@ -66,29 +66,29 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     if settings.threads:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
-    devices.reset_peak_memory(device)
-    data = prepare_data(settings, load_tokenizer(model_name), task)
-    result["protocol"] = data.protocol
+    with devices.PeakMemory(device) as memory:  # this trial's peak, from data to test scores
+        data = prepare_data(settings, load_tokenizer(model_name), task)
+        result["protocol"] = data.protocol
 
-    torch.manual_seed(settings.seed)  # the head's initialisation and dropout: the one global RNG we use
-    model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
-    delta.apply_delta(model, spec, seed=settings.seed)
-    model.to(device)
-    count = delta.count_parameters(spec, model.config, task.num_labels)
-    result["params"] = count.to_dict()
+        torch.manual_seed(settings.seed)  # the head's initialisation and dropout: the one global RNG we use
+        model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
+        delta.apply_delta(model, spec, seed=settings.seed)
+        model.to(device)
+        count = delta.count_parameters(spec, model.config, task.num_labels)
+        result["params"] = count.to_dict()
 
-    adamix = next((m for m in spec.methods if m.method == "adamix"), None)
-    trained = train(model, data, settings, device, adamix.consistency if adamix else 0.0, report, on_step, outcome)
-    best = trained.best
-    result.update(dev=best["dev"], dev_metric=best["dev_metric"])
+        adamix = next((m for m in spec.methods if m.method == "adamix"), None)
+        trained = train(model, data, settings, device, adamix.consistency if adamix else 0.0, report, on_step, outcome)
+        best = trained.best
+        result.update(dev=best["dev"], dev_metric=best["dev_metric"])
 
-    started = time.perf_counter()
-    dtype = devices.autocast_dtype(device, settings.autocast)
-    result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
-    if spec.is_gated:
-        _, result["gates"] = evaluate(model, data.dev, task, settings, device, dtype, gates=True)
-    result["eval_seconds"] = trained.eval_seconds + time.perf_counter() - started
-    result["peak_memory_mb"] = devices.peak_memory_mb(device)
+        started = time.perf_counter()
+        dtype = devices.autocast_dtype(device, settings.autocast)
+        result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
+        if spec.is_gated:
+            _, result["gates"] = evaluate(model, data.dev, task, settings, device, dtype, gates=True)
+        result["eval_seconds"] = trained.eval_seconds + time.perf_counter() - started
+    result["peak_memory_mb"] = memory.mb
     if settings.out_dir:
         result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
                                                    metadata={"base_model": model_name, "task": task.name}))
