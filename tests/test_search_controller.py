@@ -5,6 +5,7 @@ Trials run one at a time in this process on the synthetic objective of `autopelt
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 
@@ -271,3 +272,27 @@ def test_a_trial_of_another_machine_is_interrupted_once_its_heartbeat_is_stale(t
     assert recovery.fail_and_requeue(quick, quick.trials[remote.number])
     assert not recovery.fail_and_requeue(quick, quick.trials[remote.number])  # only one process re-queues it
     assert quick.trials[remote.number].user_attrs["fail_reason"] == claims.INTERRUPTED
+
+
+@pytest.mark.parametrize("gpus, workers, address, expected", [
+    (0, 1, None, 0), (1, 1, None, 1), (1, 2, None, 0.5), (4, 2, None, 1), (4, 1, "10.0.0.1:6379", 0)])
+def test_a_gpu_machine_trains_on_its_gpus_without_a_flag(tmp_path, monkeypatch, gpus, workers, address, expected):
+    from autopelt.search import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "_local_gpus", lambda: gpus)
+    options = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/s.db", workers=workers, ray_address=address,
+                            cpus_per_trial=1)
+    assert prepare(options, **fakes.injected()).gpus_per_trial == expected
+    if gpus:
+        asked = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/s.db", gpus_per_trial=0.25, cpus_per_trial=1)
+        assert prepare(asked, **fakes.injected()).gpus_per_trial == 0.25  # what is asked wins
+
+
+def test_autocast_reaches_the_trial_settings(tmp_path):
+    from autopelt.search.trainer import settings_dict
+    from autopelt.train import TrialSettings
+
+    study, control = make(tmp_path, autocast=True, budget=1)
+    config = control._config(0, {"methods": [{"method": "bitfit"}]}, {"epochs": 1}, str(tmp_path), None)
+    known = {f.name for f in dataclasses.fields(TrialSettings)}
+    assert TrialSettings.from_dict(settings_dict({**config, "device": "cpu"}, known)).autocast is True

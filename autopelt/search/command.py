@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--out", help="trial outputs (results, delta weights); default ./autopelt_runs/<study>")
     how.add_argument("--workers", type=int, default=1, help="trials at once (default 1)")
     how.add_argument("--cpus-per-trial", type=float, help="default: this machine's CPUs / workers")
-    how.add_argument("--gpus-per-trial", type=float, default=0, help="default 0; use 1 on a GPU machine")
+    how.add_argument("--gpus-per-trial", type=float,
+                     help="default: local CUDA GPUs / workers (at most 1); 0 without CUDA or with --ray-address")
+    how.add_argument("--autocast", action="store_true", help="mixed precision (bf16/fp16) in trials on CUDA")
     how.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
 
 
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, ray_address=args.ray_address,
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
+        autocast=args.autocast,
     )
     try:
         outcome = run_search(options)

@@ -166,6 +166,7 @@ class Controller:
             "task": plan.task, "model": plan.model, "metric": plan.metric,
             "spec": spec, "hparams": hparams, "epochs": hparams["epochs"], "seed": plan.options.seed,
             "protocol": plan.options.k or "full", "data_dir": plan.data_dir, "out_dir": result_dir,
+            "autocast": plan.options.autocast,
         }
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:

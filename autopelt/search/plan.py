@@ -35,7 +35,7 @@ class SearchOptions:
     study_name: str | None = None
     workers: int = 1
     cpus_per_trial: float | None = None  # default: this machine's CPUs shared among the workers
-    gpus_per_trial: float = 0
+    gpus_per_trial: float | None = None  # default: a local machine's CUDA GPUs shared among the workers (≤ 1)
     ray_address: str | None = None
     max_params: str | None = None
     multi_objective: bool = False
@@ -46,6 +46,7 @@ class SearchOptions:
     out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
     early_stopping: bool = True
     sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
+    autocast: bool = False  # mixed precision in trials that run on CUDA
 
 
 @dataclass
@@ -73,6 +74,7 @@ class SearchPlan:
     describe_fn: Callable  # spec -> (normalised spec dict, one-line summary)
     cpus_per_trial: float
     data_dir: str | None  # absolute: Ray workers run elsewhere
+    gpus_per_trial: float = 0
 
     @property
     def num_layers(self) -> int:
@@ -113,7 +115,7 @@ def prepare(
     presets, baseline_names = _presets(baselines)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    cpus_per_trial = _cpus_per_trial(options)
+    cpus_per_trial, gpus_per_trial = _cpus_per_trial(options), _gpus_per_trial(options)
     _check_local_resources(options, cpus_per_trial)
     storage = normalise_url(options.storage)
     check_storage(storage)
@@ -128,7 +130,7 @@ def prepare(
         baselines=baseline_names if options.baselines else [],
         presets=presets,
         trial_fn=trial_fn or _default_trial_fn(), count_fn=count_fn, describe_fn=describe_fn,
-        cpus_per_trial=cpus_per_trial, data_dir=data_dir,
+        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
     )
 
 
@@ -137,7 +139,7 @@ def _check_numbers(options: SearchOptions) -> None:
         raise UserError("--workers must be at least 1")
     if options.cpus_per_trial is not None and options.cpus_per_trial <= 0:
         raise UserError("--cpus-per-trial must be positive")
-    if options.gpus_per_trial < 0:
+    if options.gpus_per_trial is not None and options.gpus_per_trial < 0:
         raise UserError("--gpus-per-trial cannot be negative")
     if options.epochs is not None and options.epochs < 1:
         raise UserError("--epochs must be at least 1")
@@ -248,6 +250,17 @@ def _cpus_per_trial(options: SearchOptions) -> float:
     return max(1, (os.cpu_count() or 1) // options.workers)
 
 
+def _gpus_per_trial(options: SearchOptions) -> float:
+    """As asked; else, on a local machine with CUDA, its GPUs shared among the workers (at most 1 each), so a
+    GPU machine trains on its GPUs without a flag; else 0 (a cluster: say --gpus-per-trial)."""
+    if options.gpus_per_trial is not None:
+        return options.gpus_per_trial
+    if options.ray_address:
+        return 0
+    gpus = _local_gpus()
+    return min(1.0, gpus / options.workers) if gpus else 0
+
+
 def _check_local_resources(options: SearchOptions, cpus_per_trial: float) -> None:
     """A trial asking for more than this machine has would wait forever in a local Ray."""
     if options.ray_address:
@@ -255,7 +268,7 @@ def _check_local_resources(options: SearchOptions, cpus_per_trial: float) -> Non
     cpus = os.cpu_count() or 1
     if cpus_per_trial > cpus:
         raise UserError(f"--cpus-per-trial {cpus_per_trial:g}, but this machine has {cpus} CPUs")
-    if options.gpus_per_trial > 0 and _local_gpus() == 0:
+    if options.gpus_per_trial and _local_gpus() == 0:
         raise UserError(f"--gpus-per-trial {options.gpus_per_trial:g}, but this machine has no CUDA GPU")
 
 

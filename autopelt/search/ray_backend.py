@@ -137,7 +137,7 @@ def run_trials(controller: Controller, plan: SearchPlan) -> None:
     tuner = tune.Tuner(
         tune.with_resources(
             tune.with_parameters(_trainable, trial_fn=plan.trial_fn),
-            {"cpu": plan.cpus_per_trial, "gpu": plan.options.gpus_per_trial},
+            {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial},
         ),
         tune_config=tune.TuneConfig(
             search_alg=ControllerSearcher(controller, plan.options.workers),
@@ -193,7 +193,7 @@ def _check_reachable(address: str, seconds: float = 10) -> None:
 
 def _warn_if_too_small(plan: SearchPlan) -> None:
     have = ray.cluster_resources()
-    for name, need in (("CPU", plan.cpus_per_trial), ("GPU", plan.options.gpus_per_trial)):
+    for name, need in (("CPU", plan.cpus_per_trial), ("GPU", plan.gpus_per_trial)):
         if need > have.get(name, 0):
             log.warning("each trial asks for %g %s but the cluster has %g: trials wait until it grows",
                         need, name, have.get(name, 0))
