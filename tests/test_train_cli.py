@@ -79,6 +79,29 @@ def test_a_preset_trains_at_its_own_learning_rate_unless_lr_is_given(tiny_model_
     assert learning_rate("--method", "lora") == 5e-4
 
 
+def test_own_data_with_text_labels(train, tmp_path):
+    """A user's CSV with labels written as words: --text-columns and --label-names are all it takes."""
+    import csv
+    import random
+
+    rng = random.Random(0)
+    for split, rows in (("train", 64), ("validation", 16)):
+        (tmp_path / "reviews").mkdir(exist_ok=True)
+        with open(tmp_path / "reviews" / f"{split}.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["review", "sentiment"])
+            for _ in range(rows):
+                label = rng.choice(["neg", "pos"])
+                writer.writerow([" ".join(rng.choice("abcdefgh") for _ in range(6)), label])
+    code, out, err = train("--task", "reviews", "--data-dir", str(tmp_path), "--text-columns", "review",
+                           "--label-column", "sentiment", "--label-names", "neg,pos", "--method", "bitfit",
+                           "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "ok" and result["protocol"]["test_size"] == 16
+    assert set(result["test"]) == {"accuracy", "f1_macro"}
+
+
 def test_train_k_shot_flag(train, tmp_path):
     code, out, _ = train("--task", "sst2", "--method", "lora", "--k", "16", "--out", str(tmp_path))
     assert code == 0, out

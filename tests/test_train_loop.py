@@ -55,10 +55,11 @@ def test_eval_every_n_steps(every, steps, make_settings):
     assert [h["epoch"] for h in result["history"]] == [(s - 1) // STEPS_PER_EPOCH + 1 for s in steps]
 
 
-def test_max_steps_caps_training(make_settings):
-    result = run_trial(make_settings(epochs=5, batch_size=8, max_steps=5))
+@pytest.mark.parametrize("steps", [5, 3 * STEPS_PER_EPOCH + 2])
+def test_max_steps_decides_the_length_of_training_not_epochs(make_settings, steps):
+    result = run_trial(make_settings(epochs=1, batch_size=8, max_steps=steps))
     assert_ok(result)
-    assert result["steps"] == 5 and result["epochs_run"] == round(5 / STEPS_PER_EPOCH, 4)
+    assert result["steps"] == steps and result["epochs_run"] == round(steps / STEPS_PER_EPOCH, 4)
 
 
 def test_report_hook_gets_every_evaluation_and_can_stop_the_trial(make_settings):

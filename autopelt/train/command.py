@@ -35,6 +35,7 @@ def add_arguments(parser) -> None:
     own.add_argument("--text-columns", help="one or two text columns, comma-separated (e.g. premise,hypothesis)")
     own.add_argument("--label-column", default="label")
     own.add_argument("--num-labels", type=int, help="number of classes (classification)")
+    own.add_argument("--label-names", help="class names in id order, comma-separated, for text labels (neg,pos)")
     own.add_argument("--regression", action="store_true", help="a real-valued label (metric: Pearson)")
     parser.add_argument("--model", help="base model folder or hub id (default: all-MiniLM-L6-v2)")
     parser.add_argument("--data-dir", default=os.environ.get("AUTOPELT_DATA_DIR"),
@@ -42,6 +43,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--k", type=int, help="UniPELT low-resource protocol: K training examples (100/500/1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--max-steps", type=int, help="train this many optimiser steps instead of --epochs epochs")
     parser.add_argument("--lr", type=float, help="learning rate (default: the preset's, else 5e-4)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
@@ -71,8 +73,8 @@ def run(args) -> int:
     learning_rate = args.lr if args.lr is not None else preset_learning_rate(args.preset) if args.preset else 5e-4
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
-        protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, learning_rate=learning_rate,
-        batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
+        protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, max_steps=args.max_steps,
+        learning_rate=learning_rate, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, autocast=args.autocast, out_dir=args.out,
     )
@@ -122,11 +124,14 @@ def _convert(name: str, text: str, field: dataclasses.Field):
 
 def custom_task_fields(args) -> dict | None:
     if not args.text_columns:
-        if args.num_labels or args.regression:
-            raise UserError("--num-labels/--regression describe your own data: add --text-columns too")
+        if args.num_labels or args.regression or args.label_names:
+            raise UserError("--num-labels/--label-names/--regression describe your own data: add --text-columns too")
         return None
     fields = {"text_columns": [c.strip() for c in args.text_columns.split(",")], "label_column": args.label_column}
-    return {**fields, "regression": True} if args.regression else {**fields, "num_labels": args.num_labels}
+    if args.regression:
+        return {**fields, "regression": True}
+    names = [n.strip() for n in args.label_names.split(",")] if args.label_names else None
+    return {**fields, "num_labels": args.num_labels, "label_names": names}
 
 
 def _check_inputs(settings) -> None:
@@ -147,7 +152,8 @@ def _with_progress(settings, run_trial) -> dict:
 
     bar = tqdm(desc="training", unit="step", dynamic_ncols=True, leave=False)
 
-    def on_step(step: int, loss: float) -> None:
+    def on_step(step: int, total: int, loss: float) -> None:
+        bar.total = total
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}")
 

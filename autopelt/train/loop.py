@@ -87,14 +87,14 @@ def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSe
 
 
 def train(model: nn.Module, data, settings: TrialSettings, device: torch.device, consistency: float = 0.0,
-          report: Callable[[dict], object] | None = None, on_step: Callable[[int, float], None] | None = None,
+          report: Callable[[dict], object] | None = None, on_step: Callable[[int, int, float], None] | None = None,
           outcome: TrainOutcome | None = None) -> TrainOutcome:
     """Train in place; `outcome` (filled as training goes, so a failed trial keeps what it ran) is returned."""
     task, outcome = data.task, outcome if outcome is not None else TrainOutcome()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
     steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
-    total = min(settings.epochs * steps_per_epoch, settings.max_steps or math.inf)
+    total = settings.max_steps or settings.epochs * steps_per_epoch  # steps, when given, decide the epochs
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_linear(total, settings.warmup_ratio))
     dtype = devices.autocast_dtype(device, settings.autocast)
     scaler = devices.grad_scaler(device, dtype)
@@ -127,7 +127,7 @@ def train(model: nn.Module, data, settings: TrialSettings, device: torch.device,
 
     model.train()
     stop = False
-    for epoch in range(1, settings.epochs + 1):
+    for epoch in range(1, math.ceil(total / steps_per_epoch) + 1):
         for batch in train_batches(data.train, settings.batch_size, order):
             started = time.perf_counter()
             batch = {k: v.to(device) for k, v in batch.items()}
@@ -148,7 +148,7 @@ def train(model: nn.Module, data, settings: TrialSettings, device: torch.device,
             outcome.fidelity = outcome.steps / steps_per_epoch
             outcome.train_seconds += time.perf_counter() - started
             if on_step is not None:
-                on_step(outcome.steps, float(loss.detach()))
+                on_step(outcome.steps, total, float(loss.detach()))
             if settings.eval_every and outcome.steps % settings.eval_every == 0:
                 stop = checkpoint(epoch)
             if stop or outcome.steps >= total:

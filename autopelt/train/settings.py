@@ -21,7 +21,7 @@ class TrialSettings:
     seed: int = 0  # model initialisation, dropout, data order, AdaMix routing
     data_seed: int | None = None  # which rows form train/dev; None = `seed`. A search fixes it across trials.
     epochs: int = 3
-    max_steps: int | None = None  # stop after this many optimiser steps, whatever the epochs
+    max_steps: int | None = None  # train this many optimiser steps instead of `epochs` epochs
     eval_every: int | None = None  # evaluate every N steps; None = once per epoch
     patience: int | None = None  # stop after N evaluations without a better dev metric
     learning_rate: float = 5e-4

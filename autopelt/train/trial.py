@@ -22,7 +22,7 @@ RESULT_FILE = "result.json"
 
 
 def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None = None,
-              on_step: Callable[[int, float], None] | None = None) -> dict:
+              on_step: Callable[[int, int, float], None] | None = None) -> dict:
     """Train and evaluate `settings.spec` on `settings.task`; the result dict of docs/design.md.
 
     `report(entry)` gets every dev evaluation; a truthy return stops training (a scheduler's early stop).
