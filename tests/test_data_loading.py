@@ -43,7 +43,7 @@ def write_task(data_dir: Path, task, sizes: dict[str, int]) -> dict[str, list[di
 @pytest.mark.parametrize("name", sorted(GLUE_TASKS))
 def test_every_task_loads_from_a_local_dir(tmp_path, name):
     task = get_task(name)
-    written = write_task(tmp_path, task, {"train": 7, task.test_split: 3})
+    written = write_task(tmp_path, task, {"train": 7, task.test_split: 3, **{s: 2 for s in task.extra_test_splits}})
     assert load_task_splits(name, tmp_path) == written
 
 
@@ -52,7 +52,8 @@ def test_mnli_matched_and_mismatched_share_a_folder(tmp_path):
     write_task(tmp_path, mnli, {"train": 6, "validation_matched": 3, "validation_mismatched": 4})
     matched = load_task_splits("mnli", tmp_path)
     mismatched = load_task_splits("mnli-mm", tmp_path)
-    assert set(matched) == {"train", "validation_matched"} and len(matched["validation_matched"]) == 3
+    assert set(matched) == {"train", "validation_matched", "validation_mismatched"}  # mismatched: an extra test
+    assert len(matched["validation_matched"]) == 3 and len(matched["validation_mismatched"]) == 4
     assert set(mismatched) == {"train", "validation_mismatched"} and len(mismatched["validation_mismatched"]) == 4
     assert matched["train"] == mismatched["train"]
 

@@ -24,8 +24,8 @@ from autopelt.train.loop import evaluate
 
 # Every top-level field of the result JSON in docs/design.md.
 DESIGN_FIELDS = (
-    "status", "reason", "spec", "task", "model", "seed", "protocol", "metric", "dev", "test", "dev_metric",
-    "params", "train_seconds", "eval_seconds", "overhead_seconds", "examples_per_second", "peak_memory_mb",
+    "status", "reason", "spec", "task", "model", "seed", "protocol", "metric", "dev", "test", "extra_tests",
+    "dev_metric", "params", "train_seconds", "eval_seconds", "overhead_seconds", "examples_per_second", "peak_memory_mb",
     "epochs_run", "best_epoch", "history", "gates", "delta_dir", "settings",
 )
 PARAM_FIELDS = {"trainable", "stored", "base", "trainable_pct", "stored_pct"}
@@ -167,6 +167,12 @@ def test_every_glue_schema_runs_end_to_end(task, make_settings, glue_like_dir, t
     assert all(math.isfinite(v) for v in [*result["dev"].values(), *result["test"].values()]), result
     assert result["dev_metric"] == result["dev"][metric]
     assert result["protocol"]["test_size"] == (20 if task == "mnli-mm" else 24)
+    if task == "mnli":  # the same trained delta scored on matched (test) and mismatched
+        assert set(result["extra_tests"]) == {"validation_mismatched"}
+        assert set(result["extra_tests"]["validation_mismatched"]) == keys
+        assert result["protocol"]["validation_mismatched_size"] == 20
+    else:
+        assert result["extra_tests"] == {}
     header = delta_header(result)
     assert header["num_labels"] == num_labels
     assert header["problem_type"] == ("regression" if task == "stsb" else "single_label_classification")

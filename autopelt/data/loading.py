@@ -20,7 +20,7 @@ DATA_DIR_ENV = "AUTOPELT_DATA_DIR"
 def load_task_splits(task: str | Task, data_dir: str | Path | None = None, splits=None) -> dict[str, list[dict]]:
     """Split name -> rows for `task` (default splits: its train and test splits), checked for its columns."""
     task = get_task(task)
-    wanted = tuple(splits or (task.train_split, task.test_split))
+    wanted = tuple(splits or (task.train_split, task.test_split, *task.extra_test_splits))
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV) or None
     if data_dir:
         rows = _load_local(task, Path(data_dir).expanduser(), wanted)

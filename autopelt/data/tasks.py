@@ -40,6 +40,7 @@ class Task:
     hub_path: str | None = GLUE_HUB_PATH
     train_split: str = "train"
     test_split: str = "validation"  # the official validation split is the protocols' test set
+    extra_test_splits: tuple[str, ...] = ()  # further test sets scored by the same trained delta (MNLI mismatched)
 
     def __post_init__(self):
         if not self.dataset:
@@ -121,7 +122,8 @@ GLUE_TASKS: dict[str, Task] = {
                  metric_fn=metrics.accuracy_and_f1),
     "stsb": Task(name="stsb", text_columns=_PAIR, num_labels=1, regression=True, metric="pearson",
                  metric_fn=metrics.pearson_and_spearman),
-    "mnli": _glue("mnli", _NLI, _MNLI_LABELS, test_split="validation_matched"),
+    "mnli": _glue("mnli", _NLI, _MNLI_LABELS, test_split="validation_matched",
+                  extra_test_splits=("validation_mismatched",)),
     "mnli-mm": _glue("mnli-mm", _NLI, _MNLI_LABELS, dataset="mnli", test_split="validation_mismatched"),
     "qnli": _glue("qnli", ("question", "sentence"), ("entailment", "not_entailment")),
     "rte": _glue("rte", _PAIR, ("entailment", "not_entailment")),

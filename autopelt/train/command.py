@@ -183,6 +183,7 @@ def summary(result: dict) -> str:
         f"{params['stored']:,} stored ({params['stored_pct']:.3f}%)",
         f"  dev       {_metrics(result['dev'])}  (best epoch {result['best_epoch']} of {result['epochs_run']:g})",
         f"  test      {_metrics(result['test'])}",
+        *(f"  test      {_metrics(values)}  ({split})" for split, values in result.get("extra_tests", {}).items()),
         f"  time      train {result['train_seconds']:.1f}s · eval {result['eval_seconds']:.1f}s · "
         f"other {result['overhead_seconds']:.1f}s · {result['examples_per_second']:.1f} examples/s · "
         f"peak memory {result['peak_memory_mb']:.0f} MB",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,7 @@ class TrialData:
     dev: Features
     test: Features
     protocol: dict  # sizes and seed, as the result reports them
+    extra_tests: dict[str, Features] = field(default_factory=dict)  # split -> features (MNLI mismatched)
 
 
 def resolve_task(settings: TrialSettings) -> Task:
@@ -32,8 +33,8 @@ def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -
     task = task or resolve_task(settings)
     if settings.data_dir and not Path(settings.data_dir).expanduser().is_dir():
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
-    splits = make_splits(load_task_splits(task, settings.data_dir), task, settings.protocol,
-                         seed=settings.split_seed, dev_size=settings.dev_size)
+    loaded = load_task_splits(task, settings.data_dir)
+    splits = make_splits(loaded, task, settings.protocol, seed=settings.split_seed, dev_size=settings.dev_size)
     train_rows = splits.train
     if settings.max_train_examples and settings.max_train_examples < len(train_rows):
         chosen = np.random.default_rng(settings.split_seed).permutation(len(train_rows))[: settings.max_train_examples]
@@ -43,4 +44,6 @@ def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -
         return tokenize(list(rows), task, tokenizer, settings.max_length, cache_dir=settings.cache_dir)
 
     protocol = {**splits.info, "train_size": len(train_rows)}
-    return TrialData(task, features(train_rows), features(splits.dev), features(splits.test), protocol)
+    extra = {split: features(loaded[split]) for split in task.extra_test_splits}
+    protocol.update({f"{split}_size": len(loaded[split]) for split in task.extra_test_splits})
+    return TrialData(task, features(train_rows), features(splits.dev), features(splits.test), protocol, extra)

@@ -30,8 +30,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     started = time.perf_counter()
     result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
               "model": settings.model, "seed": settings.seed, "protocol": None, "metric": None, "dev": None,
-              "test": None, "dev_metric": None, "params": None, "peak_memory_mb": None, "gates": None,
-              "delta_dir": None, "settings": settings.to_dict()}
+              "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
+              "gates": None, "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
     try:
         _run(settings, result, outcome, report, on_step)
@@ -85,6 +85,8 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         started = time.perf_counter()
         dtype = devices.autocast_dtype(device, settings.autocast)
         result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
+        for split, features in data.extra_tests.items():
+            result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
         if spec.is_gated:
             _, result["gates"] = evaluate(model, data.dev, task, settings, device, dtype, gates=True)
         result["eval_seconds"] = trained.eval_seconds + time.perf_counter() - started
