@@ -36,8 +36,9 @@ def result_attrs(result: dict, fidelity: int, max_fidelity: int) -> dict:
         "max_fidelity": max_fidelity,
         "full_fidelity": True,
     }
-    if result.get("gates"):
-        attrs["gates"] = result["gates"]
+    for key in ("gates", "extra_tests"):
+        if result.get(key):
+            attrs[key] = result[key]
     for key in ("train_seconds", "examples_per_second", "peak_memory_mb", "best_epoch"):
         if isinstance(result.get(key), (int, float)):
             attrs[key] = result[key]
