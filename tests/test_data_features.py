@@ -197,3 +197,12 @@ def test_encode_in_chunks_equals_one_call(tokenizer, rte_rows, monkeypatch):
     chunked = encode(rte_rows, get_task("rte"), tokenizer, 64)
     for name, array in whole.to_arrays().items():
         np.testing.assert_array_equal(chunked.to_arrays()[name], array)
+
+
+@pytest.mark.parametrize("picked", [[5, 0, 199, 5], [], list(range(200))[::-1]])
+def test_select_equals_tokenising_those_rows(tokenizer, rte_rows, picked):
+    whole = encode(list(rte_rows), get_task("rte"), tokenizer, 64)
+    direct = encode([rte_rows[i] for i in picked], get_task("rte"), tokenizer, 64)
+    chosen = whole.select(picked)
+    for name in ("ids", "offsets", "token_type_ids", "labels"):
+        np.testing.assert_array_equal(getattr(chosen, name), getattr(direct, name))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -225,6 +226,22 @@ def test_k_shot_rows_follow_data_seed_not_seed(make_settings, spy_splits):
     assert len(first[0]) == 16 and len(first[1]) == 48
     assert first == same_data_seed == seed_as_data_seed
     assert first[0] != other_data_seed[0] and first[2] == other_data_seed[2]
+
+
+def test_other_seeds_and_k_reuse_the_tokenised_splits(make_settings, tiny_model_dir):
+    """Whole splits are tokenised once; a protocol picks its rows from them (no new cache entries)."""
+    from pathlib import Path
+
+    from autopelt.models import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    settings = make_settings(protocol=16, data_seed=0)
+    first = prepare_data(settings, tokenizer)
+    entries = sorted((Path(settings.cache_dir) / "features").glob("*"))
+    other = prepare_data(make_settings(protocol=8, data_seed=1, max_train_examples=4), tokenizer)
+    assert sorted((Path(settings.cache_dir) / "features").glob("*")) == entries
+    assert (len(first.train), len(other.train), len(first.test)) == (16, 4, 32)
+    assert not np.array_equal(first.train.ids, other.train.ids)
 
 
 def test_max_train_examples_subsamples_train_only(make_settings):

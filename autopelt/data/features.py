@@ -45,6 +45,20 @@ class Features:
         """The token ids of one row."""
         return self.ids[self.offsets[index] : self.offsets[index + 1]]
 
+    def select(self, indices) -> "Features":
+        """Rows `indices`, in that order (a protocol's subset of a tokenised split)."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        lengths = self.lengths[indices]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        # position of every kept token in the flat arrays: its row's old start plus its place in the row
+        gather = np.repeat(self.offsets[indices] - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return Features(
+            ids=self.ids[gather], offsets=offsets,
+            token_type_ids=None if self.token_type_ids is None else self.token_type_ids[gather],
+            labels=None if self.labels is None else self.labels[indices], pad_id=self.pad_id,
+            regression=self.regression,
+        )
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Named arrays for the cache (absent parts left out)."""
         arrays = {"ids": self.ids, "offsets": self.offsets, "pad_id": np.array(self.pad_id),

@@ -40,10 +40,18 @@ def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -
         chosen = np.random.default_rng(settings.split_seed).permutation(len(train_rows))[: settings.max_train_examples]
         train_rows = tuple(train_rows[i] for i in sorted(chosen))
 
+    # Whole splits are tokenised (once per task, tokenizer and max length: the cache key is their content), and
+    # a protocol's rows are picked from them, so other seeds, K and subsets reuse the same cache entries.
+    tokenised = {split: tokenize(rows, task, tokenizer, settings.max_length, cache_dir=settings.cache_dir)
+                 for split, rows in loaded.items()}
+    position = {id(row): (split, i) for split, rows in loaded.items() for i, row in enumerate(rows)}
+
     def features(rows) -> Features:
-        return tokenize(list(rows), task, tokenizer, settings.max_length, cache_dir=settings.cache_dir)
+        places = [position[id(row)] for row in rows]  # the protocols hand out the loaded row objects themselves
+        split = places[0][0] if places else task.train_split
+        return tokenised[split].select([i for _, i in places])
 
     protocol = {**splits.info, "train_size": len(train_rows)}
-    extra = {split: features(loaded[split]) for split in task.extra_test_splits}
+    extra = {split: tokenised[split] for split in task.extra_test_splits}
     protocol.update({f"{split}_size": len(loaded[split]) for split in task.extra_test_splits})
     return TrialData(task, features(train_rows), features(splits.dev), features(splits.test), protocol, extra)
