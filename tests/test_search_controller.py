@@ -296,3 +296,33 @@ def test_autocast_reaches_the_trial_settings(tmp_path):
     config = control._config(0, {"methods": [{"method": "bitfit"}]}, {"epochs": 1}, str(tmp_path), None)
     known = {f.name for f in dataclasses.fields(TrialSettings)}
     assert TrialSettings.from_dict(settings_dict({**config, "device": "cpu"}, known)).autocast is True
+
+
+def test_a_search_on_your_own_data_carries_its_columns_to_every_trial(tmp_path):
+    from autopelt.search.trainer import settings_dict
+    from autopelt.train import TrialSettings
+
+    folder = tmp_path / "data" / "reviews"
+    folder.mkdir(parents=True)
+    for split in ("train", "validation"):
+        (folder / f"{split}.jsonl").write_text('{"review": "fine", "sentiment": "pos"}\n' * 4)
+    own = {"text_columns": ["review"], "label_column": "sentiment", "label_names": ["neg", "pos"]}
+    options = SearchOptions(task="reviews", custom_task=own, data_dir=str(tmp_path / "data"),
+                            storage=f"sqlite:///{tmp_path}/s.db", cpus_per_trial=1)
+    plan = prepare(options, **fakes.injected())
+    assert (plan.task, plan.metric, plan.num_labels) == ("reviews", "accuracy", 2)
+    control = Controller(open_study(plan), plan)
+    config = control._config(0, {"methods": [{"method": "bitfit"}]}, {"epochs": 1}, str(tmp_path), None)
+    known = {f.name for f in dataclasses.fields(TrialSettings)}
+    assert TrialSettings.from_dict(settings_dict(config, known)).custom_task == own
+
+
+def test_a_search_on_your_own_data_without_a_data_dir_is_one_line(tmp_path, monkeypatch, capsys):
+    from autopelt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTOPELT_DATA_DIR", raising=False)
+    assert main(["search", "--task", "reviews", "--text-columns", "review", "--num-labels", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--data-dir" in err, err
+    assert list(tmp_path.iterdir()) == []

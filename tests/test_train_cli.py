@@ -79,7 +79,7 @@ def test_a_preset_trains_at_its_own_learning_rate_unless_lr_is_given(tiny_model_
     assert learning_rate("--method", "lora") == 5e-4
 
 
-def test_own_data_with_text_labels(train, tmp_path):
+def test_own_data_with_text_labels(train, tmp_path, capsys):
     """A user's CSV with labels written as words: --text-columns and --label-names are all it takes."""
     import csv
     import random
@@ -100,6 +100,10 @@ def test_own_data_with_text_labels(train, tmp_path):
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok" and result["protocol"]["test_size"] == 16
     assert set(result["test"]) == {"accuracy", "f1_macro"}
+    # the delta remembers the task's columns and label names: predict needs nothing else
+    assert cli.main(["predict", "--delta", str(tmp_path / "out" / "delta"), "--text", "a b c d"]) == 0
+    predicted = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert predicted["label_name"] in ("neg", "pos")
 
 
 def test_train_k_shot_flag(train, tmp_path):

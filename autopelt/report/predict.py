@@ -24,6 +24,8 @@ def load_delta_model(delta_dir, model_name: str | None = None):
 def text_columns(header: dict) -> tuple[str, ...]:
     from autopelt.data import get_task
 
+    if header.get("text_columns"):  # saved with the delta (deltas of older versions lack them)
+        return tuple(header["text_columns"])
     task = header.get("task")
     return get_task(task).text_columns if task else ("sentence",)
 
@@ -60,6 +62,8 @@ def _rows(logits, names) -> list[dict]:
 def _label_names(header: dict) -> list[str] | None:
     from autopelt.data import get_task
 
+    if "label_names" in header:
+        return list(header["label_names"]) or None
     task = header.get("task")
     names = list(get_task(task).label_names) if task else []
     return names or None

@@ -166,7 +166,7 @@ class Controller:
             "task": plan.task, "model": plan.model, "metric": plan.metric,
             "spec": spec, "hparams": hparams, "epochs": hparams["epochs"], "seed": plan.options.seed,
             "protocol": plan.options.k or "full", "data_dir": plan.data_dir, "out_dir": result_dir,
-            "autocast": plan.options.autocast,
+            "autocast": plan.options.autocast, "custom_task": plan.options.custom_task,
         }
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:

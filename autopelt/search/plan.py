@@ -47,6 +47,7 @@ class SearchOptions:
     early_stopping: bool = True
     sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
     autocast: bool = False  # mixed precision in trials that run on CUDA
+    custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
 
 
 @dataclass
@@ -103,7 +104,7 @@ def prepare(
     budget = parse_budget(options.budget)
     param_limit = parse_max_params(options.max_params)
     _check_numbers(options)
-    task = _task(options.task)
+    task = _task(options.task, options.custom_task)
     model = _model(options.model, model_config)
     if model_config is None:
         from autopelt.models import load_config
@@ -149,10 +150,10 @@ def _check_numbers(options: SearchOptions) -> None:
         raise UserError(f"--sampler must be tpe or random, not {options.sampler!r}")
 
 
-def _task(name: str):
-    from autopelt.data import get_task
+def _task(name: str, custom: dict | None):
+    from autopelt.data import custom_task, get_task
 
-    return get_task(name)
+    return custom_task(name, **custom) if custom else get_task(name)
 
 
 def _model(name: str | None, model_config) -> str:

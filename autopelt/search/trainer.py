@@ -6,8 +6,8 @@ import dataclasses
 from typing import Callable
 
 # config keys that are trial settings as they are (the rest of a settings record comes from `hparams`)
-_DIRECT = ("task", "spec", "model", "data_dir", "protocol", "seed", "epochs", "threads", "device", "autocast",
-           "out_dir")
+_DIRECT = ("task", "custom_task", "spec", "model", "data_dir", "protocol", "seed", "epochs", "threads", "device",
+           "autocast", "out_dir")
 
 
 def settings_dict(config: dict, known: set[str]) -> dict:

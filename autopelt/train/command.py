@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 
+from autopelt.data.own_task import add_own_data_arguments, own_task_fields
 from autopelt.errors import UserError
 
 
@@ -31,12 +32,7 @@ def add_arguments(parser) -> None:
     fields = parser.add_argument_group("method fields (with --method; see `autopelt methods`)")
     for name in _method_fields():
         fields.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE")
-    own = parser.add_argument_group("your own data (with --task NAME and --data-dir DIR holding DIR/NAME/train.jsonl …)")
-    own.add_argument("--text-columns", help="one or two text columns, comma-separated (e.g. premise,hypothesis)")
-    own.add_argument("--label-column", default="label")
-    own.add_argument("--num-labels", type=int, help="number of classes (classification)")
-    own.add_argument("--label-names", help="class names in id order, comma-separated, for text labels (neg,pos)")
-    own.add_argument("--regression", action="store_true", help="a real-valued label (metric: Pearson)")
+    add_own_data_arguments(parser)
     parser.add_argument("--model", help="base model folder or hub id (default: all-MiniLM-L6-v2)")
     parser.add_argument("--data-dir", default=os.environ.get("AUTOPELT_DATA_DIR"),
                         help="local data: DIR/<task>/<split>.jsonl|csv|parquet (env AUTOPELT_DATA_DIR)")
@@ -72,7 +68,7 @@ def run(args) -> int:
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     learning_rate = args.lr if args.lr is not None else preset_learning_rate(args.preset) if args.preset else 5e-4
     settings = TrialSettings(
-        task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
+        task=args.task, spec=spec, custom_task=own_task_fields(args), model=args.model, data_dir=args.data_dir,
         protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=learning_rate, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
@@ -120,18 +116,6 @@ def _convert(name: str, text: str, field: dataclasses.Field):
             except ValueError:
                 raise UserError(f"--{name.replace('_', '-')} takes a number, not {text!r}") from None
     return text
-
-
-def custom_task_fields(args) -> dict | None:
-    if not args.text_columns:
-        if args.num_labels or args.regression or args.label_names:
-            raise UserError("--num-labels/--label-names/--regression describe your own data: add --text-columns too")
-        return None
-    fields = {"text_columns": [c.strip() for c in args.text_columns.split(",")], "label_column": args.label_column}
-    if args.regression:
-        return {**fields, "regression": True}
-    names = [n.strip() for n in args.label_names.split(",")] if args.label_names else None
-    return {**fields, "num_labels": args.num_labels, "label_names": names}
 
 
 def _check_inputs(settings) -> None:

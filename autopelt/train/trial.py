@@ -93,7 +93,12 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     result["peak_memory_mb"] = memory.mb
     if settings.out_dir:
         result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                   metadata={"base_model": model_name, "task": task.name}))
+                                                   metadata={"base_model": model_name, **task_metadata(task)}))
+
+
+def task_metadata(task) -> dict:
+    """What `autopelt predict` needs of the task: its name, and for your own data its columns and labels."""
+    return {"task": task.name, "text_columns": list(task.text_columns), "label_names": list(task.label_names)}
 
 
 def _write_result(out_dir: Path, result: dict) -> None:
