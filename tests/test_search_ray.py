@@ -75,8 +75,9 @@ def test_a_search_end_to_end_records_failures_and_goes_on(tmp_path, ray_address)
 
     assert outcome.best.state == TrialState.COMPLETE
     assert outcome.best.value == max(t.value for t in by_state(study, TrialState.COMPLETE))
-    trial_lines = [line for line in lines if line.lstrip().startswith("#")]
+    trial_lines = [line for line in lines if line.lstrip().startswith("#") and "… epoch" not in line]
     assert len(trial_lines) == 7  # one per trained or failed trial
+    assert any("… epoch 1/" in line for line in lines)  # and running trials show their epochs
     assert any(line.startswith("best: #") for line in lines)
     assert any(f"autopelt export --study {outcome.plan.study_name}" in line for line in lines)
 

@@ -50,7 +50,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print, *
     with ray_session(plan):  # before the study: an unreachable cluster is bad input too
         study = open_study(plan)
         view = LiveView(study, plan, echo)
-        controller = Controller(study, plan, on_record=view.on_record)
+        controller = Controller(study, plan, on_record=view.on_record, on_progress=view.on_progress)
         queued = controller.start()
         view.header(queued, controller.requeued)
         interrupted = False
