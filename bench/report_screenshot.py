@@ -1,10 +1,11 @@
 """Write docs/report.png, the README's picture of `autopelt report`, and print what it measured.
 
     python bench/report_screenshot.py [--out docs/report.png] [--extra 30] [--width 1280]
+    python bench/report_screenshot.py --storage sqlite:///work/bench.db --study bench-tpe-asha   # a real study
 
-Builds the synthetic example study (autopelt/report/report_example.py, plus `--extra` searched trials) in a
-temporary SQLite file, writes its report with `autopelt report`, opens it in headless Chromium
-(.ci/chromium.sh installs it) and saves a PNG of the whole page.
+Writes the report of a study with `autopelt report`, opens it in headless Chromium (.ci/chromium.sh installs
+it) and saves a PNG of the whole page. Without --storage, the study is the synthetic example
+(autopelt/report/report_example.py, plus `--extra` searched trials) in a temporary SQLite file.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "report.png")
     parser.add_argument("--extra", type=int, default=30, help="searched trials beyond the example's core ones")
     parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--storage", help="a real study's database URL (with --study)")
+    parser.add_argument("--study", help="the study's name")
     args = parser.parse_args()
 
     import optuna
@@ -35,11 +38,13 @@ def main() -> int:
         return 1
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="autopelt-screenshot-") as scratch:
-        url = f"sqlite:///{scratch}/example.db"
-        report_example.build(url, extra=args.extra)
-        html = Path(scratch) / "example.html"
+        url, study = args.storage, args.study
+        if not url:
+            url, study = f"sqlite:///{scratch}/example.db", report_example.STUDY
+            report_example.build(url, extra=args.extra)
+        html = Path(scratch) / "report.html"
         started = time.monotonic()
-        report_command.run(argparse.Namespace(study=report_example.STUDY, storage=url, out=html, top=10))
+        report_command.run(argparse.Namespace(study=study, storage=url, out=html, top=10))
         render_seconds = time.monotonic() - started
         with report_browser.chromium(width=args.width) as driver:
             started = time.monotonic()
