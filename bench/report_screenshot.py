@@ -27,6 +27,8 @@ def main() -> int:
     parser.add_argument("--storage", help="a real study's database URL (with --study)")
     parser.add_argument("--study", help="the study's name")
     args = parser.parse_args()
+    if bool(args.storage) != bool(args.study):
+        parser.error("--storage and --study go together")
 
     import optuna
 
