@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 STRATEGIES = {  # name -> extra `autopelt search` flags
@@ -39,32 +40,39 @@ def run_search(name: str, flags: list[str], budget: str, args, storage: str, out
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL if not args.verbose else None)
 
 
-def run_baselines(name: str, args, storage: str, out: Path) -> None:
-    """Queue and run the baselines in `name`'s study: a trial budget of the trials it holds plus the baselines."""
+def run_baselines(name: str, args, storage: str, out: Path) -> datetime:
+    """Queue and run the baselines in `name`'s study; returns when that phase began (the search's end).
+
+    The trial budget counts a study's live trials (not failed), so it is those plus the baselines. A trial
+    the deadline cut in its first epoch was queued again; it runs here too, and is not the strategy's.
+    """
     import optuna
+    from optuna.trial import TrialState
 
     from autopelt.delta.presets import BASELINES
 
-    held = len(optuna.load_study(study_name=_study(name), storage=storage).trials)
-    run_search(name, STRATEGIES[name], str(held + len(BASELINES)), args, storage, out)
+    study = optuna.load_study(study_name=_study(name), storage=storage)
+    live = sum(t.state != TrialState.FAIL for t in study.trials)
+    began = datetime.now()  # Optuna's timestamps are local and naive too
+    run_search(name, STRATEGIES[name], str(live + len(BASELINES)), args, storage, out)
+    return began
 
 
 def _study(name: str) -> str:
     return "bench-" + name.replace("+", "-")
 
 
-def summarise(name: str, storage: str) -> dict:
+def summarise(name: str, storage: str, search_ended: datetime | None = None) -> dict:
     import optuna
     from optuna.trial import TrialState
 
     study = optuna.load_study(study_name=_study(name), storage=storage)
     baselines = {t.user_attrs["baseline"]: t for t in study.trials
                  if t.user_attrs.get("baseline") and t.state == TrialState.COMPLETE}
-    # the search's own trials: a trial the deadline cut in its first epoch is re-queued and may run in the
-    # baseline phase, after the strategy's budget; it is not the strategy's
-    cutoff = min((t.datetime_start for t in baselines.values()), default=None)
+    # the search's own trials: not the baselines, nor anything that started after the search's budget
     finished = sorted((t for t in study.trials if t.datetime_complete and not t.user_attrs.get("baseline")
-                       and (cutoff is None or t.datetime_start < cutoff)), key=lambda t: t.datetime_complete)
+                       and (search_ended is None or t.datetime_start < search_ended)),
+                      key=lambda t: t.datetime_complete)
     curve, spent, best = [], 0.0, None
     for trial in finished:
         spent += (trial.datetime_complete - trial.datetime_start).total_seconds()
@@ -165,11 +173,10 @@ def main() -> None:
     print(f"studies in {storage}", flush=True)  # kept: a failed run can still be read
     for name in names:
         run_search(name, [*STRATEGIES[name], "--no-baselines"], f"{args.minutes}m", args, storage, work)
-    if args.baselines:
-        run_baselines(names[0], args, storage, work)
+    ended = {names[0]: run_baselines(names[0], args, storage, work)} if args.baselines else {}
     print(f"{args.task} · K={args.k} · space {args.space} · {args.epochs} epochs per trial · "
           f"{args.minutes} min per strategy · seed {args.seed}")
-    print_summary([summarise(name, storage) for name in names], get_task(args.task).metric)
+    print_summary([summarise(name, storage, ended.get(name)) for name in names], get_task(args.task).metric)
 
 
 if __name__ == "__main__":

@@ -199,7 +199,12 @@ def test_encode_in_chunks_equals_one_call(tokenizer, rte_rows, monkeypatch):
         np.testing.assert_array_equal(chunked.to_arrays()[name], array)
 
 
-@pytest.mark.parametrize("picked", [[5, 0, 199, 5], [], list(range(200))[::-1]])
+def test_select_of_no_rows_is_empty(tokenizer, rte_rows):
+    none = encode(list(rte_rows), get_task("rte"), tokenizer, 64).select([])
+    assert len(none) == 0 and none.offsets.tolist() == [0] and len(none.ids) == len(none.labels) == 0
+
+
+@pytest.mark.parametrize("picked", [[5, 0, 199, 5], [7], list(range(200))[::-1]])
 def test_select_equals_tokenising_those_rows(tokenizer, rte_rows, picked):
     whole = encode(list(rte_rows), get_task("rte"), tokenizer, 64)
     direct = encode([rte_rows[i] for i in picked], get_task("rte"), tokenizer, 64)

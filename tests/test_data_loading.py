@@ -58,6 +58,13 @@ def test_mnli_matched_and_mismatched_share_a_folder(tmp_path):
     assert matched["train"] == mismatched["train"]
 
 
+def test_a_local_mnli_without_mismatched_still_loads(tmp_path):
+    write_task(tmp_path, get_task("mnli"), {"train": 6, "validation_matched": 3})
+    assert set(load_task_splits("mnli", tmp_path)) == {"train", "validation_matched"}
+    with pytest.raises(UserError, match="no validation_mismatched split"):
+        load_task_splits("mnli-mm", tmp_path)  # there it is the test set
+
+
 def test_stsb_regression_labels_load_as_floats(tmp_path):
     written = write_task(tmp_path, get_task("stsb"), {"train": 5, "validation": 2})
     rows = load_task_splits("stsb", tmp_path)

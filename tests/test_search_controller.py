@@ -275,7 +275,8 @@ def test_a_trial_of_another_machine_is_interrupted_once_its_heartbeat_is_stale(t
 
 
 @pytest.mark.parametrize("gpus, workers, address, expected", [
-    (0, 1, None, 0), (1, 1, None, 1), (1, 2, None, 0.5), (4, 2, None, 1), (4, 1, "10.0.0.1:6379", 0)])
+    (0, 1, None, 0), (1, 1, None, 1), (1, 2, None, 0.5), (4, 2, None, 1), (2, 3, None, 0.5),
+    (4, 1, "10.0.0.1:6379", 0)])
 def test_a_gpu_machine_trains_on_its_gpus_without_a_flag(tmp_path, monkeypatch, gpus, workers, address, expected):
     from autopelt.search import plan as plan_module
 

@@ -18,12 +18,14 @@ DATA_DIR_ENV = "AUTOPELT_DATA_DIR"
 
 
 def load_task_splits(task: str | Task, data_dir: str | Path | None = None, splits=None) -> dict[str, list[dict]]:
-    """Split name -> rows for `task` (default splits: its train and test splits), checked for its columns."""
+    """Split name -> rows for `task`, checked for its columns. Default splits: its train and test splits, and
+    its extra test splits (MNLI mismatched) where present: a local folder may leave those out."""
     task = get_task(task)
     wanted = tuple(splits or (task.train_split, task.test_split, *task.extra_test_splits))
+    optional = () if splits else task.extra_test_splits
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV) or None
     if data_dir:
-        rows = _load_local(task, Path(data_dir).expanduser(), wanted)
+        rows = _load_local(task, Path(data_dir).expanduser(), wanted, optional)
     else:
         rows = _load_hub(task, wanted)
     for split, split_rows in rows.items():
@@ -31,13 +33,15 @@ def load_task_splits(task: str | Task, data_dir: str | Path | None = None, split
     return rows
 
 
-def _load_local(task: Task, data_dir: Path, splits: tuple[str, ...]) -> dict[str, list[dict]]:
+def _load_local(task: Task, data_dir: Path, splits: tuple[str, ...], optional=()) -> dict[str, list[dict]]:
     folder = data_dir / task.dataset
     if not folder.is_dir():
         raise UserError(f"no folder {folder} for task {task.name!r}; expected {_expected_files(task, folder)}")
     rows = {}
     for split in splits:
         path = find_split_file(folder, split)
+        if path is None and split in optional:
+            continue
         if path is None:
             raise UserError(f"task {task.name!r}: no {split} split in {folder} (expected {split}.jsonl|csv|parquet)")
         rows[split] = read_rows(path)

@@ -63,12 +63,12 @@ class _Running:
 
 class Controller:
     def __init__(self, study: optuna.Study, plan: SearchPlan, on_record: Callable[[FrozenTrial], None] | None = None,
-                 on_progress: Callable[[int, int, float | None], None] | None = None):
+                 on_progress: Callable[[int, int, int, float | None], None] | None = None):
         self.study = study
         self.plan = plan
         self.owner = recovery.Owner.current()
         self.on_record = on_record or (lambda trial: None)
-        self.on_progress = on_progress or (lambda number, epoch, value: None)  # (trial, epoch, dev metric)
+        self.on_progress = on_progress or (lambda *event: None)  # (trial, epoch, of epochs, dev metric)
         self.running: dict[int, _Running] = {}
         self.started = time.monotonic()
         self.rejected = 0  # over --max-params, this process
@@ -194,7 +194,7 @@ class Controller:
         value = event.get("dev_metric")
         if is_finite(value):
             run.intermediate[epoch] = float(value)
-        self.on_progress(number, epoch, float(value) if is_finite(value) else None)
+        self.on_progress(number, epoch, run.max_fidelity, float(value) if is_finite(value) else None)
         try:
             if not self._multi and is_finite(value):  # Optuna keeps intermediate values of single objectives
                 run.trial.report(float(value), step=epoch)

@@ -8,6 +8,7 @@ run a search on a synthetic objective.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,7 +260,7 @@ def _gpus_per_trial(options: SearchOptions) -> float:
     if options.ray_address:
         return 0
     gpus = _local_gpus()
-    return min(1.0, gpus / options.workers) if gpus else 0
+    return 1 / math.ceil(options.workers / gpus) if gpus else 0  # shares that fit whole on each GPU
 
 
 def _check_local_resources(options: SearchOptions, cpus_per_trial: float) -> None:

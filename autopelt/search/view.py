@@ -49,13 +49,13 @@ class LiveView:
         self.echo(f"{'#' + str(trial.number):>6}  {_summary(trial):<{SUMMARY_WIDTH}} {_pct(trial):>8}  "
                   f"{_outcome(trial):<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
 
-    def on_progress(self, number: int, epoch: int, value: float | None) -> None:
+    def on_progress(self, number: int, epoch: int, epochs: int, value: float | None) -> None:
         """An epoch of a running trial, so a long trial is not silence (the final line comes from on_record)."""
-        if epoch >= self.plan.epochs:
+        if epoch >= epochs:
             return
         elapsed = time.monotonic() - self.started
         dev = f"{value:.4f}" if value is not None else "-"
-        self.echo(f"{'#' + str(number):>6}  {'… epoch ' + str(epoch) + '/' + str(self.plan.epochs):<{SUMMARY_WIDTH}} "
+        self.echo(f"{'#' + str(number):>6}  {'… epoch ' + str(epoch) + '/' + str(epochs):<{SUMMARY_WIDTH}} "
                   f"{'':>8}  {dev:<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
 
     def _best(self) -> str:

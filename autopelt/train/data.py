@@ -52,6 +52,6 @@ def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -
         return tokenised[split].select([i for _, i in places])
 
     protocol = {**splits.info, "train_size": len(train_rows)}
-    extra = {split: tokenised[split] for split in task.extra_test_splits}
-    protocol.update({f"{split}_size": len(loaded[split]) for split in task.extra_test_splits})
+    extra = {split: tokenised[split] for split in task.extra_test_splits if split in loaded}
+    protocol.update({f"{split}_size": len(loaded[split]) for split in extra})
     return TrialData(task, features(train_rows), features(splits.dev), features(splits.test), protocol, extra)
