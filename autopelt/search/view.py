@@ -45,18 +45,17 @@ class LiveView:
     def on_record(self, trial: FrozenTrial) -> None:
         if trial.state in TRAINED:
             self.mine += 1
-        elapsed = time.monotonic() - self.started
-        self.echo(f"{'#' + str(trial.number):>6}  {_summary(trial):<{SUMMARY_WIDTH}} {_pct(trial):>8}  "
-                  f"{_outcome(trial):<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
+        self._line(trial.number, _summary(trial), _pct(trial), _outcome(trial))
 
     def on_progress(self, number: int, epoch: int, epochs: int, value: float | None) -> None:
         """An epoch of a running trial, so a long trial is not silence (the final line comes from on_record)."""
-        if epoch >= epochs:
-            return
+        if epoch < epochs:
+            self._line(number, f"… epoch {epoch}/{epochs}", "", f"{value:.4f}" if value is not None else "-")
+
+    def _line(self, number: int, delta: str, pct: str, outcome: str) -> None:
         elapsed = time.monotonic() - self.started
-        dev = f"{value:.4f}" if value is not None else "-"
-        self.echo(f"{'#' + str(number):>6}  {'… epoch ' + str(epoch) + '/' + str(epochs):<{SUMMARY_WIDTH}} "
-                  f"{'':>8}  {dev:<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
+        self.echo(f"{'#' + str(number):>6}  {delta:<{SUMMARY_WIDTH}} {pct:>8}  "
+                  f"{outcome:<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
 
     def _best(self) -> str:
         best = best_trial(self.study)
