@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autopelt import hub
 from autopelt.errors import UserError
 
 DEFAULT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -23,7 +24,8 @@ def default_model() -> str:
 
 
 def resolve_model(name_or_path: str | None) -> str:
-    """A model argument as given, or the default; a path that looks local must exist."""
+    """A model argument as given, or the default; a path that looks local must exist, and while the hub is out of
+    reach a hub id must be in the local cache."""
     if not name_or_path:
         return default_model()
     # a hub id is `name` or `org/name`; anything else (./x, /x, ~/x, a/b/c) can only be a folder
@@ -33,27 +35,45 @@ def resolve_model(name_or_path: str | None) -> str:
         return str(path)
     if looks_local:
         raise UserError(f"model folder {name_or_path} does not exist; pass a local model folder or a hub id")
+    _check_cached_while_offline(name_or_path)
     return name_or_path
+
+
+def _check_cached_while_offline(hub_id: str) -> None:
+    """With the hub out of reach, a hub id must be in the local cache: say so now, not after seconds of imports."""
+    offline = hub.unreachable()
+    if not offline:
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(hub_id, "config.json")
+    except ValueError:  # not a valid repo id (huggingface_hub's validation error is a ValueError)
+        cached = None
+    if not isinstance(cached, str):
+        raise UserError(f"cannot load model {hub_id!r} ({_cause(None, offline)}); pass a local model folder with --model")
 
 
 def load_config(name_or_path: str, num_labels: int):
     from transformers import AutoConfig
 
+    offline = _hub_unreachable(name_or_path)
     try:
-        return AutoConfig.from_pretrained(name_or_path, num_labels=num_labels)
+        return AutoConfig.from_pretrained(name_or_path, num_labels=num_labels, local_files_only=bool(offline))
     except OSError as error:
         raise UserError(
-            f"cannot load model {name_or_path!r} ({_first_line(error)}); pass a local model folder with --model"
+            f"cannot load model {name_or_path!r} ({_cause(error, offline)}); pass a local model folder with --model"
         ) from None
 
 
 def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
+    offline = _hub_unreachable(name_or_path)
     try:
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=bool(offline))
     except OSError as error:
-        raise UserError(f"cannot load the tokenizer of {name_or_path!r} ({_first_line(error)})") from None
+        raise UserError(f"cannot load the tokenizer of {name_or_path!r} ({_cause(error, offline)})") from None
 
 
 def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0):
@@ -63,6 +83,7 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     from transformers.utils import logging as hf_logging
 
     config = load_config(name_or_path, num_labels)
+    offline = _hub_unreachable(name_or_path)
     if problem_type:
         config.problem_type = problem_type
     torch.manual_seed(seed)  # the head's initialisation is part of the trial's seed
@@ -71,10 +92,10 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     hf_logging.disable_progress_bar()
     try:
         # a fine-tuned checkpoint's head may have another number of labels: it is replaced below anyway
-        model = AutoModelForSequenceClassification.from_pretrained(name_or_path, config=config,
-                                                                   ignore_mismatched_sizes=True)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            name_or_path, config=config, ignore_mismatched_sizes=True, local_files_only=bool(offline))
     except OSError as error:
-        raise UserError(f"cannot load model {name_or_path!r} ({_first_line(error)})") from None
+        raise UserError(f"cannot load model {name_or_path!r} ({_cause(error, offline)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
     _fresh_head(model, seed)
@@ -95,6 +116,18 @@ def _fresh_head(model, seed: int) -> None:
                 module.weight.normal_(0.0, std, generator=generator)
                 if module.bias is not None:
                     module.bias.zero_()
+
+
+def _hub_unreachable(name_or_path: str) -> str | None:
+    """Why a hub id cannot be fetched now (then it loads with `local_files_only`: the local cache answers at once,
+    where the hub client would retry an unreachable host for half a minute); None for a folder or a live hub."""
+    if Path(name_or_path).expanduser().exists():
+        return None
+    return hub.unreachable()
+
+
+def _cause(error: Exception | None, offline: str | None) -> str:
+    return f"the hub is unreachable ({offline}) and the local cache lacks it" if offline else _first_line(error)
 
 
 def _first_line(error: Exception) -> str:

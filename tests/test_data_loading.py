@@ -131,6 +131,14 @@ def test_custom_task_from_local_files(tmp_path):
 # --- the hub, monkeypatched: never the network ---
 
 
+@pytest.fixture
+def hub_answers(monkeypatch):
+    """The hub counts as reachable (the tests run with HF_HUB_OFFLINE=1); `_hub_load_dataset` is faked below."""
+    from autopelt import hub
+
+    monkeypatch.setattr(hub, "unreachable", lambda datasets=False: None)
+
+
 class FakeSplit:
     def __init__(self, rows):
         self.rows = rows
@@ -139,7 +147,7 @@ class FakeSplit:
         return list(self.rows)
 
 
-def test_hub_path_asks_for_nyu_mll_glue(monkeypatch):
+def test_hub_path_asks_for_nyu_mll_glue(hub_answers, monkeypatch):
     monkeypatch.delenv("AUTOPELT_DATA_DIR", raising=False)
     calls = []
     rows = synthetic_rows(get_task("mnli"), 4)
@@ -154,7 +162,7 @@ def test_hub_path_asks_for_nyu_mll_glue(monkeypatch):
     assert loaded == {"train": rows, "validation_mismatched": rows[:1]}
 
 
-def test_hub_rows_equal_local_rows_through_datasets(tmp_path, monkeypatch, glue_dir):
+def test_hub_rows_equal_local_rows_through_datasets(hub_answers, tmp_path, monkeypatch, glue_dir):
     datasets = pytest.importorskip("datasets")
     local = load_task_splits("rte", glue_dir)
     hub = datasets.DatasetDict({split: datasets.Dataset.from_list(rows[:20]) for split, rows in local.items()})
@@ -163,7 +171,7 @@ def test_hub_rows_equal_local_rows_through_datasets(tmp_path, monkeypatch, glue_
     assert load_task_splits("rte") == {split: rows[:20] for split, rows in local.items()}
 
 
-def test_no_data_anywhere_is_one_message_naming_both_ways(monkeypatch):
+def test_no_data_anywhere_is_one_message_naming_both_ways(hub_answers, monkeypatch):
     def offline(path, name):
         raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (OfflineModeIsEnabled)\nmore detail")
 

@@ -18,23 +18,24 @@ def run_cli(args, capsys):
     return code, err
 
 
+LOCAL = ["--data-dir", str(GLUE_DIR)]  # the tests run offline: without local data, that error would come first
 BAD_INPUTS = {
     "budget 0": (["--task", "rte", "--budget", "0"], "--budget must be at least 1 trial"),
     "malformed budget": (["--task", "rte", "--budget", "2 hours"], "--budget '2 hours'"),
     "unknown task": (["--task", "nosuchtask", "--budget", "3"], "unknown task 'nosuchtask'"),
-    "unknown space": (["--task", "rte", "--space", "nosuchspace"], "unknown search space 'nosuchspace'"),
+    "unknown space": (["--task", "rte", "--space", "nosuchspace", *LOCAL], "unknown search space 'nosuchspace'"),
     "missing model": (["--task", "rte", "--model", "./no/such/model"], "model folder ./no/such/model does not exist"),
     "bad max params": (["--task", "rte", "--max-params", "5x"], "--max-params '5x'"),
     "no workers": (["--task", "rte", "--workers", "0"], "--workers must be at least 1"),
     "more CPUs than the machine": (["--task", "rte", "--cpus-per-trial", "4096"], "--cpus-per-trial 4096, but"),
     "missing data dir": (["--task", "rte", "--data-dir", "./no/such/dir"], "--data-dir ./no/such/dir is not a folder"),
     "data dir without the task": (["--task", "rte", "--data-dir", "."], "--data-dir .: no rte/train.jsonl|csv|parquet"),
-    "storage folder missing": (["--task", "rte", "--storage", "sqlite:///no/such/dir/s.db"],
+    "storage folder missing": (["--task", "rte", "--storage", "sqlite:///no/such/dir/s.db", *LOCAL],
                                "--storage: folder no/such/dir does not exist"),
-    "not a URL": (["--task", "rte", "--storage", "autopelt.db"], "--storage 'autopelt.db' is not a database URL"),
-    "unreachable Ray cluster": (["--task", "rte", "--ray-address", "127.0.0.1:9", "--data-dir", str(GLUE_DIR)],
+    "not a URL": (["--task", "rte", "--storage", "autopelt.db", *LOCAL], "--storage 'autopelt.db' is not a database URL"),
+    "unreachable Ray cluster": (["--task", "rte", "--ray-address", "127.0.0.1:9", *LOCAL],
                                 "cannot reach the Ray cluster at 127.0.0.1:9 (Connection refused)"),
-    "unreachable database": (["--task", "rte", "--storage", "postgresql://nobody@127.0.0.1:9/none"],
+    "unreachable database": (["--task", "rte", "--storage", "postgresql://nobody@127.0.0.1:9/none", *LOCAL],
                              "cannot reach database postgresql+psycopg2://nobody@127.0.0.1:9/none: "),
 }
 
@@ -54,7 +55,7 @@ def test_malformed_space_file_is_refused(tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.yaml").write_text("methods:\n  lora:\n    rank: {choice: []}\ntrain:\n  learning_rate: 1e-3\n")
     (tmp_path / "unknown.yaml").write_text("methods:\n  sparse_magic: {}\ntrain:\n  learning_rate: 1e-3\n")
     for name in ("bad.yaml", "unknown.yaml"):
-        code, err = run_cli(["--task", "rte", "--space", name], capsys)
+        code, err = run_cli(["--task", "rte", "--space", name, *LOCAL], capsys)
         assert code == 2 and len(err) == 1 and err[0].startswith(f"autopelt: error: {name}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "unknown.yaml"]
 

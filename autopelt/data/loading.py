@@ -8,8 +8,10 @@ When a directory is given it is the only source, so a typo in it is an error, no
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
+from autopelt import hub
 from autopelt.data.files import find_split_file, read_rows
 from autopelt.data.tasks import Task, get_task
 from autopelt.errors import UserError
@@ -54,14 +56,27 @@ def _load_hub(task: Task, splits: tuple[str, ...]) -> dict[str, list[dict]]:
             f"task {task.name!r} has no hub dataset; pass --data-dir DIR with "
             f"{_expected_files(task, Path('DIR') / task.dataset)}, or set {DATA_DIR_ENV}=DIR"
         )
+    offline = check_hub_data(task)
     try:
-        dataset = _hub_load_dataset(task.hub_path, task.dataset)
+        with hub.datasets_offline() if offline else nullcontext():
+            dataset = _hub_load_dataset(task.hub_path, task.dataset)
     except Exception as error:  # offline, unreachable, missing package: every cause gets the same advice
-        raise UserError(_hub_failure_message(task, error)) from None
+        raise UserError(_hub_failure_message(task, f"{type(error).__name__}: {_first_line(error)}")) from None
     missing = [split for split in splits if split not in dataset]
     if missing:
         raise UserError(f"hub dataset {task.hub_path}/{task.dataset} has no split {missing[0]!r}")
     return {split: dataset[split].to_list() for split in splits}
+
+
+def check_hub_data(task: Task) -> bool:
+    """Whether the task must come from the `datasets` cache (the hub cannot be asked); UserError at once when it
+    cannot and the cache lacks it. Fast: offline mode, or one failed connection, decides (no client retries)."""
+    reason = hub.unreachable(datasets=True)
+    if reason is None:
+        return False
+    if not hub.datasets_cache_holds(task.hub_path, task.dataset):
+        raise UserError(_hub_failure_message(task, f"{reason}; not in the datasets cache either"))
+    return True
 
 
 def _hub_load_dataset(path: str, name: str):
@@ -70,10 +85,13 @@ def _hub_load_dataset(path: str, name: str):
     return datasets.load_dataset(path, name)
 
 
-def _hub_failure_message(task: Task, error: Exception) -> str:
-    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _hub_failure_message(task: Task, cause: str) -> str:
     return (
-        f"cannot load GLUE task {task.name!r}: the hub is unreachable ({type(error).__name__}: {cause}) "
+        f"cannot load GLUE task {task.name!r}: the hub is unreachable ({cause}) "
         f"and no local data was given; pass --data-dir DIR with "
         f"{_expected_files(task, Path('DIR') / task.dataset)}, or set {DATA_DIR_ENV}=DIR"
     )

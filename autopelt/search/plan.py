@@ -106,22 +106,28 @@ def prepare(
     param_limit = parse_max_params(options.max_params)
     _check_numbers(options)
     task = _task(options.task, options.custom_task)
+    data_dir = _data_dir(options.data_dir, task)
     model = _model(options.model, model_config)
+    cpus_per_trial = _cpus_per_trial(options)
+    _check_local_resources(options, cpus_per_trial)
+    hub_data = data_dir is None and trial_fn is None
+    if hub_data:  # offline, one line now: before seconds of imports (SQLAlchemy, torch, transformers) and retries
+        from autopelt.data.loading import check_hub_data
+
+        check_hub_data(task)
+    space = space if space is not None else _space(options.space)
+    storage = normalise_url(options.storage)
+    check_storage(storage)
     if model_config is None:
         from autopelt.models import load_config
 
         model_config = load_config(model, task.num_labels)
-    space = space if space is not None else _space(options.space)
-    data_dir = _data_dir(options.data_dir, task)
+    gpus_per_trial = _gpus_per_trial(options)
     count_fn, describe_fn = _delta_tools(count_fn, describe_fn)
     presets, baseline_names = _presets(baselines)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    cpus_per_trial, gpus_per_trial = _cpus_per_trial(options), _gpus_per_trial(options)
-    _check_local_resources(options, cpus_per_trial)
-    storage = normalise_url(options.storage)
-    check_storage(storage)
-    if data_dir is None and trial_fn is None:  # last: the slowest check (the hub client retries a dead host)
+    if hub_data:  # last: the slowest check (online, the task is downloaded here, once, for every trial)
         _check_hub_data(task)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,

@@ -55,7 +55,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from autopelt import delta
     from autopelt.delta.presets import PRESETS, preset_learning_rate
-    from autopelt.train import TrialSettings, run_trial
+    from autopelt.train import TrialSettings
 
     if args.preset:
         if args.preset not in PRESETS:
@@ -75,6 +75,8 @@ def run(args) -> int:
         device=args.device, autocast=args.autocast, out_dir=args.out,
     )
     _check_inputs(settings)
+    from autopelt.train import run_trial  # torch: only once the inputs are sound
+
     result = _with_progress(settings, run_trial)
     print(summary(result))
     return 0 if result["status"] == "ok" else 1
@@ -121,14 +123,17 @@ def _convert(name: str, text: str, field: dataclasses.Field):
 def _check_inputs(settings) -> None:
     """Fail in one line, before any training, on inputs that cannot work."""
     from autopelt.data import parse_protocol
+    from autopelt.data.loading import DATA_DIR_ENV, check_hub_data
     from autopelt.models import resolve_model
     from autopelt.train.data import resolve_task
 
-    resolve_task(settings)
+    task = resolve_task(settings)
     parse_protocol(settings.protocol)
     resolve_model(settings.model)
     if settings.data_dir and not os.path.isdir(settings.data_dir):
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
+    if not (settings.data_dir or os.environ.get(DATA_DIR_ENV)) and task.hub_path:
+        check_hub_data(task)  # offline: this one line, not a failed trial after seconds of imports
 
 
 def _with_progress(settings, run_trial) -> dict:
