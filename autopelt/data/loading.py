@@ -51,11 +51,6 @@ def _load_local(task: Task, data_dir: Path, splits: tuple[str, ...], optional=()
 
 
 def _load_hub(task: Task, splits: tuple[str, ...]) -> dict[str, list[dict]]:
-    if task.hub_path is None:
-        raise UserError(
-            f"task {task.name!r} has no hub dataset; pass --data-dir DIR with "
-            f"{_expected_files(task, Path('DIR') / task.dataset)}, or set {DATA_DIR_ENV}=DIR"
-        )
     offline = check_hub_data(task)
     try:
         with hub.datasets_offline() if offline else nullcontext():
@@ -71,6 +66,11 @@ def _load_hub(task: Task, splits: tuple[str, ...]) -> dict[str, list[dict]]:
 def check_hub_data(task: Task) -> bool:
     """Whether the task must come from the `datasets` cache (the hub cannot be asked); UserError at once when it
     cannot and the cache lacks it. Fast: offline mode, or one failed connection, decides (no client retries)."""
+    if task.hub_path is None:
+        raise UserError(
+            f"task {task.name!r} has no hub dataset; pass --data-dir DIR with "
+            f"{_expected_files(task, Path('DIR') / task.dataset)}, or set {DATA_DIR_ENV}=DIR"
+        )
     reason = hub.unreachable(datasets=True)
     if reason is None:
         return False

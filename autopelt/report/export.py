@@ -133,12 +133,14 @@ def _maybe_peft(folder: Path, result: dict) -> bool:
 
 
 def model_card(result: dict, metrics: dict, peft: bool) -> str:
+    from autopelt.models import model_name
+
     params = result.get("params") or {}
     lines = [
         f"# autopelt delta: {result.get('summary', '')}",
         "",
         f"- task: **{result.get('task')}** ({(result.get('protocol') or {}).get('name')} protocol)",
-        f"- base model: `{result.get('model')}`",
+        f"- base model: **{model_name(str(result.get('model')))}** (`{result.get('model')}`)",
         f"- stored parameters: {params.get('stored', 0):,} ({params.get('stored_pct', 0):.3f}% of the base model)",
         f"- dev: {_fmt(result.get('dev'))}; test (never used for selection): {_fmt(result.get('test'))}",
     ]

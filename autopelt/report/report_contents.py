@@ -9,6 +9,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
+from autopelt.models import model_name
 from autopelt.report.report_data import (
     Comparison, GateMap, HistoryPoint, Pareto, Row, baseline_comparison, best_trial, gate_maps, history, pareto,
     row, top_trials,
@@ -68,7 +69,7 @@ def header(study: optuna.Study, trials: list, metric: str, maximize: bool) -> He
     best = best_trial(trials, maximize)
     reasons = Counter(_first_line(t.user_attrs.get("fail_reason")) for t in trials if t.state == TrialState.FAIL)
     return Header(
-        study=study.study_name, task=str(attrs.get("task", "?")), model=str(attrs.get("model", "?")),
+        study=study.study_name, task=str(attrs.get("task", "?")), model=model_name(str(attrs.get("model", "?"))),
         space=str(attrs.get("space", "?")), metric=metric, maximize=maximize,
         protocol=protocol_text(attrs.get("protocol")),
         states={name: states[name] for name in STATE_ORDER if states[name]},

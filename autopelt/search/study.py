@@ -13,6 +13,7 @@ import zlib
 import optuna
 
 from autopelt.errors import UserError
+from autopelt.models import model_name
 from autopelt.search.plan import SearchPlan, model_short
 from autopelt.search.storage import hide_password, open_storage, sqlite_path
 
@@ -20,7 +21,8 @@ from autopelt.search.storage import hide_password, open_storage, sqlite_path
 def study_attrs(plan: SearchPlan) -> dict:
     return {
         "task": plan.task,
-        "model": plan.model,
+        "model": model_name(plan.model),  # shown by the report and the dashboard: a name, not a path
+        "model_path": plan.model,  # what the trials load
         "space": plan.space.name,
         "space_fingerprint": str(plan.space.fingerprint),
         "metric": plan.metric,
@@ -79,8 +81,8 @@ def check_same(study: optuna.Study, plan: SearchPlan) -> None:
         for key in ("task", "space_fingerprint", "protocol", "epochs")
         if key in stored and stored[key] != wanted[key]
     ]
-    if "model" in stored and model_short(stored["model"]) != model_short(plan.model):
-        differences.append(f"model {stored['model']!r} (now {plan.model!r})")
+    if "model" in stored and model_short(model_name(stored["model"])) != model_short(model_name(plan.model)):
+        differences.append(f"model {stored['model']!r} (now {model_name(plan.model)!r})")
     if [d.name.lower() for d in study.directions] != plan.directions:
         differences.append(f"{len(study.directions)} objective(s) (now {len(plan.directions)})")
     if differences:

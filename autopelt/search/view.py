@@ -13,9 +13,10 @@ from typing import Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autopelt.models import model_name
 from autopelt.search.budget import TrialBudget, format_duration
 from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
-from autopelt.search.plan import SearchPlan, model_short
+from autopelt.search.plan import SearchPlan
 from autopelt.search.storage import DEFAULT_STORAGE, hide_password
 
 SUMMARY_WIDTH = 34
@@ -32,7 +33,7 @@ class LiveView:
     def header(self, queued_baselines: list[str], requeued: int) -> None:
         plan = self.plan
         workers = f"{plan.options.workers} worker{'s' if plan.options.workers > 1 else ''}"
-        self.echo(f"study {plan.study_name} in {hide_password(plan.storage)}: {plan.task}, {model_short(plan.model)}, "
+        self.echo(f"study {plan.study_name} in {hide_password(plan.storage)}: {plan.task}, {model_name(plan.model)}, "
                   f"space {plan.space.name}, budget {plan.budget}, {workers}")
         done = sum(t.state in TRAINED for t in self.study.get_trials(deepcopy=False))
         if done or requeued:

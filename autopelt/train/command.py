@@ -134,7 +134,7 @@ def _check_inputs(settings) -> None:
     resolve_model(settings.model)
     if settings.data_dir and not os.path.isdir(settings.data_dir):
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
-    if not (settings.data_dir or os.environ.get(DATA_DIR_ENV)) and task.hub_path:
+    if not (settings.data_dir or os.environ.get(DATA_DIR_ENV)):
         check_hub_data(task)  # offline: this one line, not a failed trial after seconds of imports
 
 
