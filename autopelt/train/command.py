@@ -76,10 +76,10 @@ def run(args) -> int:
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, autocast=args.autocast, out_dir=args.out,
     )
-    _check_inputs(settings)
+    check_inputs(settings)
     from autopelt.train import run_trial  # torch: only once the inputs are sound
 
-    result = _with_progress(settings, run_trial)
+    result = with_progress(settings, run_trial)
     print(summary(result))
     return 0 if result["status"] == "ok" else 1
 
@@ -122,7 +122,7 @@ def _convert(name: str, text: str, field: dataclasses.Field):
     return text
 
 
-def _check_inputs(settings) -> None:
+def check_inputs(settings) -> None:
     """Fail in one line, before any training, on inputs that cannot work."""
     from autopelt.data import parse_protocol
     from autopelt.data.loading import DATA_DIR_ENV, check_hub_data
@@ -142,7 +142,7 @@ def _check_inputs(settings) -> None:
 QUIET_LINE_SECONDS = 300.0
 
 
-def _with_progress(settings, run_trial, terminal: bool | None = None) -> dict:
+def with_progress(settings, run_trial, terminal: bool | None = None) -> dict:
     """A progress bar on a terminal; elsewhere one line per evaluation (each epoch), and one per
     QUIET_LINE_SECONDS within a long epoch, so a log file holds lines, not a bar's carriage returns."""
     terminal = sys.stderr.isatty() if terminal is None else terminal

@@ -1,0 +1,101 @@
+"""The README's "From Python" examples, run as written, on a tiny model and data in place of their first
+assignment: a real search (Ray, real trials) -> export -> load with the logits `autopelt predict` computes,
+and the Hugging Face Trainer example."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from tinymodels import sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
+
+from autopelt.cli import main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks(section: str) -> list[str]:
+    text = README.read_text()
+    start = text.index(f"\n## {section}\n")
+    end = text.index("\n## ", start + 1)
+    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
+
+
+def run_example(block: str, name: str, value: str, cwd: Path, monkeypatch) -> dict:
+    """Exec `block` in `cwd` with its first assignment (to `name`) replaced by `name = value`."""
+    first = re.search(r"^(\w+) = .*$", block, flags=re.M)
+    assert first and first.group(1) == name, f"the example's first assignment is no longer `{name} = …`"
+    monkeypatch.chdir(cwd)
+    namespace: dict = {}
+    exec(compile(block[: first.start()] + f"{name} = {value}" + block[first.end():], str(README), "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def examples():
+    blocks = python_blocks("From Python")
+    assert len(blocks) == 2, "the README's From Python section has a search example and a Trainer example"
+    return blocks
+
+
+ROWS = [{"sentence": "the movie was good and long"}, {"sentence": "a bad night"}, {"sentence": "good good plot"}]
+
+
+def test_search_export_load_gives_the_logits_predict_computes(examples, tiny_model_dir, sst2_dir, tmp_path,
+                                                               monkeypatch, capsys):
+    tiny = (f'dict(task="sst2", budget=2, model="{tiny_model_dir}", data_dir="{sst2_dir}", space="tiny", '
+            f'baselines=False, storage="sqlite:///{tmp_path}/study.db", out="{tmp_path}/runs")')
+    done = run_example(examples[0], "options", tiny, tmp_path, monkeypatch)
+    outcome, model, best = done["outcome"], done["model"], done["best"]
+    assert outcome.best is not None and best == Path("best/") and (tmp_path / "best" / "delta.json").is_file()
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+
+    from transformers import AutoTokenizer
+
+    from autopelt.report.predict import load_delta_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    batch = tokenizer([row["sentence"] for row in ROWS], padding=True, return_tensors="pt")
+    predict_model, _ = load_delta_model(tmp_path / "best")  # what `autopelt predict` runs
+    import autopelt
+
+    merged = autopelt.load(None, tmp_path / "best", merge=True)
+    with torch.no_grad():
+        ours, theirs, ours_merged = model(**batch).logits, predict_model(**batch).logits, merged(**batch).logits
+    assert torch.equal(ours_merged, theirs)  # the same operations: bit for bit
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)  # unmerged LoRA differs in rounding only
+
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    capsys.readouterr()
+    assert main(["predict", "--delta", str(tmp_path / "best"), "--input", str(tmp_path / "rows.jsonl")]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [p["probabilities"] for p in printed] == [[round(float(x), 6) for x in row] for row in ours.softmax(-1)]
+    assert done["probabilities"].shape == (1, 2)
+
+
+def test_the_trainer_example_trains_the_delta_and_reloads_it(examples, tiny_model_dir, tmp_path, monkeypatch):
+    import autopelt
+    from transformers import AutoModelForSequenceClassification
+
+    done = run_example(examples[1], "base", f'"{tiny_model_dir}"', tmp_path, monkeypatch)
+    model, reloaded, tokenizer = done["model"].eval(), done["reloaded"], done["tokenizer"]
+    batch = tokenizer(["a gripping film", "a dull mess"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, reloaded(**batch).logits)
+
+    # the same delta before training (its weights come from apply's seed), beside the trained one
+    start = autopelt.apply(AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2),
+                           "unipelt_apl")
+    trained = dict(model.named_parameters())
+    delta_names = [n for n, p in start.named_parameters() if p.requires_grad and not n.startswith("classifier.")]
+    moved = [n for n in delta_names if not torch.equal(start.get_parameter(n), trained[n])]
+    assert len(moved) == len(delta_names) > 0
+    frozen = [n for n, p in start.named_parameters() if not p.requires_grad]
+    assert frozen and all(torch.equal(start.get_parameter(n), trained[n]) for n in frozen)
+
+    header = json.loads((tmp_path / "my-delta" / "delta.json").read_text())
+    assert header["label_names"] == ["negative", "positive"] and header["base_model"] == str(tiny_model_dir)
+    assert autopelt.load(None, tmp_path / "my-delta").config.num_labels == 2
