@@ -29,12 +29,8 @@ def endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
 
 
-def offline_mode(datasets: bool = False) -> bool:
-    """The user said offline (`HF_HUB_OFFLINE`/`TRANSFORMERS_OFFLINE`; for data sets also `HF_DATASETS_OFFLINE`)."""
-    return _offline_variable(datasets) is not None
-
-
 def _offline_variable(datasets: bool) -> str | None:
+    """The variable by which the user said offline (for data sets `HF_DATASETS_OFFLINE` counts too), or None."""
     names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") + (("HF_DATASETS_OFFLINE",) if datasets else ())
     return next((name for name in names if os.environ.get(name, "").strip().upper() in _TRUE), None)
 

@@ -76,7 +76,9 @@ def _check_cached_while_offline(hub_id: str) -> None:
     except ValueError:  # not a valid repo id (huggingface_hub's validation error is a ValueError)
         cached = None
     if not isinstance(cached, str):
-        raise UserError(f"cannot load model {hub_id!r} ({_cause(None, offline)}); pass a local model folder with --model")
+        raise UserError(
+            f"cannot load model {hub_id!r} ({_cause(None, offline)}); pass a local model folder with --model"
+        )
 
 
 def load_config(name_or_path: str, num_labels: int):

@@ -132,14 +132,16 @@ def test_a_failed_trial_raises_with_its_result(make_settings):
 
 
 BAD = {
-    "apply twice": (lambda m, d: autopelt.apply(autopelt.apply(m, "lora"), "lora"), "already carries an autopelt delta"),
+    "apply twice": (lambda m, d: autopelt.apply(autopelt.apply(m, "lora"), "lora"),
+                    "already carries an autopelt delta"),
     "unknown preset or file": (lambda m, d: autopelt.apply(m, "lorra"), "cannot read delta spec lorra"),
     "save without a delta": (lambda m, d: autopelt.save(m, d / "x"), "carries no autopelt delta"),
     "unknown save field": (lambda m, d: autopelt.save(autopelt.apply(m, "lora"), d / "x", labels=[1]),
                            "unknown save metadata 'labels'"),
     "not a delta folder": (lambda m, d: autopelt.load(m, d), "is not an autopelt delta folder"),
     "not a model": (lambda m, d: autopelt.apply(object(), "lora"), "expected a transformers model, not object"),
-    "unknown train setting": (lambda m, d: autopelt.train_delta("sst2", "lora", epoch=3), "unknown trial setting 'epoch'"),
+    "unknown train setting": (lambda m, d: autopelt.train_delta("sst2", "lora", epoch=3),
+                              "unknown trial setting 'epoch'"),
     "unknown search option": (lambda m, d: autopelt.search_delta("rte", budgett=3), "unknown search option 'budgett'"),
     "export what": (lambda m, d: autopelt.export_delta(3, d / "x"), "export_delta takes a search outcome"),
 }
@@ -158,7 +160,7 @@ def test_bad_input_is_a_one_line_user_error_and_writes_nothing(case, tiny_model_
 
 def test_a_delta_for_another_head_size_is_refused(tiny_model_dir, tmp_path):
     autopelt.save(autopelt.apply(base(tiny_model_dir, num_labels=3), "lora"), tmp_path / "d")
-    with pytest.raises(UserError, match="has a head of 3 labels and this model one of 2; load the base with num_labels=3"):
+    with pytest.raises(UserError, match="head of 3 labels and this model one of 2; load the base with num_labels=3"):
         autopelt.load(base(tiny_model_dir), tmp_path / "d")
     with pytest.raises(UserError, match="LoRA is merged"):
         autopelt.save(autopelt.load(None, tmp_path / "d", merge=True), tmp_path / "e")

@@ -29,7 +29,8 @@ def requirements(tmp_path_factory) -> list[Requirement]:
     (source / "autopelt").mkdir()
     (source / "autopelt" / "__init__.py").write_text("")
     out = tmp_path_factory.mktemp("metadata")
-    code = "import sys; from setuptools import build_meta; print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))"
+    code = ("import sys; from setuptools import build_meta; "
+            "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))")
     done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

@@ -60,7 +60,7 @@ def test_train_with_a_hub_model_that_is_not_cached_fails_under_5_seconds(tmp_pat
     assert_one_error_line(done, "cannot load model 'bert-base-uncased'", "the hub is unreachable", "--model")
     assert seconds < 5, f"the offline error took {seconds:.1f} s"
     done, seconds = timed(["train", "--task", "rte", "--preset", "lora"], offline_env(tmp_path), tmp_path)
-    assert_one_error_line(done, "cannot load GLUE task 'rte'", "--data-dir")  # exit 2 before training, not a failed trial
+    assert_one_error_line(done, "cannot load GLUE task 'rte'", "--data-dir")  # exit 2 before training, not a failure
     assert seconds < 5, f"the offline error took {seconds:.1f} s"
 
 

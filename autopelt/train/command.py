@@ -142,11 +142,10 @@ def check_inputs(settings) -> None:
 QUIET_LINE_SECONDS = 300.0
 
 
-def with_progress(settings, run_trial, terminal: bool | None = None) -> dict:
+def with_progress(settings, run_trial) -> dict:
     """A progress bar on a terminal; elsewhere one line per evaluation (each epoch), and one per
     QUIET_LINE_SECONDS within a long epoch, so a log file holds lines, not a bar's carriage returns."""
-    terminal = sys.stderr.isatty() if terminal is None else terminal
-    progress = _Bar() if terminal else _Lines()
+    progress = _Bar() if sys.stderr.isatty() else _Lines()
     try:
         return run_trial(settings, report=progress.report, on_step=progress.on_step)
     finally:
