@@ -19,18 +19,25 @@ CASES = {
     "houlsby": {"methods": [{"method": "houlsby", "bottleneck": 8}]},
     "pfeiffer_gelu": {"methods": [{"method": "pfeiffer", "bottleneck": 8, "activation": "gelu"}]},
     "adapter_gated": {"methods": [{"method": "adapter", "bottleneck": 8, "gate": True}]},
+    "pfeiffer_gated": {"methods": [{"method": "pfeiffer", "bottleneck": 8, "gate": True}]},
+    "ffn_gated": {"methods": [{"method": "adapter", "placement": "ffn", "bottleneck": 8, "gate": True}]},
     "phm_adapter": {"methods": [{"method": "phm_adapter", "bottleneck": 8, "n": 4}]},
     "compacter": {"methods": [{"method": "compacter", "bottleneck": 8, "n": 4}]},
     "compacter++_rank2": {"methods": [{"method": "compacter++", "bottleneck": 8, "n": 2, "phm_rank": 2}]},
     "prefix": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 16}]},
     "prefix_direct_gated": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0, "gate": True}]},
+    "prefix_split_gate": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 16, "gate": True,
+                                       "split_gate": True}]},
     "prompt": {"methods": [{"method": "prompt", "length": 4}]},
     "bitfit": {"methods": [{"method": "bitfit"}]},
     "bitfit_subset": {"methods": [{"method": "bitfit", "targets": ["query", "layernorm"], "layers": [0]}]},
+    "bitfit_no_pooler": {"methods": [{"method": "bitfit", "pooler": False}]},
     "adamix_adapter": {"methods": [{"method": "adamix", "experts": 3, "delta": {"method": "adapter", "bottleneck": 8}}]},
     "adamix_adapter_unshared": {"methods": [{"method": "adamix", "experts": 3, "share_up": False,
                                              "delta": {"method": "pfeiffer", "bottleneck": 8}}]},
     "adamix_lora": {"methods": [{"method": "adamix", "experts": 2, "delta": {"method": "lora", "rank": 4}}]},
+    "adamix_houlsby_independent": {"methods": [{"method": "adamix", "experts": 2, "expert_init": "independent",
+                                                "delta": {"method": "houlsby", "bottleneck": 8}}]},
     "unipelt_apl": {"methods": [{"method": "pfeiffer", "bottleneck": 8, "gate": True},
                                 {"method": "prefix", "length": 3, "reparam_hidden": 16, "gate": True},
                                 {"method": "lora", "rank": 4, "gate": True}]},
@@ -40,8 +47,13 @@ CASES = {
         {"method": "compacter", "bottleneck": 8, "n": 4, "layers": [0]},
         {"method": "bitfit", "targets": ["output"]}]},
     "lora+adapter_same_site+prompt": {"methods": [
-        {"method": "lora", "rank": 2, "targets": ["output"]}, {"method": "houlsby", "bottleneck": 4},
+        {"method": "lora", "rank": 2, "targets": ["output"]}, {"method": "adapter", "placement": "ffn", "bottleneck": 4},
         {"method": "prompt", "length": 2}]},
+    "lora+houlsby+bitfit_layernorm": {"methods": [
+        {"method": "lora", "rank": 2, "targets": ["attention_output"]}, {"method": "houlsby", "bottleneck": 4},
+        {"method": "bitfit", "targets": ["layernorm", "output"]}]},
+    "pfeiffer+bitfit_layernorm": {"methods": [
+        {"method": "pfeiffer", "bottleneck": 4}, {"method": "bitfit", "targets": ["layernorm"]}]},
 }
 FAMILIES = ("bert", "roberta")
 

@@ -26,7 +26,21 @@ def test_unipelt_presets_follow_the_paper():
     assert all(m.gate for m in apl.methods)
     adapter, prefix, lora = apl.methods
     assert (adapter.bottleneck, prefix.length, lora.rank, lora.targets) == (48, 10, 8, ("query", "value"))
+    assert (adapter.placement, prefix.split_gate) == ("pfeiffer", False)  # AdapterHub's Pfeiffer, one prefix gate
     assert not delta.parse_spec(delta.PRESETS["unipelt_apl_nogate"]).is_gated
+
+
+def test_single_method_presets_follow_their_references():
+    (adamix,) = delta.parse_spec(delta.PRESETS["adamix"]).methods
+    soup = adamix.delta
+    assert (adamix.experts, adamix.share_up, adamix.consistency, adamix.expert_init) == (4, True, 1.0, "copy")
+    assert (soup.placement, soup.activation, soup.bottleneck) == ("ffn", "gelu", 48)
+    assert delta.parse_spec({"methods": [{"method": "adamix"}]}) == delta.parse_spec(delta.PRESETS["adamix"])
+    inner = delta.parse_spec({"methods": [{"method": "adamix", "delta": {"method": "adapter", "bottleneck": 16}}]})
+    assert (inner.methods[0].delta.placement, inner.methods[0].delta.activation) == ("ffn", "gelu")
+    (bitfit,) = delta.parse_spec(delta.PRESETS["bitfit"]).methods
+    assert (bitfit.targets, bitfit.layers, bitfit.pooler) == (None, None, True)
+    assert delta.parse_spec(delta.PRESETS["adapter"]).methods[0].placement == "pfeiffer"
 
 
 def test_adapter_preset_names_normalise():
@@ -43,6 +57,9 @@ def test_adapter_preset_names_normalise():
     ({"methods": [{"method": "lora", "rank": "8"}]}, "lora.rank = '8'"),
     ({"methods": [{"method": "lora", "targets": ["qkv"]}]}, "lora.targets"),
     ({"methods": [{"method": "adapter", "placement": "middle"}]}, "adapter.placement"),
+    ({"methods": [{"method": "adamix", "expert_init": "random"}]}, "adamix.expert_init = 'random'"),
+    ({"methods": [{"method": "prefix", "split_gate": 1}]}, "prefix.split_gate"),
+    ({"methods": [{"method": "bitfit", "pooler": "yes"}]}, "bitfit.pooler"),
     ({"methods": [{"method": "compacter", "bottleneck": 10, "n": 4}]}, "multiple of n=4"),
     ({"methods": [{"method": "prefix", "gate": "yes"}]}, "prefix.gate"),
     ({"methods": [{"method": "bitfit", "targets": ["pooler"]}]}, "bitfit.targets"),

@@ -115,7 +115,7 @@ def test_best_state_is_restored_and_saved(monkeypatch, make_settings, tiny_model
 # ---------------------------------------------------------------------------------------------- AdaMix
 
 ADAMIX = {"methods": [{"method": "adamix", "experts": 3, "consistency": 1.0,
-                       "delta": {"method": "adapter", "bottleneck": 8}}]}
+                       "delta": {"method": "houlsby", "bottleneck": 8}}]}
 
 
 @pytest.fixture

@@ -45,14 +45,14 @@ def count_parameters(spec, config, num_labels: int | None = None) -> ParamCount:
     head = arch.head_params(config.hidden_size, num_labels)
     trainable = stored = head
     for method in spec.methods:
-        t, s = _count(method, config)
+        t, s = _count(method, config, arch)
         trainable, stored = trainable + t, stored + s
     return ParamCount(trainable, stored, base_parameters(config, num_labels))
 
 
-def _count(method, config, experts: int = 1, share_up: bool = True) -> tuple[int, int]:
+def _count(method, config, arch, experts: int = 1, share_up: bool = True) -> tuple[int, int]:
     if isinstance(method, AdaMixConfig):
-        return _count(method.delta, config, method.experts, method.share_up)
+        return _count(method.delta, config, arch, method.experts, method.share_up)
     layers = len(chosen_layers(getattr(method, "layers", None), config.num_hidden_layers))
     hidden = config.hidden_size
     if isinstance(method, LoRAConfig):
@@ -72,7 +72,7 @@ def _count(method, config, experts: int = 1, share_up: bool = True) -> tuple[int
         count = lambda down, up: (down + up + gate) * per_layer * layers + shared_rule  # noqa: E731
         return count(down_t, up_t), count(down_s, up_s)
     if isinstance(method, PrefixConfig):
-        gates = layers * (2 * hidden + 2) if method.gate else 0
+        gates = layers * (hidden + 1) * (2 if method.split_gate else 1) if method.gate else 0
         stored = layers * 2 * method.length * hidden + gates
         r = method.reparam_hidden
         if r == 0:
@@ -83,6 +83,7 @@ def _count(method, config, experts: int = 1, share_up: bool = True) -> tuple[int
         return method.length * hidden, method.length * hidden
     if isinstance(method, BitFitConfig):
         n = _bitfit(method.targets or BIAS_SITES, config, layers)
+        n += hidden if method.pooler and arch.pooler is not None else 0
         return n, n
     raise TypeError(method)
 

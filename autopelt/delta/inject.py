@@ -6,10 +6,12 @@ them the names in a saved delta, depend only on the spec.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck
+from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
 from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_
 from autopelt.delta.modules.lora import LoRALinear
 from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
@@ -26,6 +28,24 @@ from autopelt.errors import UserError
 ORDER = ("bitfit", "lora", "adapter", "prefix", "prompt")
 
 
+@dataclass(frozen=True)
+class Mixture:
+    """How an AdaMix entry builds its delta's projections: `experts` of each, the up-projection shared or not."""
+
+    experts: int = 1
+    share_up: bool = True
+    copy: bool = True  # every expert starts as a copy of one draw
+
+    @classmethod
+    def of(cls, config) -> Mixture:
+        if not isinstance(config, AdaMixConfig):
+            return cls()
+        return cls(config.experts, config.share_up, config.expert_init == "copy")
+
+    def count(self, up: bool) -> int:
+        return 1 if up and self.share_up else self.experts
+
+
 def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
     """Freeze `model`, add the delta of `spec` (its weights drawn from `seed`), leave the head trainable."""
     spec = parse_spec(spec)
@@ -34,9 +54,8 @@ def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
     generator = torch.Generator().manual_seed(seed)
     model.requires_grad_(False)
     for config in sorted(spec.methods, key=lambda m: ORDER.index(DeltaSpec._family(m))):
-        mixture = (config.experts, config.share_up) if isinstance(config, AdaMixConfig) else (1, True)
         inner = config.delta if isinstance(config, AdaMixConfig) else config
-        BUILDERS[type(inner)](model, arch, inner, generator, *mixture)
+        BUILDERS[type(inner)](model, arch, inner, generator, Mixture.of(config))
     _share_padding_mask(model, arch)
     model.get_submodule(arch.head).requires_grad_(True)
     return model
@@ -89,17 +108,19 @@ def _replace(layer: nn.Module, path: str, build) -> None:
     parent = layer.get_submodule(parent_path) if parent_path else layer
     base = getattr(parent, name)
     new = build(base)
-    device = next(base.parameters()).device
+    device = next(layer.parameters()).device  # the base may hold none (a dropout)
     setattr(parent, name, new.to(device))
 
 
-def _linear(in_features, out_features, generator, experts=1, zero=False, bias=True) -> nn.Module:
+def _linear(in_features, out_features, generator, mixture: Mixture = Mixture(), up=False, bias=True) -> nn.Module:
+    """A down-projection (Kaiming-uniform) or an up-projection (zero): one linear, or AdaMix's experts of it."""
+    experts = mixture.count(up)
     if experts > 1:
-        mixture = MixtureLinear(in_features, out_features, experts, bias=bias)
-        init_experts_(mixture, generator, zero)
-        return mixture
+        mixed = MixtureLinear(in_features, out_features, experts, bias=bias)
+        init_experts_(mixed, generator, zero=up, copy=mixture.copy)
+        return mixed
     linear = nn.Linear(in_features, out_features, bias=bias)
-    init_linear_(linear, generator, zero)
+    init_linear_(linear, generator, zero=up)
     return linear
 
 
@@ -109,52 +130,59 @@ def _gate(in_features, heads, kind, layer, generator) -> Gate:
     return gate
 
 
-def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, experts=1, share_up=True) -> None:
+def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, mixture: Mixture) -> None:
     layers = arch.layer_modules(model)
     for i in chosen_layers(cfg.layers, len(layers)):
         for site in cfg.targets:
             in_f, out_f = linear_shape(model.config, site)
-            lora_A = _linear(in_f, cfg.rank, generator, experts, bias=False)
-            lora_B = _linear(cfg.rank, out_f, generator, 1 if share_up else experts, zero=True, bias=False)
+            lora_A = _linear(in_f, cfg.rank, generator, mixture, bias=False)
+            lora_B = _linear(cfg.rank, out_f, generator, mixture, up=True, bias=False)
             gate = _gate(in_f, 1, "lora", i, generator) if cfg.gate else None
             _replace(layers[i], arch.linears[site],
                      lambda base: LoRALinear(base, lora_A, lora_B, cfg.alpha / cfg.rank, cfg.dropout, gate))
 
 
-def _adapter_projection(cfg: AdapterConfig, in_f, out_f, generator, rule, experts, zero) -> nn.Module:
+def _adapter_projection(cfg: AdapterConfig, in_f, out_f, generator, rule, mixture: Mixture, up: bool) -> nn.Module:
     if cfg.projection == "dense":
-        return _linear(in_f, out_f, generator, experts, zero)
+        return _linear(in_f, out_f, generator, mixture, up)
     if cfg.projection == "phm":
-        return PHMLinear(in_f, out_f, new_rule(cfg.n, generator), None, generator, zero)
-    return PHMLinear(in_f, out_f, rule, cfg.phm_rank, generator, zero)
+        return PHMLinear(in_f, out_f, new_rule(cfg.n, generator), None, generator, up)
+    return PHMLinear(in_f, out_f, rule, cfg.phm_rank, generator, up)
 
 
-def _build_adapter(model, arch: Architecture, cfg: AdapterConfig, generator, experts=1, share_up=True) -> None:
+def adapter_positions(cfg: AdapterConfig, arch: Architecture) -> list[tuple[str, type[nn.Module]]]:
+    """(path inside a layer, wrapper) of each adapter a layer gets under `cfg.placement`."""
+    if cfg.placement == "houlsby":  # after each sublayer's dropout, before its LayerNorm
+        return [(arch.dropouts[site], AdapterWrapper) for site in ("attention_output", "output")]
+    if cfg.placement == "pfeiffer":  # on the FFN's normalised sum, through its LayerNorm
+        return [(arch.layernorms["output"], PostNormAdapter)]
+    return [(arch.linears["output"], AdapterWrapper)]  # ffn: on the FFN projection, before its dropout
+
+
+def _build_adapter(model, arch: Architecture, cfg: AdapterConfig, generator, mixture: Mixture) -> None:
     layers = arch.layer_modules(model)
     hidden = model.config.hidden_size
-    sites = ("attention_output", "output") if cfg.placement == "houlsby" else ("output",)
     rule = new_rule(cfg.n, generator) if cfg.projection == "compacter" else None  # one rule for the model
     for i in chosen_layers(cfg.layers, len(layers)):
-        for site in sites:
-            down = _adapter_projection(cfg, hidden, cfg.bottleneck, generator, rule, experts, zero=False)
-            up = _adapter_projection(cfg, cfg.bottleneck, hidden, generator, rule,
-                                     1 if share_up else experts, zero=True)
+        for path, wrapper in adapter_positions(cfg, arch):
+            down = _adapter_projection(cfg, hidden, cfg.bottleneck, generator, rule, mixture, up=False)
+            up = _adapter_projection(cfg, cfg.bottleneck, hidden, generator, rule, mixture, up=True)
             gate = _gate(hidden, 1, "adapter", i, generator) if cfg.gate else None
             adapter = Bottleneck(down, up, cfg.activation)
-            _replace(layers[i], arch.linears[site], lambda base: AdapterWrapper(base, adapter, gate))
+            _replace(layers[i], path, lambda base: wrapper(base, adapter, gate))
 
 
-def _build_prefix(model, arch: Architecture, cfg: PrefixConfig, generator, *_) -> None:
+def _build_prefix(model, arch: Architecture, cfg: PrefixConfig, generator, _: Mixture) -> None:
     layers = arch.layer_modules(model)
     rows = chosen_layers(cfg.layers, len(layers))
     hidden = model.config.hidden_size
     encoder = PrefixEncoder(len(rows), cfg.length, hidden, cfg.reparam_hidden, generator)
     for row, i in enumerate(rows):
-        gate = _gate(hidden, 2, "prefix", i, generator) if cfg.gate else None
+        gate = _gate(hidden, 2 if cfg.split_gate else 1, "prefix", i, generator) if cfg.gate else None
         _replace(layers[i], arch.self_attention, lambda base: PrefixSelfAttention(base, encoder, row, gate))
 
 
-def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, *_) -> None:
+def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mixture) -> None:
     backbone = arch.backbone_of(model)
     vocabulary = backbone.get_input_embeddings().weight
     tokens = torch.randint(vocabulary.shape[0], (cfg.length,), generator=generator)
@@ -163,16 +191,19 @@ def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, *_) -
     backbone.register_forward_pre_hook(prompt.hook, with_kwargs=True)
 
 
-def _build_bitfit(model, arch: Architecture, cfg: BitFitConfig, generator, *_) -> None:
+def _build_bitfit(model, arch: Architecture, cfg: BitFitConfig, generator, _: Mixture) -> None:
     layers = arch.layer_modules(model)
+    backbone = arch.backbone_of(model)
     targets = cfg.targets or BIAS_SITES
     for i in chosen_layers(cfg.layers, len(layers)):
         paths = [arch.linears[t] for t in targets if t in arch.linears]
-        paths += list(arch.layernorms) if "layernorm" in targets else []
+        paths += list(arch.layernorms.values()) if "layernorm" in targets else []
         for path in paths:
             layers[i].get_submodule(path).bias.requires_grad_(True)
     if "embeddings" in targets:
-        arch.backbone_of(model).get_submodule(arch.embeddings_layernorm).bias.requires_grad_(True)
+        backbone.get_submodule(arch.embeddings_layernorm).bias.requires_grad_(True)
+    if cfg.pooler and arch.pooler is not None:
+        backbone.get_submodule(arch.pooler).bias.requires_grad_(True)
 
 
 BUILDERS = {

@@ -26,7 +26,8 @@ PRESETS: dict[str, dict] = {
     "compacter++": {"methods": [{"method": "compacter++", "n": 4, "bottleneck": 48}]},
     "bitfit": {"methods": [{"method": "bitfit"}]},
     "prompt": {"methods": [{"method": "prompt", "length": 20}]},
-    "adamix": {"methods": [{"method": "adamix", "experts": 4, "delta": {"method": "adapter", "bottleneck": 16}}]},
+    "adamix": {"methods": [{"method": "adamix", "experts": 4, "share_up": True, "consistency": 1.0,
+                            "delta": {"method": "adapter", "placement": "ffn", "bottleneck": 48, "activation": "gelu"}}]},
 }
 
 # The baselines every study runs beside its search.

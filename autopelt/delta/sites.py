@@ -20,8 +20,11 @@ class Architecture:
     layers: str  # path from the backbone to the ModuleList of transformer layers
     linears: dict[str, str]  # site name -> path of an nn.Linear inside one layer
     self_attention: str  # path of the self-attention module (query/key/value + attention call) in a layer
-    layernorms: tuple[str, ...]  # LayerNorm paths inside one layer
+    # A sublayer's output (site "attention_output" or "output") is LayerNorm(dropout(dense(x)) + residual):
+    dropouts: dict[str, str]  # sublayer site -> path of its dropout inside one layer
+    layernorms: dict[str, str]  # sublayer site -> path of its LayerNorm inside one layer
     embeddings_layernorm: str  # path from the backbone
+    pooler: str | None  # path from the backbone of the pooler's dense layer, None when the model has no pooler
     head: str  # attribute of the top model: the task head (trainable with every delta)
     head_hidden_layer: bool  # RoBERTa's head has a dense H x H layer before the output projection
 
@@ -47,15 +50,18 @@ _BERT_LIKE = dict(
         "output": "output.dense",
     },
     self_attention="attention.self",
-    layernorms=("attention.output.LayerNorm", "output.LayerNorm"),
+    dropouts={"attention_output": "attention.output.dropout", "output": "output.dropout"},
+    layernorms={"attention_output": "attention.output.LayerNorm", "output": "output.LayerNorm"},
     embeddings_layernorm="embeddings.LayerNorm",
     head="classifier",
 )
 
-ARCHITECTURES = {
-    "bert": Architecture(family="bert", backbone="bert", head_hidden_layer=False, **_BERT_LIKE),
-    "roberta": Architecture(family="roberta", backbone="roberta", head_hidden_layer=True, **_BERT_LIKE),
-    "xlm-roberta": Architecture(family="xlm-roberta", backbone="roberta", head_hidden_layer=True, **_BERT_LIKE),
+ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds the dense layer
+    "bert": Architecture(family="bert", backbone="bert", head_hidden_layer=False, pooler="pooler.dense",
+                         **_BERT_LIKE),
+    "roberta": Architecture(family="roberta", backbone="roberta", head_hidden_layer=True, pooler=None, **_BERT_LIKE),
+    "xlm-roberta": Architecture(family="xlm-roberta", backbone="roberta", head_hidden_layer=True, pooler=None,
+                                **_BERT_LIKE),
 }
 
 

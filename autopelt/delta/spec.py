@@ -17,6 +17,8 @@ from autopelt.errors import UserError
 LINEAR_SITES = ("query", "key", "value", "attention_output", "intermediate", "output")
 BIAS_SITES = LINEAR_SITES + ("layernorm", "embeddings")
 ACTIVATIONS = ("relu", "gelu", "tanh", "swish")
+PLACEMENTS = ("houlsby", "pfeiffer", "ffn")
+EXPERT_INITS = ("copy", "independent")
 
 
 def _help(text: str, default: Any = dataclasses.MISSING) -> Any:
@@ -125,20 +127,23 @@ class AdapterConfig(MethodConfig):
     summary: ClassVar[str] = ("bottleneck adapter h + up(act(down(h))) after attention and/or FFN "
                               "(Houlsby 2019, Pfeiffer 2021); PHM/Compacter projections (Mahabadi 2021)")
 
-    placement: str = _help("houlsby: after attention output and FFN output; pfeiffer: after FFN output only", "houlsby")
+    placement: str = _help("houlsby: on the attention and FFN outputs, after their dropout (Houlsby 2019); "
+                           "pfeiffer: FFN only, on LN(h_FN + residual), the sublayer's LayerNorm applied again after "
+                           "(Pfeiffer 2021, AdapterHub); ffn: FFN only, on the FFN projection output before its "
+                           "dropout (AdaMix's expert soup)", "houlsby")
     bottleneck: int = _help("bottleneck size k", 48)
     activation: str = _help(f"non-linearity, one of {', '.join(ACTIVATIONS)}", "relu")
     projection: str = _help("dense; phm: W = sum A_i kron B_i with full B_i and A per projection; "
                             "compacter: A shared by all layers, B_i = s_i t_i^T of rank phm_rank", "dense")
     n: int = _help("number of Kronecker terms for phm/compacter (divides hidden size and bottleneck)", 4)
     phm_rank: int = _help("rank of B_i for compacter", 1)
-    gate: bool = _help("UniPELT gate G_A = sigmoid(W·h_FN) scales the adapter output", False)
+    gate: bool = _help("UniPELT gate G_A = sigmoid(W·x) scales the adapter output, x the adapter's input", False)
     layers: tuple[int, ...] | None = _help("layer indices to adapt; null = all", None)
 
     def check(self) -> None:
         super().check()
         _positive_int(self, "bottleneck", "n", "phm_rank")
-        _require(self, "placement", self.placement in ("houlsby", "pfeiffer"), "houlsby or pfeiffer")
+        _require(self, "placement", self.placement in PLACEMENTS, " or ".join(PLACEMENTS))
         _require(self, "activation", self.activation in ACTIVATIONS, " or ".join(ACTIVATIONS))
         _require(self, "projection", self.projection in ("dense", "phm", "compacter"), "dense, phm or compacter")
         if self.projection != "dense":
@@ -148,6 +153,8 @@ class AdapterConfig(MethodConfig):
         name = {"dense": self.placement, "phm": "phm-adapter", "compacter": "compacter"}[self.projection]
         if self.projection == "compacter" and self.placement == "pfeiffer":
             name = "compacter++"
+        elif self.projection != "dense" and self.placement != "houlsby":
+            name += f"({self.placement})"
         size = f" k{self.bottleneck}" + (f" n{self.n}" if self.projection != "dense" else "")
         return name + size + ("(gated)" if self.gate else "")
 
@@ -161,6 +168,8 @@ class PrefixConfig(MethodConfig):
     reparam_hidden: int = _help("hidden size of the reparameterisation MLP used while training; 0 = none "
                                 "(only the prefix matrices are ever saved)", 512)
     gate: bool = _help("UniPELT gate G_P = sigmoid(W·h_in) scales the prefix keys and values", False)
+    split_gate: bool = _help("with gate: two gate values per layer, one for the keys and one for the values; "
+                             "UniPELT scales both with one", False)
     layers: tuple[int, ...] | None = _help("layer indices with a prefix; null = all", None)
 
     def check(self) -> None:
@@ -170,7 +179,7 @@ class PrefixConfig(MethodConfig):
                  "a non-negative integer")
 
     def describe(self) -> str:
-        return f"prefix L{self.length}" + ("(gated)" if self.gate else "")
+        return f"prefix L{self.length}" + (("(gated k,v)" if self.split_gate else "(gated)") if self.gate else "")
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,8 @@ class BitFitConfig(MethodConfig):
 
     targets: tuple[str, ...] | None = _help(f"bias groups among {', '.join(BIAS_SITES)}; null = every bias", None)
     layers: tuple[int, ...] | None = _help("layer indices whose biases train; null = all", None)
+    pooler: bool = _help("also train the pooler's bias (BERT; RoBERTa's head has none), as BitFit's code always "
+                         "does", True)
 
     def check(self) -> None:
         super().check()
@@ -202,7 +213,15 @@ class BitFitConfig(MethodConfig):
                      f"null or a non-empty list among {', '.join(BIAS_SITES)}")
 
     def describe(self) -> str:
-        return "bitfit" if self.targets is None else f"bitfit({','.join(self.targets)})"
+        targets = None if self.targets is None else ",".join(self.targets)
+        if not self.pooler:
+            targets = f"{targets or 'all'},no pooler"
+        return "bitfit" if targets is None else f"bitfit({targets})"
+
+
+# What an adapter inside AdaMix is when its fields are left out: the reference's expert soup (one per layer on the
+# FFN output, GELU, adapter size 48; microsoft/AdaMix expert_soup.py and bert_base_mnli_expert_soup.sh).
+ADAMIX_ADAPTER = {"method": "adapter", "placement": "ffn", "bottleneck": 48, "activation": "gelu"}
 
 
 @dataclass(frozen=True)
@@ -213,29 +232,38 @@ class AdaMixConfig(MethodConfig):
 
     experts: int = _help("experts M per site", 4)
     share_up: bool = _help("share the up-projection (LoRA: B) across experts, as in the paper", True)
-    consistency: float = _help("weight of the symmetric-KL consistency loss between two stochastic passes", 1.0)
-    delta: AdapterConfig | LoRAConfig = _help("the mixed delta: an adapter or lora entry", AdapterConfig(bottleneck=16))
+    consistency: float = _help("weight of the symmetric-KL consistency loss between two stochastic passes "
+                               "(each side's target detached, task loss on the first pass, as AdaMix's code)", 1.0)
+    expert_init: str = _help("copy: every expert starts as a copy of one draw, as AdaMix's code; independent: one "
+                             "draw per expert", "copy")
+    delta: AdapterConfig | LoRAConfig = _help("the mixed delta: an adapter or lora entry; an adapter's fields left out "
+                                              "are AdaMix's (placement ffn, gelu, bottleneck 48)",
+                                              AdapterConfig(placement="ffn", bottleneck=48, activation="gelu"))
 
     @classmethod
     def from_dict(cls, data: dict) -> MethodConfig:
         data = dict(data)
-        inner = data.pop("delta", {"method": "adapter", "bottleneck": 16})
+        inner = data.pop("delta", ADAMIX_ADAPTER)
         if isinstance(inner, MethodConfig):
             inner = inner.to_dict()
         if not isinstance(inner, dict) or normalise_method(inner.get("method")) not in ("adapter", "lora"):
             raise UserError("adamix.delta must be an adapter or lora entry, e.g. {\"method\": \"adapter\"}")
+        if inner.get("method") == "adapter":
+            inner = {**ADAMIX_ADAPTER, **inner}
         data["delta"] = parse_method(inner)
         return super().from_dict(data)
 
     def check(self) -> None:
         _positive_int(self, "experts")
         _require(self, "consistency", self.consistency >= 0, "a non-negative number")
+        _require(self, "expert_init", self.expert_init in EXPERT_INITS, " or ".join(EXPERT_INITS))
         _require(self, "delta", not self.delta.gate, "an ungated delta (AdaMix and UniPELT gates do not mix)")
         if isinstance(self.delta, AdapterConfig):
             _require(self, "delta", self.delta.projection == "dense", "a dense adapter (PHM weights do not average)")
 
     def describe(self) -> str:
-        return f"adamix M{self.experts}[{self.delta.describe()}]"
+        init = "" if self.expert_init == "copy" else ", independent"
+        return f"adamix M{self.experts}[{self.delta.describe()}{init}]"
 
 
 METHODS: dict[str, type[MethodConfig]] = {

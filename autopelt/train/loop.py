@@ -46,18 +46,18 @@ def supervised_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def training_loss(model: nn.Module, batch: dict, routing: torch.Generator, consistency: float,
                   mixed: bool = True) -> torch.Tensor:
-    """The task loss; with AdaMix (`mixed`), two passes under independent routings plus their consistency loss."""
+    """The task loss; with AdaMix (`mixed`), as AdaMix's code: the first pass's task loss plus the consistency loss
+    between it and a second pass under another routing."""
     labels = batch.pop("labels")
     if not mixed:
         return supervised_loss(model(**batch).logits, labels)
     route_all(model, routing)
-    if consistency <= 0:
-        return supervised_loss(model(**batch).logits, labels)
     first = model(**batch).logits
+    if consistency <= 0:
+        return supervised_loss(first, labels)
     route_all(model, routing)
     second = model(**batch).logits
-    task_loss = 0.5 * (supervised_loss(first, labels) + supervised_loss(second, labels))
-    return task_loss + consistency * consistency_loss(first.float(), second.float())
+    return supervised_loss(first, labels) + consistency * consistency_loss(first.float(), second.float())
 
 
 def warmup_then_linear(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:

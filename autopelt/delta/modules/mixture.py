@@ -40,13 +40,16 @@ class MixtureLinear(nn.Module):
         return {"weight": weight} if bias is None else {"weight": weight, "bias": bias}
 
 
-def init_experts_(mixture: MixtureLinear, generator: torch.Generator, zero: bool = False) -> None:
+def init_experts_(mixture: MixtureLinear, generator: torch.Generator, zero: bool = False, copy: bool = True) -> None:
+    """Kaiming-uniform experts (zero for an up-projection): one draw copied into every expert, as AdaMix's code
+    deep-copies one module, or with `copy=False` one draw per expert."""
     with torch.no_grad():
         if zero:
             mixture.weight.zero_()
         else:
             bound = (1.0 / mixture.weight.shape[-1]) ** 0.5
-            mixture.weight.uniform_(-bound, bound, generator=generator)
+            draw = torch.empty(mixture.weight.shape[1:] if copy else mixture.weight.shape)
+            mixture.weight.copy_(draw.uniform_(-bound, bound, generator=generator).expand_as(mixture.weight))
         if mixture.bias is not None:
             mixture.bias.zero_()
 
@@ -63,10 +66,14 @@ def has_mixtures(model: nn.Module) -> bool:
 
 
 def consistency_loss(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
-    """AdaMix's regulariser: the symmetric KL divergence between two stochastic passes' predictions."""
-    if logits_a.shape[-1] == 1:  # regression: the squared distance plays the same role
-        return F.mse_loss(logits_a, logits_b)
+    """AdaMix's regulariser between two stochastic passes: (KL(sg q || p) + KL(sg p || q)) / 2.
+
+    Each pass is pulled towards the other's detached prediction, as `symmetric_KL_loss` in AdaMix's code: the value is
+    the symmetric KL divergence, the gradient does not flow into either target.
+    """
+    if logits_a.shape[-1] == 1:  # regression, where a KL over one logit is zero: the squared distance instead
+        return 0.5 * (F.mse_loss(logits_a, logits_b.detach()) + F.mse_loss(logits_b, logits_a.detach()))
     log_p, log_q = F.log_softmax(logits_a, -1), F.log_softmax(logits_b, -1)
-    kl_pq = F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")
-    kl_qp = F.kl_div(log_p, log_q, log_target=True, reduction="batchmean")
-    return 0.5 * (kl_pq + kl_qp)
+    towards_q = F.kl_div(log_p, log_q.detach(), log_target=True, reduction="batchmean")  # KL(sg q || p)
+    towards_p = F.kl_div(log_q, log_p.detach(), log_target=True, reduction="batchmean")  # KL(sg p || q)
+    return 0.5 * (towards_q + towards_p)

@@ -73,9 +73,9 @@ class PrefixSelfAttention(nn.Module):
         prefix_key, prefix_value = (split_heads(p.unsqueeze(0)).expand(batch, -1, -1, -1)
                                     for p in self.prefix_encoder(self.row))  # (B, heads, L, d)
         if self.gate is not None:
-            g = self.gate(hidden_states)  # (B, 2): one gate for the keys, one for the values
+            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
             prefix_key = prefix_key * g[:, 0, None, None, None]
-            prefix_value = prefix_value * g[:, 1, None, None, None]
+            prefix_value = prefix_value * g[:, -1, None, None, None]
         key = torch.cat([prefix_key, key], dim=2)
         value = torch.cat([prefix_value, value], dim=2)
         mask = extend_mask(attention_mask, prefix_key.shape[2])
