@@ -17,10 +17,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from autopelt.delta.inject import apply_delta
+from autopelt.delta.legacy import upgrade_v1
 from autopelt.delta.spec import AdaMixConfig, DeltaSpec, PrefixConfig, parse_spec
 from autopelt.errors import UserError
 
-FORMAT = "autopelt-delta/1"
+FORMAT = "autopelt-delta/2"  # 2: the reference forms of issue 14; a format-1 spec is read through `upgrade_v1`
+FORMAT_1 = "autopelt-delta/1"
 SPEC_FILE, WEIGHTS_FILE = "delta.json", "delta.safetensors"
 
 
@@ -64,6 +66,7 @@ def save_delta(model: nn.Module, spec, out_dir, metadata: dict | None = None) ->
 
 
 def read_delta_header(delta_dir) -> dict:
+    """The header of a saved delta; a format-1 header's specs are given in today's fields (see `legacy.py`)."""
     path = Path(delta_dir) / SPEC_FILE
     if not path.is_file():
         raise UserError(f"{delta_dir} is not an autopelt delta folder (no {SPEC_FILE}); pass an export folder")
@@ -71,6 +74,8 @@ def read_delta_header(delta_dir) -> dict:
         header = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise UserError(f"cannot read {path}: {error}") from None
+    if header.get("format") == FORMAT_1:
+        return {**header, **{key: upgrade_v1(header[key]) for key in ("spec", "trained_spec") if key in header}}
     if header.get("format") != FORMAT:
         raise UserError(f"{path} is not an autopelt delta (format {header.get('format')!r}, expected {FORMAT})")
     return header
@@ -89,6 +94,10 @@ def load_delta(model: nn.Module, delta_dir, seed: int = 0) -> nn.Module:
     if set(weights) != set(expected):
         missing = sorted(set(expected) - set(weights)) or sorted(set(weights) - set(expected))
         raise UserError(f"{weights_path} does not match its spec (first mismatch: {missing[0]})")
+    wrong = next((name for name in sorted(weights) if weights[name].shape != expected[name].shape), None)
+    if wrong:
+        raise UserError(f"{weights_path} does not match its spec ({wrong}: saved {tuple(weights[wrong].shape)}, "
+                        f"built {tuple(expected[wrong].shape)})")
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in weights.items():
