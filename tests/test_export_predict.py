@@ -14,8 +14,8 @@ from autopelt.cli import main
 from autopelt.report.predict import load_delta_model, predict
 from autopelt.train import run_trial
 
-LORA_BITFIT = {"methods": [{"method": "lora", "rank": 4, "targets": ["query", "value", "output"]},
-                           {"method": "bitfit", "targets": ["value"]}]}
+LORA_BITFIT = {"methods": [{"method": "lora", "rank": 4, "targets": ["query", "value", "output"]},  # peft: lora_only
+                           {"method": "bitfit", "targets": ["query", "value", "output"], "pooler": False}]}
 
 
 @pytest.fixture(scope="module")

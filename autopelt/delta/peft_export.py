@@ -14,16 +14,43 @@ from torch import nn
 
 from autopelt.delta.io import delta_state, stored_spec
 from autopelt.delta.sites import architecture_of, chosen_layers
-from autopelt.delta.spec import BitFitConfig, DeltaSpec, LoRAConfig
+from autopelt.delta.spec import BIAS_SITES, BitFitConfig, DeltaSpec, LoRAConfig
 from autopelt.errors import UserError
 
 
 def peft_expressible(spec) -> bool:
-    """True when the delta's inference form is ungated LoRA, optionally with BitFit."""
+    """True when the delta's inference form is ungated LoRA, optionally with BitFit, and peft trains the same biases."""
+    try:
+        peft_bias(spec)
+    except UserError:
+        return False
+    return True
+
+
+def peft_bias(spec) -> str:
+    """peft's `bias` setting that trains exactly the delta's biases; a one-line UserError when none does.
+
+    peft trains every bias ("all"), the biases of the LoRA layers ("lora_only") or none; a BitFit entry must train
+    one of those sets. The spec alone decides, so a BitFit without the pooler's bias is refused even for RoBERTa,
+    which has no pooler.
+    """
     methods = stored_spec(spec).methods
-    has_lora = any(isinstance(m, LoRAConfig) and not m.gate for m in methods)
-    others_ok = all(isinstance(m, BitFitConfig) or (isinstance(m, LoRAConfig) and not m.gate) for m in methods)
-    return has_lora and others_ok
+    loras = [m for m in methods if isinstance(m, LoRAConfig) and not m.gate]
+    if not loras or not all(isinstance(m, BitFitConfig) or m in loras for m in methods):
+        raise UserError(f"this delta ({stored_spec(spec).summary()}) has no peft form: only ungated LoRA, "
+                        "optionally with BitFit, exports to peft")
+    bitfit = next((m for m in methods if isinstance(m, BitFitConfig)), None)
+    if bitfit is None:
+        return "none"
+    every_site = bitfit.targets is None or set(bitfit.targets) == set(BIAS_SITES)
+    if every_site and bitfit.layers is None and bitfit.pooler:
+        return "all"
+    lora = loras[0]
+    if set(bitfit.targets or BIAS_SITES) == set(lora.targets) and bitfit.layers == lora.layers and not bitfit.pooler:
+        return "lora_only"
+    raise UserError(f"this delta's {bitfit.describe()} has no peft form: peft trains every bias (bitfit with "
+                    "targets and layers null, pooler true), those of the LoRA layers (bitfit with the LoRA's targets "
+                    "and layers, pooler false) or none")
 
 
 def peft_config(spec: DeltaSpec, config):
@@ -36,7 +63,7 @@ def peft_config(spec: DeltaSpec, config):
     return LoraConfig(
         r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type=TaskType.SEQ_CLS,
         target_modules=rf".*{re.escape(arch.layers)}\.({layers})\.({paths})",  # a full-match regex: exact sites
-        bias="all" if any(isinstance(m, BitFitConfig) for m in spec.methods) else "none",
+        bias=peft_bias(spec),
         modules_to_save=[arch.head],
     )
 
@@ -46,9 +73,7 @@ def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = N
     from peft import get_peft_model
     from transformers import AutoModelForSequenceClassification
 
-    if not peft_expressible(spec):
-        raise UserError(f"this delta ({stored_spec(spec).summary()}) has no peft form: only ungated LoRA, "
-                        "optionally with BitFit, exports to peft")
+    peft_bias(spec)  # a one-line UserError when peft would train other tensors than the delta did
     spec = stored_spec(spec)
     config = peft_config(spec, model.config)
     config.base_model_name_or_path = base_model_name

@@ -115,9 +115,10 @@ def _metrics(result: dict, trial, study_name: str) -> dict:
 
 def _maybe_peft(folder: Path, result: dict) -> bool:
     """Write folder/peft when the delta has a peft form and peft is installed."""
+    from autopelt.delta import read_delta_header
     from autopelt.delta.peft_export import peft_expressible
 
-    header = json.loads((folder / "delta.json").read_text())
+    header = read_delta_header(folder)  # a delta saved by an older autopelt, in today's fields
     if not peft_expressible(header["spec"]):
         return False
     try:
