@@ -19,10 +19,10 @@ DRAWS = 200
 DESIGN_FIELDS = {
     "lora": {"rank", "alpha", "targets", "dropout", "gate", "layers"},
     "adapter": {"placement", "bottleneck", "activation", "projection", "n", "phm_rank", "gate", "layers"},
-    "prefix": {"length", "reparam_hidden", "gate", "layers"},
+    "prefix": {"length", "reparam_hidden", "gate", "split_gate", "layers"},
     "prompt": {"length"},
-    "bitfit": {"targets"},
-    "adamix": {"experts", "share_up", "consistency", "delta"},
+    "bitfit": {"targets", "pooler"},
+    "adamix": {"experts", "share_up", "consistency", "expert_init", "delta"},
 }
 
 
@@ -166,7 +166,7 @@ def test_unipelt_paper_default_replays_from_stable_parameter_names():
     spec, train = load_space("unipelt").sample(optuna.trial.FixedTrial(params), 12)
     assert spec == {"methods": [
         {"method": "lora", "rank": 8, "alpha": 16, "targets": ["query", "value"], "gate": True},
-        {"method": "adapter", "placement": "houlsby", "bottleneck": 48, "gate": True},
+        {"method": "adapter", "placement": "pfeiffer", "bottleneck": 48, "gate": True},
         {"method": "prefix", "length": 10, "gate": True},
     ]}
     assert train == {"learning_rate": 5e-4, "epochs": 3, "batch_size": 32}
@@ -188,3 +188,30 @@ def test_named_space_and_root_link_are_the_same_file():
     by_name = load_space("default")
     assert via_link.name == by_name.name == "default"
     assert via_link.fingerprint == by_name.fingerprint
+
+
+def test_the_variants_beside_the_reference_forms_can_be_searched(tmp_path):
+    """Placement ffn, split prefix gates, BitFit without the pooler, independent AdaMix experts: each a field a
+    space may draw, and each drawn value reaches the delta spec."""
+    from autopelt.delta import parse_spec
+
+    path = tmp_path / "variants.yaml"
+    path.write_text("""# variants: every autopelt variant of a reference form
+methods:
+  adapter: {placement: {choice: [houlsby, pfeiffer, ffn]}}
+  prefix: {gate: true, split_gate: {choice: [false, true]}}
+  bitfit: {pooler: {choice: [true, false]}}
+  adamix:
+    expert_init: {choice: [copy, independent]}
+    delta: {lora: {rank: 2}}
+combine: {max_methods: 4}
+train: {learning_rate: 1e-3}
+""")
+    seen = set()
+    for spec, _, _ in draw_many(load_space(path), 2, n=120):
+        for entry in parse_spec(spec).methods:
+            value = {"adapter": "placement", "prefix": "split_gate", "bitfit": "pooler", "adamix": "expert_init"}
+            seen.add((entry.method, getattr(entry, value[entry.method])))
+    assert seen == {("adapter", "houlsby"), ("adapter", "pfeiffer"), ("adapter", "ffn"), ("prefix", False),
+                    ("prefix", True), ("bitfit", True), ("bitfit", False), ("adamix", "copy"),
+                    ("adamix", "independent")}

@@ -88,16 +88,18 @@ def one_of(*values: str) -> Kind:
 
 _LORA = {"rank": POSITIVE_INT, "alpha": POSITIVE_NUMBER, "targets": LINEAR_TARGETS, "dropout": DROPOUT,
          "gate": BOOL, "layers": LAYERS}
-_ADAPTER = {"placement": one_of("houlsby", "pfeiffer"), "bottleneck": POSITIVE_INT,
+_ADAPTER = {"placement": one_of("houlsby", "pfeiffer", "ffn"), "bottleneck": POSITIVE_INT,
             "activation": one_of(*ACTIVATIONS), "projection": one_of("dense", "phm", "compacter"),
             "n": POSITIVE_INT, "phm_rank": POSITIVE_INT, "gate": BOOL, "layers": LAYERS}
 METHOD_FIELDS: dict[str, dict[str, Kind]] = {
     "lora": _LORA,
     "adapter": _ADAPTER,
-    "prefix": {"length": POSITIVE_INT, "reparam_hidden": NON_NEGATIVE_INT, "gate": BOOL, "layers": LAYERS},
+    "prefix": {"length": POSITIVE_INT, "reparam_hidden": NON_NEGATIVE_INT, "gate": BOOL, "split_gate": BOOL,
+               "layers": LAYERS},
     "prompt": {"length": POSITIVE_INT},
-    "bitfit": {"targets": BIAS_TARGETS},
-    "adamix": {"experts": POSITIVE_INT, "share_up": BOOL, "consistency": NON_NEGATIVE_NUMBER, "delta": NESTED},
+    "bitfit": {"targets": BIAS_TARGETS, "pooler": BOOL},
+    "adamix": {"experts": POSITIVE_INT, "share_up": BOOL, "consistency": NON_NEGATIVE_NUMBER,
+               "expert_init": one_of("copy", "independent"), "delta": NESTED},
 }
 # AdaMix averages its experts into one module, so it mixes ungated dense deltas only.
 MIXED_FIELDS: dict[str, dict[str, Kind]] = {
