@@ -26,9 +26,8 @@ METHODS = {  # name -> spec: each single method at its paper default, then UniPE
     "phm-adapter n4": {"methods": [{"method": "phm_adapter", "n": 4, "bottleneck": 48}]},
     "compacter n4": delta.PRESETS["compacter"],
     "compacter++ n4": delta.PRESETS["compacter++"],
-    "adamix M4 (adapter 16)": delta.PRESETS["adamix"],
-    "adamix M4, no consistency": {"methods": [{"method": "adamix", "consistency": 0.0,
-                                               "delta": {"method": "adapter", "bottleneck": 16}}]},
+    "adamix M4 (ffn adapter 48)": delta.PRESETS["adamix"],
+    "adamix M4, no consistency": {"methods": [{**delta.PRESETS["adamix"]["methods"][0], "consistency": 0.0}]},
     "UniPELT(APL)": delta.PRESETS["unipelt_apl"],
 }
 SINGLE_METHOD_TARGET, LORA_TARGET, UNIPELT_TARGET = 0.8, 1.0, 1.0
