@@ -47,7 +47,8 @@ CASES = {
         {"method": "compacter", "bottleneck": 8, "n": 4, "layers": [0]},
         {"method": "bitfit", "targets": ["output"]}]},
     "lora+adapter_same_site+prompt": {"methods": [
-        {"method": "lora", "rank": 2, "targets": ["output"]}, {"method": "adapter", "placement": "ffn", "bottleneck": 4},
+        {"method": "lora", "rank": 2, "targets": ["output"]},
+        {"method": "adapter", "placement": "ffn", "bottleneck": 4},
         {"method": "prompt", "length": 2}]},
     "lora+houlsby+bitfit_layernorm": {"methods": [
         {"method": "lora", "rank": 2, "targets": ["attention_output"]}, {"method": "houlsby", "bottleneck": 4},

@@ -5,6 +5,7 @@ from __future__ import annotations
 _ADAPTER = {"method": "adapter", "placement": "pfeiffer", "bottleneck": 48}
 _PREFIX = {"method": "prefix", "length": 10}
 _LORA = {"method": "lora", "rank": 8, "alpha": 16, "targets": ["query", "value"]}
+_EXPERT_SOUP = {"method": "adapter", "placement": "ffn", "bottleneck": 48, "activation": "gelu"}  # AdaMix's
 
 
 def _gated(entry: dict) -> dict:
@@ -27,7 +28,7 @@ PRESETS: dict[str, dict] = {
     "bitfit": {"methods": [{"method": "bitfit"}]},
     "prompt": {"methods": [{"method": "prompt", "length": 20}]},
     "adamix": {"methods": [{"method": "adamix", "experts": 4, "share_up": True, "consistency": 1.0,
-                            "delta": {"method": "adapter", "placement": "ffn", "bottleneck": 48, "activation": "gelu"}}]},
+                            "expert_init": "copy", "delta": _EXPERT_SOUP}]},
 }
 
 # The baselines every study runs beside its search.
