@@ -190,7 +190,7 @@ def export_delta(study, path, *, trial: int | None = None, pareto: bool = False,
 
     `study`: what `search_delta` returned, an Optuna study, or a study's name in `storage` (default: the
     `autopelt search` default, sqlite:///autopelt.db, or $AUTOPELT_STORAGE)."""
-    from autopelt.report.export import export_trial, pick_trials, trial_outputs
+    from autopelt.export.export import export_trial, pick_trials, trial_outputs
 
     study = _study_of(study, storage)
     chosen = pick_trials(study, trial, pareto)

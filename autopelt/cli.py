@@ -17,10 +17,10 @@ COMMANDS = {
     "methods": ("autopelt.delta.command", "list every delta method with its parameters and defaults"),
     "train": ("autopelt.train.command", "train and evaluate one delta on a task"),
     "search": ("autopelt.search.command", "search for the best delta for a task"),
-    "export": ("autopelt.report.export_command", "export a study's best delta"),
-    "predict": ("autopelt.report.predict_command", "run an exported delta on text"),
-    "dashboard": ("autopelt.report.dashboard_command", "open optuna-dashboard on a study's storage"),
-    "report": ("autopelt.report.report_command", "write a study's plotly report as one HTML file"),
+    "export": ("autopelt.export.command", "export a study's best delta"),
+    "predict": ("autopelt.export.predict_command", "run an exported delta on text"),
+    "dashboard": ("autopelt.dashboard", "open optuna-dashboard on a study's storage"),
+    "report": ("autopelt.report.command", "write a study's plotly report as one HTML file"),
 }
 
 

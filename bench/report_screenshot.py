@@ -5,7 +5,7 @@
 
 Writes the report of a study with `autopelt report`, opens it in headless Chromium (.ci/chromium.sh installs
 it) and saves a PNG of the whole page. Without --storage, the study is the synthetic example
-(autopelt/report/report_example.py, plus `--extra` searched trials) in a temporary SQLite file.
+(tests/support/example_study.py, plus `--extra` searched trials) in a temporary SQLite file.
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ def main() -> int:
 
     import optuna
 
-    from autopelt.report import report_browser, report_command, report_example
+    sys.path.insert(0, str(ROOT / "tests"))  # the example study and the browser driver are test support
+    from support import browser as report_browser
+    from support import example_study as report_example
+
+    from autopelt.report import command as report_command
 
     missing = report_browser.available()
     if missing:

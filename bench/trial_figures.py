@@ -22,7 +22,7 @@ from autopelt.data import pad_batch, train_order
 from autopelt.delta.presets import preset_learning_rate
 from autopelt.models import default_model, load_model, load_tokenizer
 from autopelt.train import TrialSettings, run_trial
-from autopelt.train.data import prepare_data
+from autopelt.train.trial_data import prepare_data
 from autopelt.train.loop import supervised_loss
 
 METHODS = ("lora", "adapter", "prefix", "compacter", "bitfit", "prompt", "unipelt_apl")

@@ -18,6 +18,10 @@ os.environ.setdefault("RAY_TMPDIR", str(_SCRATCH / "ray"))
 os.environ.setdefault("AUTOPELT_CACHE_DIR", str(_SCRATCH / "cache"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The test support package (tests/support) is imported by subprocesses and Ray workers too: they inherit this.
+TESTS_DIR = Path(__file__).resolve().parent
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
+
 GLUE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 
 

@@ -113,7 +113,7 @@ def test_train_delta_returns_the_result_and_its_delta_loads(make_settings, tiny_
     assert result["status"] == "ok" and result["delta_dir"] == str(tmp_path / "run" / "delta")
     model = autopelt.load(None, result["delta_dir"])
     from autopelt.train import TrialSettings
-    from autopelt.train.data import prepare_data
+    from autopelt.train.trial_data import prepare_data
     from autopelt.models import load_tokenizer
     from autopelt.train.loop import evaluate
 

@@ -18,7 +18,7 @@ optuna = pytest.importorskip("optuna")
 pytest.importorskip("optuna_dashboard")
 
 from autopelt.cli import main  # noqa: E402
-from autopelt.report import report_example as example  # noqa: E402
+from support import example_study as example  # noqa: E402
 
 # `autopelt` imports every command's module to build its help; on a busy 2-core machine that alone can take
 # ~15 s, so the server gets a minute to answer.

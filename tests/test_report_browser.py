@@ -12,9 +12,10 @@ import pytest
 optuna = pytest.importorskip("optuna")
 pytest.importorskip("plotly")
 
-from autopelt.report import report_browser, report_command  # noqa: E402
-from autopelt.report import report_example as example  # noqa: E402
-from autopelt.report.report_contents import collect  # noqa: E402
+from autopelt.report import command as report_command  # noqa: E402
+from support import browser as report_browser  # noqa: E402
+from support import example_study as example  # noqa: E402
+from autopelt.report.contents import collect  # noqa: E402
 
 missing = report_browser.available()
 pytestmark = pytest.mark.skipif(missing is not None, reason=str(missing))

@@ -14,7 +14,7 @@ pytest.importorskip("plotly")
 from optuna.trial import create_trial  # noqa: E402
 
 from autopelt.cli import main  # noqa: E402
-from autopelt.report import report_example as example  # noqa: E402
+from support import example_study as example  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""The report's numbers, on a synthetic study in a temporary SQLite file (autopelt/report/report_example.py).
+"""The report's numbers, on a synthetic study in a temporary SQLite file (tests/support/example_study.py).
 
-Trials of the study (see report_example's docstring for the core ones):
+Trials of the study (see example_study's docstring for the core ones):
   #0..5 baselines (unipelt_apl gated), #6 #9 #10 searched COMPLETE (#9 gated, the best), #7 PRUNED at 1/3,
   #8 FAIL (out of memory), #11 FAIL (over budget), #12 WAITING, and added here:
   #13 COMPLETE but not at full fidelity, better than everything (must count nowhere),
@@ -15,13 +15,13 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.trial import TrialState, create_trial  # noqa: E402
 
-from autopelt.report import report_example as example  # noqa: E402
-from autopelt.report.report_contents import collect, protocol_text  # noqa: E402
-from autopelt.report.report_data import (  # noqa: E402
+from support import example_study as example  # noqa: E402
+from autopelt.report.contents import collect, protocol_text  # noqa: E402
+from autopelt.report.data import (  # noqa: E402
     baseline_comparison, best_trial, gate_maps, history, pareto, top_trials,
 )
-from autopelt.report.report_importance import param_importances  # noqa: E402
-from autopelt.report.report_trials import dev_value, gate_table  # noqa: E402
+from autopelt.report.importance import param_importances  # noqa: E402
+from autopelt.report.trials import dev_value, gate_table  # noqa: E402
 
 ANSWERS = [9, 0, 6, 1, 3, 10, 4, 2, 5]  # the answer trials, best first
 

@@ -7,9 +7,9 @@ import pytest
 from conftest import GLUE_DIR
 
 from autopelt.cli import main
-from autopelt.search import fakes
+from support import fakes
 from autopelt.search.plan import SearchOptions, prepare
-from autopelt.search.study import open_study
+from autopelt.search.resume import open_study
 
 
 def run_cli(args, capsys):

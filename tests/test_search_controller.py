@@ -14,11 +14,12 @@ import pytest
 from optuna.trial import TrialState
 
 from autopelt.errors import UserError
-from autopelt.search import claims, controller as controller_module, fakes
+from autopelt.search import claims, controller as controller_module
+from support import fakes
 from autopelt.search.controller import DONE, Controller
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.recovery import Owner, host_id
-from autopelt.search.study import open_study
+from autopelt.search.resume import open_study
 from autopelt.search.view import best_trial, pareto_front
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -28,7 +28,7 @@ def start(tmp_path, name: str, index: int, options: dict, space: dict, **extra) 
                              **options},
                  "space": space, **extra}
     log = open(tmp_path / f"search-{index}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "autopelt.search.fakes", json.dumps(arguments)],
+    return subprocess.Popen([sys.executable, "-m", "support.fakes", json.dumps(arguments)],
                             stdout=log, stderr=subprocess.STDOUT)
 
 

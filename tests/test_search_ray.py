@@ -20,7 +20,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autopelt.search import claims, fakes
+from autopelt.search import claims
+from support import fakes
 from autopelt.search.run import SearchOptions, run_search
 
 ray = pytest.importorskip("ray")
@@ -132,7 +133,7 @@ def test_a_search_killed_with_sigkill_resumes_without_losing_a_trial(tmp_path, r
     opts = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
             "budget": 7, "workers": 2, "cpus_per_trial": 1, "ray_address": ray_address}
     arguments = {"options": opts, "space": {"seconds_per_epoch": 0.4}}
-    process = subprocess.Popen([sys.executable, "-m", "autopelt.search.fakes", json.dumps(arguments)],
+    process = subprocess.Popen([sys.executable, "-m", "support.fakes", json.dumps(arguments)],
                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "search.log", "w"))
     try:
         _wait_for(lambda: _complete_trials(tmp_path / "study.db") >= 2, timeout=300)  # a bound for a loaded machine

@@ -15,12 +15,12 @@ from tinymodels import (  # noqa: F401  (fixtures)
     write_task,
 )
 
-import autopelt.train.data as train_data
+import autopelt.train.trial_data as train_data
 from autopelt import delta
 from autopelt.data import get_task
 from autopelt.models import load_model, load_tokenizer
 from autopelt.train import TrialSettings, run_trial
-from autopelt.train.data import prepare_data
+from autopelt.train.trial_data import prepare_data
 from autopelt.train.loop import evaluate
 
 # Every top-level field of the result JSON in docs/design.md.

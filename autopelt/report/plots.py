@@ -9,8 +9,8 @@ import html
 
 import plotly.graph_objects as go
 
-from autopelt.report.report_data import Comparison, GateMap, HistoryPoint, Pareto
-from autopelt.report.report_importance import Importances
+from autopelt.report.data import Comparison, GateMap, HistoryPoint, Pareto
+from autopelt.report.importance import Importances
 
 SEARCHED, BASELINE, STOPPED, FAILED, BEST = "#1f77b4", "#ff7f0e", "#9e9e9e", "#d62728", "#2b2b2b"
 HEIGHT = 380

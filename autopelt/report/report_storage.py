@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from autopelt.errors import UserError
-from autopelt.search.storage import checked_engine, first_line
+from autopelt.study.storage import checked_engine, first_line
 
 DEFAULT_STORAGE = "sqlite:///autopelt.db"
 _SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autopelt.data.own_task import add_own_data_arguments, own_task_fields
-from autopelt.search.storage import DEFAULT_STORAGE
+from autopelt.data.custom_task_args import add_own_data_arguments, own_task_fields
+from autopelt.study.storage import DEFAULT_STORAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from autopelt.search import claims, recovery
 from autopelt.search.baselines import baseline_hparams, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
-from autopelt.search.records import (
+from autopelt.study.record import (
     failure_reason, is_finite, objective_values, planned_attrs, result_attrs, size_attrs,
 )
 

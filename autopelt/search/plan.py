@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from autopelt.errors import UserError
 from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
-from autopelt.search.storage import DEFAULT_STORAGE, check_storage, normalise_url
+from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
 PROBE_STUDY = "autopelt-probe"  # the in-memory study of the one draw `prepare` makes to check a space

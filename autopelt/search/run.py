@@ -20,7 +20,7 @@ import optuna
 from autopelt.search.controller import Controller, SearchStopped
 from autopelt.search.plan import SearchOptions, SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat
-from autopelt.search.study import check_existing, open_study
+from autopelt.search.resume import check_existing, open_study
 from autopelt.search.view import LiveView, best_trial, pareto_front, summary_lines
 
 __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]

@@ -17,7 +17,7 @@ from autopelt.models import model_name
 from autopelt.search.budget import TrialBudget, format_duration
 from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
 from autopelt.search.plan import SearchPlan
-from autopelt.search.storage import DEFAULT_STORAGE, hide_password
+from autopelt.study.storage import DEFAULT_STORAGE, hide_password
 
 SUMMARY_WIDTH = 34
 

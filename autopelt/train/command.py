@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from autopelt.data.own_task import add_own_data_arguments, own_task_fields
+from autopelt.data.custom_task_args import add_own_data_arguments, own_task_fields
 from autopelt.errors import UserError
 
 
@@ -127,7 +127,7 @@ def check_inputs(settings) -> None:
     from autopelt.data import parse_protocol
     from autopelt.data.loading import DATA_DIR_ENV, check_hub_data
     from autopelt.models import resolve_model
-    from autopelt.train.data import resolve_task
+    from autopelt.train.trial_data import resolve_task
 
     task = resolve_task(settings)
     parse_protocol(settings.protocol)

@@ -14,7 +14,7 @@ from autopelt import delta
 from autopelt.errors import UserError
 from autopelt.models import load_model, load_tokenizer, resolve_model
 from autopelt.train import device as devices
-from autopelt.train.data import prepare_data, resolve_task
+from autopelt.train.trial_data import prepare_data, resolve_task
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate, train
 from autopelt.train.settings import TrialSettings
 

@@ -160,7 +160,7 @@ def main(arguments: dict) -> int:
     from autopelt.search.controller import Controller
     from autopelt.search.plan import prepare
     from autopelt.search.recovery import Heartbeat
-    from autopelt.search.study import open_study
+    from autopelt.search.resume import open_study
 
     plan = prepare(options, **injected(space))
     study = open_study(plan)

@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     _check_plotly()
     import optuna
 
-    from autopelt.report.report_contents import collect
-    from autopelt.report.report_html import render, write_atomic
+    from autopelt.report.contents import collect
+    from autopelt.report.page import render, write_atomic
     from autopelt.report.report_storage import load_study, open_existing, shown
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autopelt.report.report_trials import (
+from autopelt.report.trials import (
     GATE_KINDS, baseline_name, better, dev_value, fidelity_text, gate_table, is_answer, label, params_pct,
     test_value,
 )

@@ -1,7 +1,7 @@
 """The report page: the study's header, the figures of plots.py and a table of the top trials, in ONE html file.
 
 plotly.js is inlined once in the page's head (the file must open offline, anywhere); each figure is a div
-drawn by `Plotly.newPlot`. The page's frame lives in dashboards/report.html.tmpl.
+drawn by `Plotly.newPlot`. The page's frame is page.html.tmpl, beside this file.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import string
 from pathlib import Path
 
 from autopelt.report import plots
-from autopelt.report.report_contents import Header, ReportContents
-from autopelt.report.report_data import Row
+from autopelt.report.contents import Header, ReportContents
+from autopelt.report.data import Row
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "dashboards" / "report.html.tmpl"
+TEMPLATE = Path(__file__).with_name("page.html.tmpl")
 STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "stopped early", "FAIL": "failed", "RUNNING": "running",
                "WAITING": "waiting"}
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}

@@ -3,7 +3,7 @@
 The report's tests check exact numbers on it, `bench/report_screenshot.py` draws it, and anyone can point
 `autopelt report` / `autopelt dashboard` at it to see what they show without training anything:
 
-    python -m autopelt.report.report_example sqlite:///example.db   # then: autopelt report --study example ...
+    PYTHONPATH=tests python -m support.example_study sqlite:///example.db   # then: autopelt report --study example ...
 
 The core trials (their numbers are what the tests expect):
 

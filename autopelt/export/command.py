@@ -21,7 +21,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from autopelt.errors import UserError
-    from autopelt.report.export import export_trial, pick_trials, trial_outputs
+    from autopelt.export.export import export_trial, pick_trials, trial_outputs
     from autopelt.report.report_storage import load_study, open_existing
 
     if args.reseed < 0:

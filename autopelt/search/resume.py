@@ -15,7 +15,7 @@ import optuna
 from autopelt.errors import UserError
 from autopelt.models import model_name
 from autopelt.search.plan import SearchPlan, model_short
-from autopelt.search.storage import hide_password, open_storage, sqlite_path
+from autopelt.study.storage import hide_password, open_storage, sqlite_path
 
 
 def study_attrs(plan: SearchPlan) -> dict:

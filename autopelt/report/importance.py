@@ -13,7 +13,7 @@ from typing import Iterable
 
 from optuna.trial import FrozenTrial
 
-from autopelt.report.report_trials import baseline_name, is_answer
+from autopelt.report.trials import baseline_name, is_answer
 
 MIN_TRIALS = 2
 

@@ -10,12 +10,12 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from autopelt.models import model_name
-from autopelt.report.report_data import (
+from autopelt.report.data import (
     Comparison, GateMap, HistoryPoint, Pareto, Row, baseline_comparison, best_trial, gate_maps, history, pareto,
     row, top_trials,
 )
-from autopelt.report.report_importance import Importances, param_importances
-from autopelt.report.report_trials import is_answer
+from autopelt.report.importance import Importances, param_importances
+from autopelt.report.trials import is_answer
 
 STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 

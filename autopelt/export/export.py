@@ -23,9 +23,9 @@ def pick_trials(study, trial_number: int | None, pareto: bool) -> list:
     """The trials to export: one by number, the Pareto front, or the best full-fidelity trial."""
     from optuna.study import StudyDirection
 
-    from autopelt.report.report_data import best_trial
-    from autopelt.report.report_data import pareto as pareto_front
-    from autopelt.report.report_trials import is_answer
+    from autopelt.report.data import best_trial
+    from autopelt.report.data import pareto as pareto_front
+    from autopelt.report.trials import is_answer
 
     trials = study.get_trials(deepcopy=False)
     if trial_number is not None:
@@ -126,7 +126,7 @@ def _maybe_peft(folder: Path, result: dict) -> bool:
     except ImportError:
         return False
     from autopelt.delta.peft_export import export_peft
-    from autopelt.report.predict import load_delta_model
+    from autopelt.export.predict import load_delta_model
 
     model, _ = load_delta_model(folder, result.get("model"))
     export_peft(model, header["spec"], folder / "peft", base_model_name=result.get("model"))

@@ -17,7 +17,7 @@ def run(args) -> int:
 
     from autopelt.errors import UserError
     from autopelt.models import load_tokenizer
-    from autopelt.report.predict import load_delta_model, predict, read_rows, text_columns
+    from autopelt.export.predict import load_delta_model, predict, read_rows, text_columns
 
     model, header = load_delta_model(args.delta, args.model)
     columns = text_columns(header)
