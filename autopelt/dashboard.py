@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 
 from autopelt.errors import UserError
+from autopelt.study.storage import DEFAULT_STORAGE
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--storage", default="sqlite:///autopelt.db",
-                        help="where the studies live: an SQLAlchemy URL (default: sqlite:///autopelt.db)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE,
+                        help=f"where the studies live: an SQLAlchemy URL (default: {DEFAULT_STORAGE})")
     parser.add_argument("--study", default=None, help="print the address of this study's page")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine only)")
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("the dashboard needs optuna-dashboard: pip install 'autopelt[report]'") from None
     import optuna
 
-    from autopelt.report.report_storage import load_study, open_existing, shown
+    from autopelt.study.storage import hide_password, load_study, open_existing
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_existing(args.storage)
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         page = f"dashboard/studies/{load_study(storage, args.study, args.storage)._study_id}"
     server = _listen(args.host, args.port, optuna_dashboard.wsgi(storage))
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"optuna-dashboard on {shown(args.storage)}: http://{host}:{server.server_port}/{page}", flush=True)
+    print(f"optuna-dashboard on {hide_password(args.storage)}: http://{host}:{server.server_port}/{page}", flush=True)
     if args.host not in LOOPBACK:
         print(f"note: listening on {args.host}: whoever reaches this machine can read and edit the studies",
               flush=True)

@@ -8,11 +8,12 @@ and two processes filling the same key both leave a valid file.
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from autopelt.files import write_atomic
 
 CACHE_DIR_ENV = "AUTOPELT_CACHE_DIR"
 
@@ -39,15 +40,11 @@ def load_arrays(path: Path) -> dict[str, np.ndarray] | None:
 
 
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write `arrays` to `path` atomically (temporary file in the same folder, fsync, rename)."""
+    """Write `arrays` to `path` atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
+
+    def write(temporary: Path) -> None:
+        with temporary.open("wb") as file:  # a file, not a name: numpy would add .npz to the name
             np.savez(file, **arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+
+    write_atomic(path, write)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -20,6 +18,7 @@ from autopelt.delta.inject import apply_delta
 from autopelt.delta.legacy import upgrade_v1
 from autopelt.delta.spec import AdaMixConfig, DeltaSpec, PrefixConfig, parse_spec
 from autopelt.errors import UserError
+from autopelt.files import write_atomic
 
 FORMAT = "autopelt-delta/2"  # 2: the reference forms of issue 14; a format-1 spec is read through `upgrade_v1`
 FORMAT_1 = "autopelt-delta/1"
@@ -60,8 +59,8 @@ def save_delta(model: nn.Module, spec, out_dir, metadata: dict | None = None) ->
     header = {"format": FORMAT, "spec": stored_spec(spec).to_dict(), "trained_spec": parse_spec(spec).to_dict(),
               "num_labels": model.config.num_labels, "problem_type": model.config.problem_type,
               "model_type": model.config.model_type, **(metadata or {})}
-    _atomic(out / WEIGHTS_FILE, lambda path: save_file(delta_state(model), str(path), metadata={"format": FORMAT}))
-    _atomic(out / SPEC_FILE, lambda path: Path(path).write_text(json.dumps(header, indent=2, default=str)))
+    write_atomic(out / WEIGHTS_FILE, lambda path: save_file(delta_state(model), str(path), metadata={"format": FORMAT}))
+    write_atomic(out / SPEC_FILE, json.dumps(header, indent=2, default=str))
     return out
 
 
@@ -104,14 +103,3 @@ def load_delta(model: nn.Module, delta_dir, seed: int = 0) -> nn.Module:
             params[name].copy_(tensor)
     return model
 
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes files private; a saved delta is meant to be shared
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 
+from autopelt.study.storage import DEFAULT_STORAGE
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--study", required=True, help="study name (as `autopelt search` printed it)")
-    parser.add_argument("--storage", default=os.environ.get("AUTOPELT_STORAGE", "sqlite:///autopelt.db"),
-                        help="SQLAlchemy URL of the study database (default: sqlite:///autopelt.db)")
+    parser.add_argument("--storage", default=os.environ.get("AUTOPELT_STORAGE", DEFAULT_STORAGE),
+                        help=f"SQLAlchemy URL of the study database (default: {DEFAULT_STORAGE})")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="export this trial number (default: the best)")
     which.add_argument("--pareto", action="store_true", help="export every trial on the Pareto front")
@@ -22,7 +24,7 @@ def run(args) -> int:
 
     from autopelt.errors import UserError
     from autopelt.export.export import export_trial, pick_trials, trial_outputs
-    from autopelt.report.report_storage import load_study, open_existing
+    from autopelt.study.storage import load_study, open_existing
 
     if args.reseed < 0:
         raise UserError("--reseed takes a number of seeds ≥ 1 (or leave it out)")

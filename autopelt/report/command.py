@@ -9,12 +9,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autopelt.errors import UserError
+from autopelt.study.storage import DEFAULT_STORAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", required=True, help="the study's name (as `autopelt search` printed it)")
-    parser.add_argument("--storage", default="sqlite:///autopelt.db",
-                        help="where the study lives: an SQLAlchemy URL (default: sqlite:///autopelt.db)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE,
+                        help=f"where the study lives: an SQLAlchemy URL (default: {DEFAULT_STORAGE})")
     parser.add_argument("--out", type=Path, default=None, help="the HTML file to write (default: STUDY.html)")
     parser.add_argument("--top", type=int, default=10, help="how many trials the table lists (default: 10)")
 
@@ -31,15 +32,16 @@ def run(args: argparse.Namespace) -> int:
     import optuna
 
     from autopelt.report.contents import collect
-    from autopelt.report.page import render, write_atomic
-    from autopelt.report.report_storage import load_study, open_existing, shown
+    from autopelt.files import write_atomic
+    from autopelt.report.page import render
+    from autopelt.study.storage import hide_password, load_study, open_existing
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
     study = load_study(open_existing(args.storage), args.study, args.storage)
     contents = collect(study, top=args.top)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page = render(contents, footer=f"study {args.study} in {shown(args.storage)} · written {stamp} by autopelt report")
+    page = render(contents, footer=f"study {args.study} in {hide_password(args.storage)} · written {stamp} by autopelt report")
     write_atomic(out, page)
     trials = sum(contents.header.states.values())
     print(f"wrote {out} ({len(page.encode()) / 1e6:.1f} MB, {trials} trials, "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import string
 from pathlib import Path
 
@@ -152,18 +151,3 @@ def _num(value: float | None) -> str:
 
 def _short(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder: readers never see half a page."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        # os.open honours the umask, as a plain open() would (a NamedTemporaryFile would be 0600)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ import optuna
 from autopelt.errors import UserError
 from autopelt.models import model_name
 from autopelt.search.plan import SearchPlan, model_short
+from autopelt.search.recovery import GRACE_SECONDS, HEARTBEAT_SECONDS
 from autopelt.study.storage import hide_password, open_storage, sqlite_path
 
 
@@ -39,7 +40,7 @@ def check_existing(plan: SearchPlan) -> None:
     path = sqlite_path(plan.storage)
     if path is not None and not path.exists():
         return
-    storage = open_storage(plan.storage, write_ahead_log=False)
+    storage = _open(plan.storage, write_ahead_log=False)
     try:
         if plan.study_name in optuna.get_all_study_names(storage):
             check_same(optuna.load_study(study_name=plan.study_name, storage=storage), plan)
@@ -51,7 +52,7 @@ def open_study(plan: SearchPlan) -> optuna.Study:
     """Load the plan's study, or create it with its attributes; UserError if it exists for something else."""
     path = sqlite_path(plan.storage)
     existed = path is None or path.exists()
-    storage = open_storage(plan.storage)
+    storage = _open(plan.storage)
     if existed and plan.study_name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=_sampler(plan))
         check_same(study, plan)
@@ -102,3 +103,8 @@ def _sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:
         if plan.options.multi_objective:
             return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+
+
+def _open(url: str, write_ahead_log: bool = True):
+    """The storage with heartbeats on: the controller records them for the trials it runs (recovery.py)."""
+    return open_storage(url, HEARTBEAT_SECONDS, GRACE_SECONDS, write_ahead_log)

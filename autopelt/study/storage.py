@@ -2,6 +2,10 @@
 
 SQLite (`sqlite:///autopelt.db`, the default) serves one machine; PostgreSQL (`postgresql://user@host/db`)
 lets search processes on several machines share a study.
+
+A search opens its storage for writing (`check_storage`, then `open_storage`, which creates Optuna's tables).
+Everything else only reads (`open_existing`): a missing SQLite file, a file that is not SQLite, a database
+without Optuna's tables, or a server that does not answer are each a one-line UserError, and nothing is created.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import warnings
 from pathlib import Path
 
 from autopelt.errors import UserError
-from autopelt.search.recovery import GRACE_SECONDS, HEARTBEAT_SECONDS
 
 DEFAULT_STORAGE = "sqlite:///autopelt.db"
 _EXAMPLES = "e.g. sqlite:///autopelt.db or postgresql://user:password@host:5432/db"
@@ -30,49 +33,82 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def check_storage(url: str) -> None:
-    """Raise UserError unless `url` names a database the search can use. Never creates or writes anything."""
+def hide_password(url: str) -> str:
+    """The URL without its password, for messages."""
     import sqlalchemy
 
     try:
-        parsed = sqlalchemy.engine.make_url(url)
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of an SQLite URL, else None."""
+    import sqlalchemy
+
+    parsed = sqlalchemy.engine.make_url(url)
+    return Path(parsed.database).expanduser() if parsed.get_backend_name() == "sqlite" else None
+
+
+# -- checks that write nothing ------------------------------------------------------------------------------
+
+
+def check_storage(url: str) -> None:
+    """Raise UserError unless `url` names a database a search can write to. Never creates or writes anything."""
+    parsed = _parse(url)
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite(parsed.database, must_exist=False)
+    else:
+        _check_tables(parsed, _connect_args(parsed), need_optuna=False)
+
+
+def _parse(url: str):
+    import sqlalchemy
+
+    try:
+        return sqlalchemy.engine.make_url(url)
     except Exception:
         raise UserError(f"--storage {url!r} is not a database URL ({_EXAMPLES})") from None
-    if parsed.get_backend_name() == "sqlite":
-        _check_sqlite(parsed.database)
-    else:
-        _check_server(parsed)
 
 
-def _check_sqlite(database: str | None) -> None:
+def _check_sqlite(database: str | None, must_exist: bool) -> None:
     if not database or database == ":memory:":
+        if must_exist:
+            raise UserError("--storage: give the SQLite file the search wrote, e.g. sqlite:///autopelt.db")
         raise UserError("--storage: an in-memory SQLite database cannot be resumed; give a file, sqlite:///autopelt.db")
     path = Path(database).expanduser()
-    if not path.parent.is_dir():
+    if must_exist and not path.is_file():
+        raise UserError(f"--storage: no database file {path} (run `autopelt search` first, or give --storage)")
+    if not must_exist and not path.parent.is_dir():
         raise UserError(f"--storage: folder {path.parent} does not exist")
     if path.exists():
         with path.open("rb") as handle:
             head = handle.read(len(_SQLITE_MAGIC))
-        if head and head != _SQLITE_MAGIC:
+        if (head or must_exist) and head != _SQLITE_MAGIC:
             raise UserError(f"--storage: {path} is not an SQLite database")
 
 
-def _check_server(parsed) -> None:
+def _check_tables(parsed, connect_args: dict, need_optuna: bool) -> None:
+    """Connect once (a server that does not answer is a UserError); with `need_optuna`, Optuna's tables must
+    be there."""
     import sqlalchemy
 
-    shown = parsed.render_as_string(hide_password=True)
-    engine = checked_engine(parsed, _connect_timeout(parsed))
+    where = parsed.render_as_string(hide_password=True)
+    engine = _throwaway_engine(parsed, connect_args)
     try:
         with engine.connect() as connection:
-            connection.execute(sqlalchemy.text("SELECT 1"))
+            tables = set(sqlalchemy.inspect(connection).get_table_names()) if need_optuna else set()
     except Exception as error:
-        raise UserError(f"cannot reach database {shown}: {first_line(getattr(error, 'orig', error))}") from None
+        raise UserError(f"cannot reach database {where}: {first_line(getattr(error, 'orig', error))}") from None
     finally:
         engine.dispose()
+    if need_optuna and not {"studies", "trials", "version_info"} <= tables:
+        raise UserError(f"--storage {where} holds no Optuna studies (no `autopelt search` wrote to it)")
 
 
-def checked_engine(parsed, connect_args: dict):
-    """A throwaway engine (no pool) for a parsed URL; a missing driver or a bad URL is a one-line UserError."""
+def _throwaway_engine(parsed, connect_args: dict):
+    """An engine without a pool for a parsed URL; a missing driver or a bad URL is a one-line UserError."""
     import sqlalchemy
 
     shown = parsed.render_as_string(hide_password=True)
@@ -85,8 +121,13 @@ def checked_engine(parsed, connect_args: dict):
         raise UserError(f"--storage {shown}: {first_line(error)}") from None
 
 
-def _connect_timeout(parsed) -> dict:
-    return {"connect_timeout": 10} if parsed.get_backend_name() in ("postgresql", "mysql") else {}
+def _connect_args(parsed) -> dict:
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return {"timeout": 60}  # several processes on one machine wait for the write lock instead of failing
+    if backend in ("postgresql", "mysql"):
+        return {"connect_timeout": 10}
+    return {}
 
 
 def first_line(error: BaseException) -> str:
@@ -94,26 +135,48 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def sqlite_path(url: str) -> Path | None:
-    """The database file of an SQLite URL, else None."""
-    import sqlalchemy
-
-    parsed = sqlalchemy.engine.make_url(url)
-    return Path(parsed.database).expanduser() if parsed.get_backend_name() == "sqlite" else None
+# -- opening ---------------------------------------------------------------------------------------------------
 
 
-def open_storage(url: str, write_ahead_log: bool = True):
-    """Optuna RDB storage with heartbeats on (the controller records them; see recovery.py)."""
+def open_storage(url: str, heartbeat_seconds: int | None = None, grace_seconds: int | None = None,
+                 write_ahead_log: bool = True):
+    """Optuna RDB storage for a search (creates Optuna's tables); heartbeats as the search's recovery asks."""
     sqlite = sqlite_path(url) is not None
-    # SQLite: several controllers on one machine wait for the write lock instead of failing at once
     engine_kwargs = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
-    storage = _rdb_storage(url, engine_kwargs)
+    storage = _rdb_storage(url, engine_kwargs, {"heartbeat_interval": heartbeat_seconds,
+                                                "grace_period": grace_seconds})
     if sqlite and write_ahead_log:
         _write_ahead_log(storage.engine)
     return storage
 
 
-def _rdb_storage(url: str, engine_kwargs: dict, attempts: int = 4):
+def open_existing(url: str):
+    """Optuna RDB storage over a database that already holds Optuna's tables; UserError otherwise."""
+    parsed = _parse(url)
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite(parsed.database, must_exist=True)
+    connect_args = _connect_args(parsed)
+    _check_tables(parsed, connect_args, need_optuna=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _rdb_storage(url, {"connect_args": connect_args}, {"skip_table_creation": True}, attempts=1)
+    except Exception as error:  # e.g. tables written by a newer Optuna
+        raise UserError(f"cannot open the studies in {hide_password(url)}: {first_line(error)}") from None
+
+
+def load_study(storage, name: str, url: str):
+    """The study called `name`; UserError listing the studies there when there is none."""
+    import optuna
+
+    names = sorted(optuna.get_all_study_names(storage))
+    if name not in names:
+        there = f"studies there: {', '.join(names)}" if names else "it holds no studies"
+        raise UserError(f"no study {name!r} in {hide_password(url)}; {there}")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _rdb_storage(url: str, engine_kwargs: dict, options: dict, attempts: int = 4):
     """Optuna creates its tables on first use; processes starting together on a new database race to do
     it and the losers fail ("table ... already exists"). A moment later the tables are there: try again."""
     import optuna
@@ -121,12 +184,9 @@ def _rdb_storage(url: str, engine_kwargs: dict, attempts: int = 4):
 
     for attempt in range(1, attempts + 1):
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings():  # heartbeats are experimental in Optuna
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
-                    grace_period=GRACE_SECONDS,
-                )
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **options)
         except sqlalchemy.exc.DatabaseError:
             if attempt == attempts:
                 raise
@@ -147,12 +207,3 @@ def _write_ahead_log(engine) -> None:
 
     sqlalchemy.event.listen(engine, "connect", on_connect)
     engine.dispose()  # connections opened while Optuna created its tables predate the listener
-
-
-def hide_password(url: str) -> str:
-    import sqlalchemy
-
-    try:
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url

@@ -12,6 +12,7 @@ import torch
 
 from autopelt import delta
 from autopelt.errors import UserError
+from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, resolve_model
 from autopelt.train import device as devices
 from autopelt.train.trial_data import prepare_data, resolve_task
@@ -103,6 +104,4 @@ def task_metadata(task) -> dict:
 
 def _write_result(out_dir: Path, result: dict) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".{RESULT_FILE}.tmp"
-    tmp.write_text(json.dumps(result, indent=2, default=str))
-    tmp.replace(out_dir / RESULT_FILE)
+    write_atomic(out_dir / RESULT_FILE, json.dumps(result, indent=2, default=str))
