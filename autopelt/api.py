@@ -162,7 +162,8 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
 
 def search_delta(task: str, *, budget: str | int = 20, echo: Callable[[str], None] | None = print, **options):
     """Search for the best delta of a task, as `autopelt search` does (run again to resume), and return its
-    outcome: `.study` (the Optuna study), `.best` (the best full-fidelity trial, or None), `.pareto`, ….
+    outcome: `.study` (the Optuna study), `.best` (the best trial's record, autopelt/study/record.py, or None),
+    `.pareto`, ….
 
     `options`: any `autopelt search` flag by its Python name (`model`, `data_dir`, `space`, `storage`, `k`,
     `epochs`, `max_params`, `multi_objective`, `baselines`, `workers`, `out`, …; see
@@ -206,9 +207,9 @@ def _study_of(study, storage: str | None):
     if hasattr(study, "study") and hasattr(study, "plan"):  # a SearchOutcome
         return study.study
     if isinstance(study, str):
-        from autopelt.report.report_storage import load_study, open_existing
+        from autopelt.study.storage import DEFAULT_STORAGE, load_study, open_existing
 
-        url = storage or os.environ.get("AUTOPELT_STORAGE", "sqlite:///autopelt.db")
+        url = storage or os.environ.get("AUTOPELT_STORAGE", DEFAULT_STORAGE)
         return load_study(open_existing(url), study, url)
     if hasattr(study, "get_trials") and hasattr(study, "study_name"):
         return study

@@ -2,7 +2,8 @@
 
 Runs optuna-dashboard's WSGI app in a threaded wsgiref server (what `optuna-dashboard` itself does without
 gunicorn), over a storage that is checked first: a missing SQLite file is an error, never an empty new one.
-dashboards/README.md says which user attributes to look at.
+With --study it prints that study's page and its best trial (the same one the search summary, the report and
+`autopelt export` name). dashboards/README.md says which user attributes to look at.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ def run(args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_existing(args.storage)
-    page = "dashboard/"
+    page, best = "dashboard/", None
     if args.study:
-        page = f"dashboard/studies/{load_study(storage, args.study, args.storage)._study_id}"
+        study = load_study(storage, args.study, args.storage)
+        page, best = f"dashboard/studies/{study._study_id}", best_line(study)
     server = _listen(args.host, args.port, optuna_dashboard.wsgi(storage))
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"optuna-dashboard on {hide_password(args.storage)}: http://{host}:{server.server_port}/{page}", flush=True)
+    if best:
+        print(best, flush=True)
     if args.host not in LOOPBACK:
         print(f"note: listening on {args.host}: whoever reaches this machine can read and edit the studies",
               flush=True)
@@ -54,6 +58,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def best_line(study) -> str:
+    """`best trial: #9 lora r8 (dev accuracy 0.7200)`: where to look first on the study's page."""
+    from autopelt.study import answers
+    from autopelt.study.record import read_all, read_study
+
+    best = answers.best(read_all(study), answers.maximizes(study))
+    if best is None:
+        return "best trial: none has completed at full fidelity yet"
+    return f"best trial: {best.label} (dev {read_study(study).metric or 'metric'} {best.values[0]:.4f})"
 
 
 def _listen(host: str, port: int, app):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from conftest import GLUE_DIR
 
 from autopelt.models import default_model, model_name
-from autopelt.search import fakes
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.resume import check_same, open_study
 from autopelt.search.view import LiveView
@@ -31,8 +31,9 @@ def test_the_installed_default_is_all_minilm(minilm_path):
 
 
 def test_a_study_records_the_name_and_keeps_the_path(tmp_path, minilm_path):
-    options = SearchOptions(task="rte", model=minilm_path, storage=f"sqlite:///{tmp_path}/s.db", study_name="s")
-    plan = prepare(options, **fakes.injected())
+    options = SearchOptions(task="rte", model=minilm_path, storage=f"sqlite:///{tmp_path}/s.db", study_name="s",
+                            data_dir=str(GLUE_DIR))
+    plan = prepare(options)
     study = open_study(plan)
     assert study.user_attrs["model"] == "all-MiniLM-L6-v2" and study.user_attrs["model_path"] == minilm_path
     lines = []
@@ -41,8 +42,9 @@ def test_a_study_records_the_name_and_keeps_the_path(tmp_path, minilm_path):
 
 
 def test_a_study_recorded_with_a_path_still_resumes_and_another_model_does_not(tmp_path, minilm_path):
-    options = SearchOptions(task="rte", model=minilm_path, storage=f"sqlite:///{tmp_path}/s.db", study_name="s")
-    plan = prepare(options, **fakes.injected())
+    options = SearchOptions(task="rte", model=minilm_path, storage=f"sqlite:///{tmp_path}/s.db", study_name="s",
+                            data_dir=str(GLUE_DIR))
+    plan = prepare(options)
     study = open_study(plan)
     study.set_user_attr("model", minilm_path)  # as studies made before names were recorded
     check_same(study, plan)

@@ -17,11 +17,10 @@ from optuna.trial import TrialState, create_trial  # noqa: E402
 
 from support import example_study as example  # noqa: E402
 from autopelt.report.contents import collect, protocol_text  # noqa: E402
-from autopelt.report.data import (  # noqa: E402
-    baseline_comparison, best_trial, gate_maps, history, pareto, top_trials,
-)
+from autopelt.report.data import baseline_comparison, gate_maps, history, pareto, top_trials  # noqa: E402
 from autopelt.report.importance import param_importances  # noqa: E402
-from autopelt.report.trials import dev_value, gate_table  # noqa: E402
+from autopelt.study.answers import best as best_trial  # noqa: E402
+from autopelt.study.record import gate_table, read_all  # noqa: E402
 
 ANSWERS = [9, 0, 6, 1, 3, 10, 4, 2, 5]  # the answer trials, best first
 
@@ -46,7 +45,7 @@ def trials(request, tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('study') / 'study.db'}"
     build_study(url, multi_objective=request.param)
     # read back from the database, as the report does
-    return optuna.load_study(study_name=example.STUDY, storage=url).get_trials()
+    return read_all(optuna.load_study(study_name=example.STUDY, storage=url))
 
 
 def test_history_lists_finished_trials_with_the_best_answer_so_far(trials):
@@ -65,8 +64,8 @@ def test_best_so_far_is_monotone_and_equals_the_running_best():
     study = optuna.create_study()
     for number, value in enumerate([0.3, 0.5, 0.4, 0.8, 0.1, 0.9]):
         study.add_trial(create_trial(value=value, user_attrs={"full_fidelity": number != 5}))
-    assert [p.best_so_far for p in history(study.trials)] == [0.3, 0.5, 0.5, 0.8, 0.8, 0.8]
-    assert [p.best_so_far for p in history(study.trials, maximize=False)] == [0.3, 0.3, 0.3, 0.3, 0.1, 0.1]
+    assert [p.best_so_far for p in history(read_all(study))] == [0.3, 0.5, 0.5, 0.8, 0.8, 0.8]
+    assert [p.best_so_far for p in history(read_all(study), maximize=False)] == [0.3, 0.3, 0.3, 0.3, 0.1, 0.1]
 
 
 def test_pareto_front_holds_exactly_the_non_dominated_answer_trials(trials):
@@ -86,7 +85,7 @@ def test_pareto_keeps_equal_points_together():
     study = optuna.create_study()
     for dev, pct in [(0.7, 1.0), (0.7, 1.0), (0.7, 2.0), (0.6, 0.5)]:
         study.add_trial(create_trial(value=dev, user_attrs={"full_fidelity": True, "params_pct": pct}))
-    front = pareto(study.trials)
+    front = pareto(read_all(study))
     assert [p.number for p in front.front] == [3, 0, 1]  # equal points do not dominate each other
     assert [p.number for p in front.dominated] == [2]
 
@@ -117,8 +116,8 @@ def test_best_trial_breaks_ties_by_size_then_number():
     study = optuna.create_study()
     for pct in [0.5, 0.2, 0.2]:
         study.add_trial(create_trial(value=0.8, user_attrs={"full_fidelity": True, "params_pct": pct}))
-    assert best_trial(study.trials).number == 1
-    assert [row.number for row in top_trials(study.trials, "accuracy")] == [1, 2, 0]
+    assert best_trial(read_all(study)).number == 1
+    assert [row.number for row in top_trials(read_all(study), "accuracy")] == [1, 2, 0]
 
 
 def test_gate_maps_best_gated_searched_trial_then_gated_baselines(trials):
@@ -141,7 +140,7 @@ def test_gate_map_leaves_holes_where_a_kind_has_no_gate():
     study = optuna.create_study()
     study.add_trial(create_trial(value=0.7, user_attrs={
         "full_fidelity": True, "gates": {"lora": {"0": 0.2, "2": 0.4}, "adapter": {"1": 0.9}}}))
-    (gate_map,) = gate_maps(study.trials)
+    (gate_map,) = gate_maps(read_all(study))
     assert gate_map.kinds == ["adapter", "lora"] and gate_map.layers == [0, 1, 2]
     assert gate_map.values == [[None, 0.9, None], [0.2, None, 0.4]]
 
@@ -168,13 +167,13 @@ def test_importances_find_the_parameter_that_decides_the_metric():
         study.add_trial(create_trial(value=x, params={"x": x, "noise": noise},
                                      distributions={"x": x_range, "noise": x_range},
                                      user_attrs={"full_fidelity": True}))
-    values = param_importances(study.trials).values
+    values = param_importances(read_all(study)).values
     assert list(values) == ["x", "noise"] and values["x"] > 0.8
 
 
 def test_pruned_value_is_the_last_reported_one_in_both_study_kinds(trials):
     (pruned,) = [t for t in trials if t.number == 7]
-    assert dev_value(pruned) == 0.52
+    assert pruned.dev_value == 0.52
 
 
 def test_header_counts_states_and_names_the_best_trial(tmp_path):

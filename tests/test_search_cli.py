@@ -7,7 +7,6 @@ import pytest
 from conftest import GLUE_DIR
 
 from autopelt.cli import main
-from support import fakes
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.resume import open_study
 
@@ -62,7 +61,7 @@ def test_malformed_space_file_is_refused(tmp_path, monkeypatch, capsys):
 
 def test_a_study_made_for_another_task_is_refused_and_its_database_unchanged(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    plan = prepare(SearchOptions(task="mrpc", study_name="mine"), **fakes.injected())
+    plan = prepare(SearchOptions(task="mrpc", study_name="mine", data_dir=str(GLUE_DIR)))
     open_study(plan)
     before = (tmp_path / "autopelt.db").read_bytes()
     capsys.readouterr()

@@ -1,34 +1,46 @@
 """The controller on its own (no Ray): budgets, parameter limits, failures, baselines, interrupted trials.
 
-Trials run one at a time in this process on the synthetic objective of `autopelt.search.fakes`.
+Trials run one at a time in this process on the synthetic objective of tests/support/fakes.py; everything
+else (the model config that counts deltas, the presets, the study) is the real search's.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import subprocess
 import time
 
 import optuna
 import pytest
+from conftest import GLUE_DIR
 from optuna.trial import TrialState
+from support import fakes
 
+from autopelt.delta import parse_spec
+from autopelt.delta.presets import BASELINES, PRESETS
 from autopelt.errors import UserError
 from autopelt.search import claims, controller as controller_module
-from support import fakes
 from autopelt.search.controller import DONE, Controller
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.recovery import Owner, host_id
 from autopelt.search.resume import open_study
-from autopelt.search.view import best_trial, pareto_front
+from autopelt.study import answers
+from autopelt.study.record import read, read_all
+from autopelt.train import TrialSettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def make(tmp_path, space=None, presets=None, **options):
-    options = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/study.db", out=str(tmp_path / "out"),
-                            **options)
-    plan = prepare(options, **fakes.injected(space, {} if presets is None else presets))
+def search_options(tmp_path, **options) -> SearchOptions:
+    """A search on the stand-in space, the real GLUE files and the default model; no baselines unless asked."""
+    base = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
+            "space": str(fakes.SPACE), "data_dir": str(GLUE_DIR), "baselines": False, "cpus_per_trial": 1}
+    return SearchOptions(**{**base, **options})
+
+
+def make(tmp_path, trials=None, **options):
+    fakes.script(tmp_path / "out", trials=trials)
+    plan = prepare(search_options(tmp_path, **options))
     study = open_study(plan)
     control = Controller(study, plan)
     control.start()
@@ -43,9 +55,9 @@ class CountingTrial:
     def __init__(self):
         self.specs = []
 
-    def __call__(self, config, report):
-        self.specs.append(config["spec"])
-        return fakes.fake_trial(config, report)
+    def __call__(self, settings, report):
+        self.specs.append(settings.spec)
+        return fakes.fake_trial(settings, report)
 
 
 def test_a_trial_budget_counts_trained_trials_and_a_rerun_adds_none(tmp_path):
@@ -61,7 +73,8 @@ def test_a_trial_budget_counts_trained_trials_and_a_rerun_adds_none(tmp_path):
 
 def test_over_budget_deltas_are_recorded_and_never_train(tmp_path):
     trial_fn = CountingTrial()
-    study, control = make(tmp_path, budget=6, max_params="5k")  # fake sizes: rank r -> 1000 r + 10
+    # LoRA on MiniLM's query and value: 9,216 stored parameters per rank, + 770 for the head
+    study, control = make(tmp_path, budget=6, max_params="40k")
     fakes.run_serially(control, trial_fn)
 
     assert len(trial_fn.specs) == 6 == len(states(study, TrialState.COMPLETE))
@@ -70,7 +83,7 @@ def test_over_budget_deltas_are_recorded_and_never_train(tmp_path):
     assert refused and control.rejected == len(refused)
     for trial in refused:
         assert trial.user_attrs["fail_reason"].startswith("over parameter budget: ")
-        assert trial.user_attrs["params_stored"] > 5000 and trial.params["lora.rank"] >= 8
+        assert trial.user_attrs["params_stored"] > 40_000 and trial.params["lora.rank"] >= 8
 
 
 def test_a_parameter_budget_nothing_fits_ends_in_a_clear_error(tmp_path, monkeypatch):
@@ -84,8 +97,7 @@ def test_a_parameter_budget_nothing_fits_ends_in_a_clear_error(tmp_path, monkeyp
 
 
 def test_failed_trials_are_recorded_with_their_reason_and_the_search_goes_on(tmp_path):
-    space = fakes.FakeSpace(script=[{"mode": "nan"}, {"mode": "raise"}])
-    study, control = make(tmp_path, space=space, budget=3)
+    study, control = make(tmp_path, trials={0: {"mode": "nan"}, 1: {"mode": "raise"}}, budget=3)
     fakes.run_serially(control)
 
     failed = states(study, TrialState.FAIL)
@@ -97,7 +109,7 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_search_goes_on(tmp
 
 def test_every_trial_failing_stops_the_search(tmp_path, monkeypatch):
     monkeypatch.setattr(controller_module, "MAX_FAILURES_IN_ROW", 3)
-    study, control = make(tmp_path, space=fakes.FakeSpace(script=[{"mode": "raise"}] * 10), budget=5)
+    study, control = make(tmp_path, trials={n: {"mode": "raise"} for n in range(10)}, budget=5)
     assert fakes.run_serially(control) == 3
     assert control.error.startswith("3 trials in a row failed (last: RuntimeError: the fake trial exploded)")
 
@@ -114,37 +126,38 @@ def test_completed_trials_carry_the_design_attributes(tmp_path):
     assert sorted(trial.intermediate_values) == [1, 2, 3]
     assert trial.value == trial.user_attrs["dev"]["accuracy"]
     assert study.user_attrs["task"] == "rte" and study.user_attrs["direction"] == "maximize"
-    assert study.user_attrs["metric"] == "accuracy" and study.user_attrs["space"] == "fake"
+    assert study.user_attrs["metric"] == "accuracy" and study.user_attrs["space"] == "fake_space"
 
 
 def test_baselines_run_first_and_once_per_study(tmp_path):
-    study, control = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=5)
+    study, control = make(tmp_path, baselines=True, budget=8)
     fakes.run_serially(control)
     trials = study.get_trials(deepcopy=False)
-    assert [t.user_attrs.get("baseline") for t in trials[:3]] == ["lora", "adapter", "prefix"]
-    assert [t.user_attrs["spec"] for t in trials[:3]] == list(fakes.FAKE_BASELINES.values())
-    assert all(t.state == TrialState.COMPLETE for t in trials[:3])
+    assert [t.user_attrs.get("baseline") for t in trials[:6]] == list(BASELINES)
+    assert [t.user_attrs["spec"] for t in trials[:6]] == [parse_spec(PRESETS[n]).to_dict() for n in BASELINES]
+    assert all(t.state == TrialState.COMPLETE for t in trials[:6])
+    assert [t.user_attrs.get("baseline") for t in trials[6:]] == [None, None]
 
-    study, again = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=7)
+    study, again = make(tmp_path, baselines=True, budget=10)
     fakes.run_serially(again)
     names = [t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)]
-    assert sum(name is not None for name in names) == 3
+    assert sum(name is not None for name in names) == 6 and len(names) == 10
 
 
 def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
-    study, control = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=2)
+    study, control = make(tmp_path, baselines=True, budget=2)
     fakes.run_serially(control)
     last = study.trials[2]
     assert last.user_attrs["baseline"] == "prefix" and last.state == TrialState.WAITING  # left queued
 
-    study, again = make(tmp_path, presets=fakes.FAKE_BASELINES, budget=3)
+    study, again = make(tmp_path, baselines=True, budget=6)
     fakes.run_serially(again)
     done = {t.user_attrs.get("baseline") for t in states(study, TrialState.COMPLETE)}
-    assert done == {"lora", "adapter", "prefix"} and len(states(study, TrialState.COMPLETE)) == 3
+    assert done == set(BASELINES) and len(states(study, TrialState.COMPLETE)) == 6
 
 
 def test_a_baseline_queued_twice_runs_once(tmp_path):
-    study, control = make(tmp_path, presets=fakes.FAKE_BASELINES, baselines=False, budget=3)
+    study, control = make(tmp_path, budget=3)
     study.enqueue_trial({}, user_attrs={"baseline": "lora"})
     study.enqueue_trial({}, user_attrs={"baseline": "lora"})
     fakes.run_serially(control)
@@ -163,7 +176,7 @@ def test_trials_of_a_dead_controller_are_failed_as_interrupted_and_run_again(tmp
     study, _ = make(tmp_path, budget=3)
     orphan = study.ask()
     orphan.suggest_categorical("lora.rank", [1, 2, 4, 8, 16, 32, 64])
-    orphan.suggest_float("quality", 0.0, 1.0)
+    orphan.suggest_float("learning_rate", 0.01, 1.0)
     orphan.set_user_attr("controller", {"host": host_id(), "pid": dead_pid(), "start": "1"})
     alive = study.ask()
     alive.set_user_attr("controller", Owner.current().to_attr())  # another controller of this host, running
@@ -203,8 +216,8 @@ def test_early_stopped_trials_are_pruned_and_never_best(tmp_path):
     pruned = study.trials[stopped.number]
     assert pruned.state == TrialState.PRUNED and pruned.intermediate_values == {1: 0.99}
     assert pruned.user_attrs["fidelity"] == 1 and pruned.user_attrs["full_fidelity"] is False
-    best = best_trial(study)
-    assert best.state == TrialState.COMPLETE and best.value < 0.99
+    best = answers.best(read_all(study))
+    assert best.state == TrialState.COMPLETE and best.values[0] < 0.99
 
 
 def test_a_time_budget_stops_asking_and_prunes_what_runs_at_the_deadline(tmp_path):
@@ -226,19 +239,22 @@ def test_multi_objective_records_stored_params_and_a_pareto_front(tmp_path):
     for trial in complete:
         assert trial.values == [trial.user_attrs["dev"]["accuracy"], pytest.approx(trial.user_attrs["params_pct"])]
         assert "intermediate" in trial.user_attrs
-    front = pareto_front(study)
+    front = answers.pareto_front(read_all(study))
     assert front
     for a in front:  # nothing in the study dominates a Pareto trial
-        assert not any(b.values[0] >= a.values[0] and b.values[1] <= a.values[1] and b.values != a.values
+        assert not any(b.values[0] >= a.values[0] and b.values[1] <= a.values[1] and tuple(b.values) != a.values
                        for b in complete)
+    on_front = {a.number for a in front}  # and every trial off the front is dominated by one on it
+    for b in complete:
+        if b.number not in on_front:
+            assert any(a.values[0] >= b.values[0] and a.values[1] <= b.values[1] for a in front), b.number
 
 
 def test_resuming_a_study_made_for_another_task_is_refused_and_changes_nothing(tmp_path):
     make(tmp_path, budget=1, study_name="mine")
     before = (tmp_path / "study.db").read_bytes()
     with pytest.raises(UserError, match="study 'mine' .* was made for task 'rte' \\(now 'mrpc'\\)"):
-        options = SearchOptions(task="mrpc", storage=f"sqlite:///{tmp_path}/study.db", study_name="mine")
-        open_study(prepare(options, **fakes.injected()))
+        open_study(prepare(search_options(tmp_path, task="mrpc", study_name="mine")))
     assert (tmp_path / "study.db").read_bytes() == before
 
 
@@ -282,41 +298,45 @@ def test_a_gpu_machine_trains_on_its_gpus_without_a_flag(tmp_path, monkeypatch, 
     from autopelt.search import plan as plan_module
 
     monkeypatch.setattr(plan_module, "_local_gpus", lambda: gpus)
-    options = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/s.db", workers=workers, ray_address=address,
-                            cpus_per_trial=1)
-    assert prepare(options, **fakes.injected()).gpus_per_trial == expected
+    options = search_options(tmp_path, workers=workers, ray_address=address)
+    assert prepare(options).gpus_per_trial == expected
     if gpus:
-        asked = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/s.db", gpus_per_trial=0.25, cpus_per_trial=1)
-        assert prepare(asked, **fakes.injected()).gpus_per_trial == 0.25  # what is asked wins
+        asked = search_options(tmp_path, gpus_per_trial=0.25)
+        assert prepare(asked).gpus_per_trial == 0.25  # what is asked wins
 
 
-def test_autocast_reaches_the_trial_settings(tmp_path):
-    from autopelt.search.trainer import settings_dict
-    from autopelt.train import TrialSettings
+def test_the_controller_builds_each_trials_settings_and_they_travel_as_they_are(tmp_path):
+    from autopelt.search.ray_backend import ticket_json
 
-    study, control = make(tmp_path, autocast=True, budget=1)
-    config = control._config(0, {"methods": [{"method": "bitfit"}]}, {"epochs": 1}, str(tmp_path), None)
-    known = {f.name for f in dataclasses.fields(TrialSettings)}
-    assert TrialSettings.from_dict(settings_dict({**config, "device": "cpu"}, known)).autocast is True
+    study, control = make(tmp_path, autocast=True, seed=3, k=100, budget=1)
+    ticket = control.next_trial()
+    settings = ticket.settings
+    trial = read(study.trials[ticket.number])
+    assert (settings.task, settings.autocast, settings.protocol, settings.seed, settings.data_seed) == (
+        "rte", True, 100, 3, 3)
+    assert settings.spec == trial.spec and settings.out_dir == trial.result_dir
+    assert settings.learning_rate == trial.hparams["learning_rate"] == trial.params["learning_rate"]
+    assert settings.epochs == trial.hparams["epochs"] == trial.max_fidelity == 3
+    assert settings.data_dir == str(GLUE_DIR) and ticket.stoppable
+    carried = json.loads(ticket_json(ticket))
+    assert TrialSettings.from_dict(carried["settings"]) == settings and carried["stoppable"] is True
 
 
 def test_a_search_on_your_own_data_carries_its_columns_to_every_trial(tmp_path):
-    from autopelt.search.trainer import settings_dict
-    from autopelt.train import TrialSettings
-
     folder = tmp_path / "data" / "reviews"
     folder.mkdir(parents=True)
     for split in ("train", "validation"):
         (folder / f"{split}.jsonl").write_text('{"review": "fine", "sentiment": "pos"}\n' * 4)
     own = {"text_columns": ["review"], "label_column": "sentiment", "label_names": ["neg", "pos"]}
-    options = SearchOptions(task="reviews", custom_task=own, data_dir=str(tmp_path / "data"),
-                            storage=f"sqlite:///{tmp_path}/s.db", cpus_per_trial=1)
-    plan = prepare(options, **fakes.injected())
-    assert (plan.task, plan.metric, plan.num_labels) == ("reviews", "accuracy", 2)
-    control = Controller(open_study(plan), plan)
-    config = control._config(0, {"methods": [{"method": "bitfit"}]}, {"epochs": 1}, str(tmp_path), None)
-    known = {f.name for f in dataclasses.fields(TrialSettings)}
-    assert TrialSettings.from_dict(settings_dict(config, known)).custom_task == own
+    study, control = make(tmp_path, task="reviews", custom_task=own, data_dir=str(tmp_path / "data"), budget=2)
+    assert (control.plan.task, control.plan.metric, control.plan.num_labels) == ("reviews", "accuracy", 2)
+    study.enqueue_trial({}, user_attrs={"baseline": "lora"})
+    baseline = control.next_trial()
+    control.finish(baseline.number, {"status": "failed", "reason": "not trained here"})
+    searched = control.next_trial()
+    for ticket in (baseline, searched):
+        assert ticket.settings.custom_task == own and ticket.settings.task == "reviews"
+    assert not baseline.stoppable and searched.stoppable  # a scheduler never stops a baseline
 
 
 def test_a_search_on_your_own_data_without_a_data_dir_is_one_line(tmp_path, monkeypatch, capsys):

@@ -16,17 +16,20 @@ from collections import Counter
 
 import optuna
 import pytest
+from conftest import GLUE_DIR
 from optuna.trial import TrialState
+
+from autopelt.delta.presets import BASELINES
 
 URL = os.environ.get("AUTOPELT_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not URL, reason="AUTOPELT_TEST_POSTGRES_URL is not set (bash .ci/postgres.sh)")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def start(tmp_path, name: str, index: int, options: dict, space: dict, **extra) -> subprocess.Popen:
+def start(tmp_path, name: str, index: int, options: dict, **extra) -> subprocess.Popen:
+    """A search process on the stand-in trial of tests/support/fakes.py."""
     arguments = {"options": {"task": "rte", "storage": URL, "study_name": name, "out": str(tmp_path / "out"),
-                             **options},
-                 "space": space, **extra}
+                             "data_dir": str(GLUE_DIR), **options}, **extra}
     log = open(tmp_path / f"search-{index}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "support.fakes", json.dumps(arguments)],
                             stdout=log, stderr=subprocess.STDOUT)
@@ -59,7 +62,7 @@ def test_two_searches_through_ray_share_a_study_and_stop_at_the_budget(tmp_path,
     name = f"concurrent-{uuid.uuid4().hex[:8]}"
     options = {"budget": 6, "workers": 1, "cpus_per_trial": 1, "ray_address": ray_address,
                "early_stopping": False}
-    processes = [start(tmp_path, name, i, options, {"seconds_per_epoch": 0.3}) for i in range(2)]
+    processes = [start(tmp_path, name, i, options, seconds_per_epoch=0.3) for i in range(2)]
     finish(processes, tmp_path)
 
     trials = trials_of(name)
@@ -68,7 +71,7 @@ def test_two_searches_through_ray_share_a_study_and_stop_at_the_budget(tmp_path,
     assert len({t.number for t in complete}) == 6
     assert len({t.user_attrs["controller"]["pid"] for t in complete}) == 2  # both processes trained
     baselines = Counter(t.user_attrs.get("baseline") for t in complete if "baseline" in t.user_attrs)
-    assert baselines == {"lora": 1, "adapter": 1, "prefix": 1}
+    assert baselines == {name: 1 for name in BASELINES}  # the six baselines are the budget, each once
 
 
 @pytest.mark.parametrize("budget", [1, 12])
@@ -76,8 +79,8 @@ def test_four_searches_racing_for_the_last_claims_never_overshoot(tmp_path, budg
     """No Ray and instant trials, all four starting to ask at the same moment: they contend on every ask."""
     name = f"race-{budget}-{uuid.uuid4().hex[:8]}"
     start_at = time.time() + 15  # after every process has imported and opened the study (late ones just start late)
-    processes = [start(tmp_path, name, i, {"budget": budget, "baselines": False}, {}, serial=True,
-                       start_at=start_at) for i in range(4)]
+    processes = [start(tmp_path, name, i, {"budget": budget, "baselines": False}, serial=True, start_at=start_at)
+                 for i in range(4)]
     finish(processes, tmp_path)
 
     trials = trials_of(name)

@@ -1,7 +1,8 @@
 """Searches through Ray Tune on SQLite, on the synthetic objective: end to end, failures, ASHA, parameter
 budget, wall-time budget, and resuming after the search process is killed with SIGKILL.
 
-One local Ray (2 CPUs) serves the whole module; a killed search runs in a subprocess that joins it.
+One local Ray (2 CPUs) serves the whole module; its workers run the stand-in trial of tests/support/fakes.py
+in place of `autopelt.train.run_trial` (fakes.RUNTIME_ENV). A killed search runs in a subprocess that joins it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import GLUE_DIR
 from optuna.trial import TrialState
-
-from autopelt.search import claims
 from support import fakes
+
+from autopelt.delta.presets import BASELINES
+from autopelt.search import claims
 from autopelt.search.run import SearchOptions, run_search
 
 ray = pytest.importorskip("ray")
@@ -31,7 +34,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 @pytest.fixture(scope="module")
 def ray_address():
     started = time.monotonic()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, runtime_env=fakes.RUNTIME_ENV)
     print(f"ray.init: {time.monotonic() - started:.1f}s")
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
@@ -39,13 +42,14 @@ def ray_address():
 
 def options(tmp_path: Path, **changes) -> SearchOptions:
     base = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
-            "cpus_per_trial": 1}
+            "cpus_per_trial": 1, "space": str(fakes.SPACE), "data_dir": str(GLUE_DIR), "baselines": False}
     return SearchOptions(**{**base, **changes})
 
 
-def search(tmp_path, space=None, presets=None, **changes):
+def search(tmp_path, seconds_per_epoch: float = 0.0, trials: dict | None = None, **changes):
+    fakes.script(tmp_path / "out", seconds_per_epoch, trials)
     lines: list[str] = []
-    outcome = run_search(options(tmp_path, **changes), echo=lines.append, **fakes.injected(space, presets or {}))
+    outcome = run_search(options(tmp_path, **changes), echo=lines.append)
     return outcome, lines
 
 
@@ -58,55 +62,57 @@ def by_state(study, *states):
 
 
 def test_a_search_end_to_end_records_failures_and_goes_on(tmp_path, ray_address):
-    space = fakes.FakeSpace(script=[{"mode": "nan"}, {"mode": "raise"}])
-    outcome, lines = search(tmp_path, space, fakes.FAKE_BASELINES, budget=5, workers=2)
+    # the six baselines are trials 0-5; the first two searched trials fail
+    outcome, lines = search(tmp_path, trials={6: {"mode": "nan"}, 7: {"mode": "raise"}}, baselines=True, budget=8,
+                            workers=2)
     study = outcome.study
 
     trained = by_state(study, TrialState.COMPLETE, TrialState.PRUNED)
-    assert len(trained) == 5 and outcome.recorded == 5
-    assert {t.user_attrs.get("baseline") for t in trained} >= {"lora", "adapter", "prefix"}
-    reasons = sorted(t.user_attrs["fail_reason"] for t in by_state(study, TrialState.FAIL))
-    assert reasons == ["RuntimeError: the fake trial exploded", "dev metric is nan (not a finite number)"]
+    assert len(trained) == 8 and outcome.recorded == 8
+    assert {t.user_attrs.get("baseline") for t in trained} >= set(BASELINES)
+    failed = {t.number: t.user_attrs["fail_reason"] for t in by_state(study, TrialState.FAIL)}
+    assert failed == {6: "dev metric is nan (not a finite number)", 7: "RuntimeError: the fake trial exploded"}
     assert not by_state(study, TrialState.RUNNING, TrialState.WAITING)
 
-    assert len(calls(tmp_path)) == 7  # every trial that trained or failed ran once; nothing else ran
+    assert len(calls(tmp_path)) == 10  # every trial that trained or failed ran once; nothing else ran
     assert all(call["device"] == "cpu" and call["threads"] == 1 for call in calls(tmp_path))
-    for trial in by_state(study, TrialState.COMPLETE, TrialState.FAIL):  # early-stopped trials are cut short
+    finished = by_state(study, TrialState.COMPLETE, TrialState.FAIL)  # early-stopped trials are cut short
+    assert len(finished) >= 8
+    for trial in finished:
         assert (Path(trial.user_attrs["result_dir"]) / "result.json").is_file()
 
     assert outcome.best.state == TrialState.COMPLETE
-    assert outcome.best.value == max(t.value for t in by_state(study, TrialState.COMPLETE))
+    assert outcome.best.values[0] == max(t.value for t in by_state(study, TrialState.COMPLETE))
     trial_lines = [line for line in lines if line.lstrip().startswith("#") and "… epoch" not in line]
-    assert len(trial_lines) == 7  # one per trained or failed trial
+    assert len(trial_lines) == 10  # one per trained or failed trial
     assert any("… epoch 1/" in line for line in lines)  # and running trials show their epochs
     assert any(line.startswith("best: #") for line in lines)
     assert any(f"autopelt export --study {outcome.plan.study_name}" in line for line in lines)
 
 
 def test_a_trial_gets_the_cpus_ray_gives_it_as_threads(tmp_path, ray_address, capsys):
-    run_search(options(tmp_path, budget=1, cpus_per_trial=2), **fakes.injected(presets={}))  # echo: print
+    run_search(options(tmp_path, budget=1, cpus_per_trial=2))  # echo: print
     [call] = calls(tmp_path)
     assert call["threads"] == 2 and call["omp"] == "2" and call["device"] == "cpu"
     assert "best: #0" in capsys.readouterr().out
 
 
 def test_asha_stops_a_bad_trial_early_and_best_ignores_it(tmp_path, ray_address):
-    space = fakes.FakeSpace(epochs=9, seconds_per_epoch=0.15,
-                            script=[{"quality": 0.8}, {"quality": 0.9}, {"quality": 0.05}, {"quality": 0.95}])
-    outcome, lines = search(tmp_path, space, budget=4, workers=1)
+    qualities = {0: {"quality": 0.8}, 1: {"quality": 0.9}, 2: {"quality": 0.05}, 3: {"quality": 0.95}}
+    outcome, lines = search(tmp_path, 0.15, qualities, epochs=9, budget=4, workers=1)
     study = outcome.study
 
     [pruned] = by_state(study, TrialState.PRUNED)
-    assert pruned.user_attrs["hparams"]["quality"] == 0.05
+    assert pruned.number == 2  # the bad one
     assert pruned.user_attrs["stopped_by"] == "early stopping" and pruned.user_attrs["full_fidelity"] is False
     assert 1 <= pruned.user_attrs["fidelity"] < 9 and pruned.intermediate_values
     assert len(by_state(study, TrialState.COMPLETE)) == 3
-    assert outcome.best.user_attrs["hparams"]["quality"] == 0.95 and outcome.best.user_attrs["fidelity"] == 9
+    assert outcome.best.number == 3 and outcome.best.fidelity == 9
     assert any("stopped " in line and f"#{pruned.number}" in line for line in lines)
 
 
 def test_over_budget_samples_never_train(tmp_path, ray_address):
-    outcome, _ = search(tmp_path, budget=4, workers=2, max_params="5k")  # fake sizes: rank r -> 1000 r + 10
+    outcome, _ = search(tmp_path, budget=4, workers=2, max_params="40k")  # LoRA r on MiniLM: 9,216 r + 770
     ranks = [call["spec"]["methods"][0]["rank"] for call in calls(tmp_path)]
     assert len(ranks) == 4 and max(ranks) <= 4
     refused = by_state(outcome.study, TrialState.FAIL)
@@ -117,22 +123,26 @@ def test_over_budget_samples_never_train(tmp_path, ray_address):
 def test_a_time_budget_ends_the_search_cleanly(tmp_path, ray_address):
     started = time.monotonic()
     # 20 s: Ray's workers need a few seconds to start on a loaded 2-core machine before any trial can finish
-    outcome, _ = search(tmp_path, fakes.FakeSpace(seconds_per_epoch=0.6), budget="20s", workers=2,
-                        early_stopping=False)
+    # trials 0 and 1 take a second; 2 and 3 take half a minute, so the deadline falls while they run
+    slow = {"seconds_per_epoch": 10}
+    outcome, _ = search(tmp_path, 0.3, {2: slow, 3: slow}, budget="20s", workers=2, early_stopping=False)
     assert time.monotonic() - started < 60
     study = outcome.study
     assert not by_state(study, TrialState.RUNNING)
-    assert by_state(study, TrialState.COMPLETE)
-    for trial in by_state(study, TrialState.PRUNED):
+    assert {t.number for t in by_state(study, TrialState.COMPLETE)} == {0, 1}
+    stopped, interrupted = by_state(study, TrialState.PRUNED), by_state(study, TrialState.FAIL)
+    assert {t.number for t in stopped + interrupted} == {2, 3}  # cut short by the deadline
+    for trial in stopped:  # evaluated at least once: recorded where it stood
         assert trial.user_attrs["stopped_by"] == "time budget" and trial.user_attrs["fidelity"] >= 1
-    for trial in by_state(study, TrialState.FAIL):  # started but never evaluated: queued again
+    for trial in interrupted:  # started but never evaluated: queued again
         assert trial.user_attrs["fail_reason"] == claims.INTERRUPTED
+        assert any(t.user_attrs.get("retry_of") == trial.number for t in study.trials)
 
 
 def test_a_search_killed_with_sigkill_resumes_without_losing_a_trial(tmp_path, ray_address):
     opts = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
-            "budget": 7, "workers": 2, "cpus_per_trial": 1, "ray_address": ray_address}
-    arguments = {"options": opts, "space": {"seconds_per_epoch": 0.4}}
+            "budget": 7, "workers": 2, "cpus_per_trial": 1, "ray_address": ray_address, "data_dir": str(GLUE_DIR)}
+    arguments = {"options": opts, "seconds_per_epoch": 0.4}
     process = subprocess.Popen([sys.executable, "-m", "support.fakes", json.dumps(arguments)],
                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "search.log", "w"))
     try:
@@ -145,8 +155,7 @@ def test_a_search_killed_with_sigkill_resumes_without_losing_a_trial(tmp_path, r
     left_running = {t.number for t in by_state(study, TrialState.RUNNING)}
     assert left_running, "the kill should catch trials mid-flight"
 
-    outcome, lines = search(tmp_path, fakes.FakeSpace(seconds_per_epoch=0.05), fakes.FAKE_BASELINES,
-                            budget=7, workers=2)
+    outcome, lines = search(tmp_path, 0.05, baselines=True, budget=7, workers=2)
     study = outcome.study
     after = {t.number: t.value for t in by_state(study, TrialState.COMPLETE)}
     assert before.items() <= after.items()  # no completed trial lost or changed
@@ -161,7 +170,7 @@ def test_a_search_killed_with_sigkill_resumes_without_losing_a_trial(tmp_path, r
         assert retry.state in (TrialState.COMPLETE, TrialState.PRUNED)
     assert any(line.startswith("resuming:") for line in lines)
     baselines = [t.user_attrs["baseline"] for t in by_state(study, TrialState.COMPLETE) if "baseline" in t.user_attrs]
-    assert sorted(baselines) == ["adapter", "lora", "prefix"]  # each once, though the search ran twice
+    assert sorted(baselines) == sorted(BASELINES)  # each once, though the search ran twice
 
 
 def _study(tmp_path):

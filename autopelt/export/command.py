@@ -36,6 +36,6 @@ def run(args) -> int:
     for trial in trials:
         target = out / f"trial-{trial.number}" if args.pareto else out
         export_trial(trial, target, args.reseed, study.study_name)
-        print(f"exported trial {trial.number} ({trial.user_attrs.get('summary', '')}) to {target}")
+        print(f"exported trial {trial.number} ({trial.summary or ''}) to {target}")
     print(f"next: autopelt predict --delta {out / f'trial-{trials[0].number}' if args.pareto else out} --text \"…\"")
     return 0

@@ -17,35 +17,30 @@ import statistics
 from pathlib import Path
 
 from autopelt.errors import UserError
+from autopelt.study import answers
+from autopelt.study.record import TrialRecord, read_all
 
 
-def pick_trials(study, trial_number: int | None, pareto: bool) -> list:
-    """The trials to export: one by number, the Pareto front, or the best full-fidelity trial."""
-    from optuna.study import StudyDirection
-
-    from autopelt.report.data import best_trial
-    from autopelt.report.data import pareto as pareto_front
-    from autopelt.report.trials import is_answer
-
-    trials = study.get_trials(deepcopy=False)
+def pick_trials(study, trial_number: int | None, pareto: bool) -> list[TrialRecord]:
+    """The trials to export: one by number, the Pareto front (by trial number), or the best trial."""
+    trials = read_all(study)
     if trial_number is not None:
         chosen = [t for t in trials if t.number == trial_number]
         if not chosen:
             raise UserError(f"study {study.study_name!r} has no trial {trial_number} (it has 0..{len(trials) - 1})")
         return chosen
-    answers = [t for t in trials if is_answer(t)]
-    if not answers:
+    maximize = answers.maximizes(study)
+    best = answers.best(trials, maximize)
+    if best is None:
         raise UserError(f"study {study.study_name!r} has no completed full-fidelity trial to export yet")
-    maximize = study.directions[0] == StudyDirection.MAXIMIZE
     if pareto:
-        front = {p.number for p in pareto_front(answers, maximize).front}
-        return [t for t in answers if t.number in front]
-    return [best_trial(answers, maximize)]
+        return sorted(answers.pareto_front(trials, maximize), key=lambda t: t.number)
+    return [best]
 
 
-def trial_outputs(trial) -> tuple[dict, Path]:
+def trial_outputs(trial: TrialRecord) -> tuple[dict, Path]:
     """The trial's result.json and its delta folder; UserError when the trial kept no weights."""
-    result_dir = trial.user_attrs.get("result_dir")
+    result_dir = trial.result_dir
     delta_dir = Path(result_dir or "") / "delta"
     if not result_dir or not (delta_dir / "delta.safetensors").is_file():
         state = trial.state.name.lower()
@@ -58,7 +53,7 @@ def trial_outputs(trial) -> tuple[dict, Path]:
     return result, delta_dir
 
 
-def export_trial(trial, out_dir: Path, reseed: int = 0, study_name: str = "") -> Path:
+def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name: str = "") -> Path:
     """Write one trial's export folder (atomically: built beside `out_dir`, then moved into place)."""
     result, delta_dir = trial_outputs(trial)
     out_dir = Path(out_dir)
@@ -106,8 +101,8 @@ def reseeded(settings: dict, seeds: int, work_dir: Path) -> dict:
     return {"seeds": seeds, "runs": runs, "summary": summary}
 
 
-def _metrics(result: dict, trial, study_name: str) -> dict:
-    return {"study": study_name, "trial": trial.number, "baseline": trial.user_attrs.get("baseline"),
+def _metrics(result: dict, trial: TrialRecord, study_name: str) -> dict:
+    return {"study": study_name, "trial": trial.number, "baseline": trial.baseline,
             "task": result.get("task"), "metric": result.get("metric"), "dev": result.get("dev"),
             "test": result.get("test"), "params": result.get("params"), "protocol": result.get("protocol"),
             "gates": result.get("gates")}

@@ -6,16 +6,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import optuna
-from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from autopelt.models import model_name
 from autopelt.report.data import (
-    Comparison, GateMap, HistoryPoint, Pareto, Row, baseline_comparison, best_trial, gate_maps, history, pareto,
-    row, top_trials,
+    Comparison, GateMap, HistoryPoint, Pareto, Row, baseline_comparison, gate_maps, history, pareto, row,
+    top_trials,
 )
 from autopelt.report.importance import Importances, param_importances
-from autopelt.report.trials import is_answer
+from autopelt.study import answers
+from autopelt.study.record import TrialRecord, read_all, read_study
 
 STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 
@@ -49,9 +49,9 @@ class ReportContents:
 
 
 def collect(study: optuna.Study, top: int = 10) -> ReportContents:
-    trials = study.get_trials(deepcopy=False)
-    maximize = study.directions[0] == StudyDirection.MAXIMIZE
-    metric = str(study.user_attrs.get("metric") or "dev metric")
+    trials = read_all(study)
+    maximize = answers.maximizes(study)
+    metric = read_study(study).metric or "dev metric"
     return ReportContents(
         header=header(study, trials, metric, maximize),
         history=history(trials, maximize),
@@ -63,20 +63,19 @@ def collect(study: optuna.Study, top: int = 10) -> ReportContents:
     )
 
 
-def header(study: optuna.Study, trials: list, metric: str, maximize: bool) -> Header:
-    attrs = study.user_attrs
+def header(study: optuna.Study, trials: list[TrialRecord], metric: str, maximize: bool) -> Header:
+    info = read_study(study)
     states = Counter(t.state.name for t in trials)
-    best = best_trial(trials, maximize)
-    reasons = Counter(_first_line(t.user_attrs.get("fail_reason")) for t in trials if t.state == TrialState.FAIL)
+    best = answers.best(trials, maximize)
+    reasons = Counter(_first_line(t.fail_reason) for t in trials if t.state == TrialState.FAIL)
     return Header(
-        study=study.study_name, task=str(attrs.get("task", "?")), model=model_name(str(attrs.get("model", "?"))),
-        space=str(attrs.get("space", "?")), metric=metric, maximize=maximize,
-        protocol=protocol_text(attrs.get("protocol")),
+        study=study.study_name, task=info.task or "?", model=model_name(info.model) if info.model else "?",
+        space=info.space or "?", metric=metric, maximize=maximize, protocol=protocol_text(info.protocol),
         states={name: states[name] for name in STATE_ORDER if states[name]},
-        answers=sum(1 for t in trials if is_answer(t)),
+        answers=sum(1 for t in trials if t.is_answer),
         best=row(best, metric) if best else None,
-        best_hparams=dict(best.user_attrs.get("hparams") or best.params) if best else {},
-        best_spec=dict(best.user_attrs.get("spec") or {}) if best else {},
+        best_hparams=dict(best.hparams or best.params) if best else {},
+        best_spec=dict(best.spec or {}) if best else {},
         fail_reasons=reasons.most_common(),
     )
 

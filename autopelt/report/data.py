@@ -1,7 +1,8 @@
-"""What the report shows, as plain data: pure functions of a study's trials, no plotting.
+"""What the report shows, as plain data: pure functions of a study's trial records, no plotting.
 
 Each figure of the report has one function here, and the tests check these numbers; `plots.py` only draws
-them. `maximize` is the direction of the dev metric (the study's first objective).
+them. `maximize` is the direction of the dev metric (the study's first objective). Which trials answer the
+study, which is best and which are on the Pareto front is autopelt/study/answers.py's to say.
 """
 
 from __future__ import annotations
@@ -9,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from autopelt.report.trials import (
-    GATE_KINDS, baseline_name, better, dev_value, fidelity_text, gate_table, is_answer, label, params_pct,
-    test_value,
-)
+from autopelt.study import answers
+from autopelt.study.record import TrialRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+GATE_KINDS = ("adapter", "prefix", "lora")  # UniPELT's order: the heat map's rows
 
 
 @dataclass(frozen=True)
@@ -31,28 +31,26 @@ class HistoryPoint:
     note: str  # fidelity reached, or why it failed
 
 
-def history(trials: Iterable[FrozenTrial], maximize: bool = True) -> list[HistoryPoint]:
+def history(trials: Iterable[TrialRecord], maximize: bool = True) -> list[HistoryPoint]:
     """Every finished trial in trial-number order, with the best dev metric of answer trials so far."""
     points, best = [], None
     for trial in sorted((t for t in trials if t.state in FINISHED), key=lambda t: t.number):
-        answer = is_answer(trial)
-        value = dev_value(trial)
-        if answer and (best is None or better(value, best, maximize)):
+        value = trial.dev_value
+        if trial.is_answer and (best is None or (value > best if maximize else value < best)):
             best = value
         points.append(HistoryPoint(
-            number=trial.number, state=trial.state.name, baseline=baseline_name(trial), value=value,
-            answer=answer, best_so_far=best, label=label(trial), note=_note(trial),
+            number=trial.number, state=trial.state.name, baseline=trial.baseline, value=value,
+            answer=trial.is_answer, best_so_far=best, label=trial.label, note=_note(trial),
         ))
     return points
 
 
-def _note(trial: FrozenTrial) -> str:
+def _note(trial: TrialRecord) -> str:
     if trial.state == TrialState.FAIL:
-        return str(trial.user_attrs.get("fail_reason") or "failed")
-    fidelity = fidelity_text(trial)
+        return trial.fail_reason or "failed"
     if trial.state == TrialState.PRUNED:
-        return f"stopped early at epoch {fidelity}"
-    return "" if trial.user_attrs.get("full_fidelity") is True else f"not full fidelity ({fidelity})"
+        return f"stopped early at epoch {trial.fidelity_text}"
+    return "" if trial.full_fidelity else f"not full fidelity ({trial.fidelity_text})"
 
 
 @dataclass(frozen=True)
@@ -70,25 +68,18 @@ class Pareto:
     dominated: list[ParetoPoint]  # the other answer trials, by trial number
 
 
-def pareto(trials: Iterable[FrozenTrial], maximize: bool = True) -> Pareto:
-    """Answer trials no other answer trial beats on both dev metric and stored params % (lower is better)."""
-    points = [
-        ParetoPoint(t.number, baseline_name(t), dev_value(t), params_pct(t), label(t))
-        for t in sorted(trials, key=lambda t: t.number)
-        if is_answer(t) and params_pct(t) is not None
-    ]
-    on_front = [p for p in points if not any(_dominates(q, p, maximize) for q in points)]
-    front_numbers = {p.number for p in on_front}
-    return Pareto(
-        front=sorted(on_front, key=lambda p: (p.params_pct, p.number)),
-        dominated=[p for p in points if p.number not in front_numbers],
-    )
+def pareto(trials: Iterable[TrialRecord], maximize: bool = True) -> Pareto:
+    """The study's Pareto front (dev metric against stored params %), and the other answer trials beside it."""
+    trials = list(trials)
+    front = answers.pareto_front(trials, maximize)
+    on_front = {t.number for t in front}
+    dominated = [t for t in sorted(trials, key=lambda t: t.number)
+                 if t.is_answer and t.params_pct is not None and t.number not in on_front]
+    return Pareto(front=[_point(t) for t in front], dominated=[_point(t) for t in dominated])
 
 
-def _dominates(a: ParetoPoint, b: ParetoPoint, maximize: bool) -> bool:
-    sign = 1 if maximize else -1
-    no_worse = sign * a.dev >= sign * b.dev and a.params_pct <= b.params_pct
-    return no_worse and (a.dev != b.dev or a.params_pct != b.params_pct)
+def _point(trial: TrialRecord) -> ParetoPoint:
+    return ParetoPoint(trial.number, trial.baseline, trial.dev_value, trial.params_pct, trial.label)
 
 
 @dataclass(frozen=True)
@@ -108,26 +99,13 @@ class Row:
     vs_searched: float | None = None  # dev - the best searched trial's dev (baselines only)
 
 
-def row(trial: FrozenTrial, metric: str) -> Row:
-    attrs = trial.user_attrs
-    stored, seconds = attrs.get("params_stored"), attrs.get("seconds")
+def row(trial: TrialRecord, metric: str) -> Row:
     return Row(
-        number=trial.number, name=baseline_name(trial) or "searched", state=trial.state.name,
-        summary=str(attrs.get("summary") or "?"), dev=dev_value(trial), test=test_value(trial, metric),
-        params_pct=params_pct(trial), params_stored=int(stored) if isinstance(stored, (int, float)) else None,
-        fidelity=fidelity_text(trial), seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
-        note=_note(trial) if trial.state in FINISHED else "",
+        number=trial.number, name=trial.baseline or "searched", state=trial.state.name,
+        summary=trial.summary or "?", dev=trial.dev_value, test=trial.test_value(metric),
+        params_pct=trial.params_pct, params_stored=trial.params_stored, fidelity=trial.fidelity_text,
+        seconds=trial.seconds, note=_note(trial) if trial.state in FINISHED else "",
     )
-
-
-def best_trial(trials: Iterable[FrozenTrial], maximize: bool = True) -> FrozenTrial | None:
-    """The best answer trial: best dev metric, then fewest stored params, then the earliest."""
-    answers = [t for t in trials if is_answer(t)]
-    if not answers:
-        return None
-    sign = 1 if maximize else -1
-    pct = {t.number: params_pct(t) if params_pct(t) is not None else float("inf") for t in answers}
-    return min(answers, key=lambda t: (-sign * t.values[0], pct[t.number], t.number))
 
 
 @dataclass(frozen=True)
@@ -136,31 +114,25 @@ class Comparison:
     baselines: list[Row]  # one per baseline name, in the order the study first ran them
 
 
-def baseline_comparison(trials: Iterable[FrozenTrial], metric: str, maximize: bool = True) -> Comparison:
+def baseline_comparison(trials: Iterable[TrialRecord], metric: str, maximize: bool = True) -> Comparison:
     """The best searched trial against each baseline's best answer (or, without one, its latest trial)."""
     trials = sorted(trials, key=lambda t: t.number)
-    best_searched = best_trial([t for t in trials if baseline_name(t) is None], maximize)
+    best_searched = answers.best([t for t in trials if t.baseline is None], maximize)
     searched = row(best_searched, metric) if best_searched else None
     rows = []
-    for name in dict.fromkeys(baseline_name(t) for t in trials if baseline_name(t)):
-        mine = [t for t in trials if baseline_name(t) == name]
-        chosen = best_trial(mine, maximize) or mine[-1]
+    for name in dict.fromkeys(t.baseline for t in trials if t.baseline):
+        mine = [t for t in trials if t.baseline == name]
+        chosen = answers.best(mine, maximize) or mine[-1]
         entry = row(chosen, metric)
-        if is_answer(chosen) and searched is not None:
+        if chosen.is_answer and searched is not None:
             entry = replace(entry, vs_searched=entry.dev - searched.dev)
         rows.append(entry)
     return Comparison(searched=searched, baselines=rows)
 
 
-def top_trials(trials: Iterable[FrozenTrial], metric: str, maximize: bool = True, limit: int = 10) -> list[Row]:
-    """The best answer trials, best first (ties: fewer stored params, then earlier)."""
-    remaining = [t for t in trials if is_answer(t)]
-    ordered = []
-    while remaining and len(ordered) < limit:
-        best = best_trial(remaining, maximize)
-        ordered.append(best)
-        remaining = [t for t in remaining if t.number != best.number]
-    return [row(t, metric) for t in ordered]
+def top_trials(trials: Iterable[TrialRecord], metric: str, maximize: bool = True, limit: int = 10) -> list[Row]:
+    """The best answer trials, best first (the ranking of autopelt/study/answers.py)."""
+    return [row(t, metric) for t in answers.ranked(trials, maximize)[:limit]]
 
 
 @dataclass(frozen=True)
@@ -173,24 +145,23 @@ class GateMap:
     values: list[list[float | None]]  # values[row][column]; None where a kind has no gate in that layer
 
 
-def gate_maps(trials: Iterable[FrozenTrial], maximize: bool = True) -> list[GateMap]:
+def gate_maps(trials: Iterable[TrialRecord], maximize: bool = True) -> list[GateMap]:
     """UniPELT's mean gate per kind and layer: the best gated searched trial, then each gated baseline."""
-    gated = [t for t in sorted(trials, key=lambda t: t.number)
-             if is_answer(t) and gate_table(t.user_attrs.get("gates"))]
+    gated = [t for t in sorted(trials, key=lambda t: t.number) if t.is_answer and t.gates]
     chosen = []
-    best_searched = best_trial([t for t in gated if baseline_name(t) is None], maximize)
+    best_searched = answers.best([t for t in gated if t.baseline is None], maximize)
     if best_searched:
         chosen.append(best_searched)
-    for name in dict.fromkeys(baseline_name(t) for t in gated if baseline_name(t)):
-        chosen.append(best_trial([t for t in gated if baseline_name(t) == name], maximize))
+    for name in dict.fromkeys(t.baseline for t in gated if t.baseline):
+        chosen.append(answers.best([t for t in gated if t.baseline == name], maximize))
     return [_gate_map(t) for t in chosen]
 
 
-def _gate_map(trial: FrozenTrial) -> GateMap:
-    table = gate_table(trial.user_attrs.get("gates"))
+def _gate_map(trial: TrialRecord) -> GateMap:
+    table = trial.gates
     kinds = [k for k in GATE_KINDS if k in table] + sorted(k for k in table if k not in GATE_KINDS)
     layers = sorted({layer for values in table.values() for layer in values})
     return GateMap(
-        number=trial.number, baseline=baseline_name(trial), label=label(trial), kinds=kinds, layers=layers,
+        number=trial.number, baseline=trial.baseline, label=trial.label, kinds=kinds, layers=layers,
         values=[[table[kind].get(layer) for layer in layers] for kind in kinds],
     )

@@ -11,9 +11,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterable
 
-from optuna.trial import FrozenTrial
-
-from autopelt.report.trials import baseline_name, is_answer
+from autopelt.study.record import TrialRecord
 
 MIN_TRIALS = 2
 
@@ -25,10 +23,10 @@ class Importances:
     note: str | None = None  # why there are no importances
 
 
-def param_importances(trials: Iterable[FrozenTrial], maximize: bool = True) -> Importances:
+def param_importances(trials: Iterable[TrialRecord], maximize: bool = True) -> Importances:
     import optuna
 
-    used = [t for t in trials if is_answer(t) and baseline_name(t) is None and t.params]
+    used = [t for t in trials if t.is_answer and t.baseline is None and t.params]
     if len(used) < MIN_TRIALS:
         return Importances({}, len(used), f"not enough trials: {len(used)} complete full-fidelity searched "
                                           f"trial(s) with parameters, {MIN_TRIALS} needed")

@@ -1,6 +1,6 @@
 """The baselines every study runs first: UniPELT(APL) and each single method at its paper's defaults.
 
-They are queued as trials tagged with the user attribute `baseline` (the preset name; the spec comes from
+They are queued as trials tagged with their preset's name (the `baseline` attribute; the spec comes from
 `autopelt.delta.presets`), once per study: a later run queues only the ones no trial stands for yet.
 """
 
@@ -10,6 +10,8 @@ import optuna
 
 from autopelt.delta.presets import preset_learning_rate
 from autopelt.search.claims import baseline_covered
+from autopelt.study.record import queued_baseline
+
 
 def baseline_hparams(name: str, epochs: int) -> dict:
     return {"learning_rate": preset_learning_rate(name), "epochs": epochs}
@@ -20,5 +22,5 @@ def enqueue_missing(study: optuna.Study, names: list[str]) -> list[str]:
     trials = study.get_trials(deepcopy=False)
     missing = [name for name in names if not baseline_covered(name, trials)]
     for name in missing:
-        study.enqueue_trial({}, user_attrs={"baseline": name})
+        study.enqueue_trial({}, user_attrs=queued_baseline(name))
     return missing

@@ -23,6 +23,8 @@ from typing import Iterable
 
 from optuna.trial import FrozenTrial, TrialState
 
+from autopelt.study.record import read
+
 ALIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
 TRAINED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -63,11 +65,9 @@ def budget_spoken_for(trials: Iterable[FrozenTrial], budget: int) -> bool:
 
 def covers(trial: FrozenTrial) -> bool:
     """Whether this trial stands for its delta: alive, or finished for a reason other than never starting."""
-    return trial.state != TrialState.FAIL or trial.user_attrs.get("fail_reason") not in NOT_DONE_REASONS
+    return trial.state != TrialState.FAIL or read(trial).fail_reason not in NOT_DONE_REASONS
 
 
 def baseline_covered(name: str, trials: Iterable[FrozenTrial], below: int | None = None) -> bool:
     """A trial of baseline `name` (numbered below `below`, if given) covers it: it needs no other."""
-    return any(
-        t.user_attrs.get("baseline") == name and covers(t) and (below is None or t.number < below) for t in trials
-    )
+    return any(read(t).baseline == name and covers(t) and (below is None or t.number < below) for t in trials)

@@ -3,8 +3,9 @@ what happened; it never trains anything itself.
 
 A trial's way through it: ask -> claim (exact trial budget, claims.py) -> draw a delta from the space, or
 the preset of a queued baseline -> count its parameters and refuse it if over --max-params (FAIL, draw
-again: over-budget deltas never cost compute) -> Ticket for the runner -> report per evaluation
-(intermediate values) -> finish (COMPLETE / FAIL), stop_early (PRUNED), or crash (FAIL).
+again: over-budget deltas never cost compute) -> its TrialSettings, built here and nowhere else, in a Ticket
+for the runner -> report per evaluation (intermediate values) -> finish (COMPLETE / FAIL), stop_early
+(PRUNED), or crash (FAIL). What it writes is the study record of autopelt/study/record.py.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
+from autopelt.numbers import is_finite_number
 from autopelt.search import claims, recovery
 from autopelt.search.baselines import baseline_hparams, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
-from autopelt.study.record import (
-    failure_reason, is_finite, objective_values, planned_attrs, result_attrs, size_attrs,
-)
+from autopelt.study import record
+from autopelt.train.settings import TrialSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +43,12 @@ class SearchStopped(RuntimeError):
 
 @dataclass(frozen=True)
 class Ticket:
-    """One trial to run: `config` is what the trial function receives (plain JSON)."""
+    """One trial to run: the settings it trains with (to_dict/from_dict carry them to a worker), and whether a
+    scheduler may stop it early (never a baseline: it is what every searched delta is compared with)."""
 
     number: int
-    config: dict
+    settings: TrialSettings
+    stoppable: bool
 
 
 WAIT = "wait"  # nothing to start now; ask again later (a running trial may still free budget)
@@ -111,7 +115,7 @@ class Controller:
             if budget is not None and not claims.admitted(trial.number, trials, budget):
                 self._fail(trial, claims.BUDGET_REACHED)
                 return WAIT
-            baseline = trial.user_attrs.get("baseline")
+            baseline = record.baseline_of(trial)
             if baseline and claims.baseline_covered(baseline, trials, below=trial.number):
                 self._fail(trial, claims.DUPLICATE_BASELINE)
                 continue
@@ -125,51 +129,53 @@ class Controller:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's
             warnings.simplefilter("ignore")
             trial = self.study.ask()
-        trial.set_user_attr("controller", self.owner.to_attr())
+        record.write(trial, record.attrs(controller=self.owner.to_attr()))
         self.study._storage.record_heartbeat(trial._trial_id)
         return trial
 
     def _plan_trial(self, trial: optuna.Trial, baseline: str | None) -> Ticket | None:
         """Draw and size the delta; a Ticket, or None when it was refused (recorded as FAIL)."""
+        from autopelt.delta import count_parameters, parse_spec  # torch: the driver's, never a Ray worker's
+
         plan = self.plan
         try:
-            spec, hparams = self._draw(trial, baseline)
-            spec, summary = plan.describe_fn(spec)
-            count = plan.count_fn(spec, plan.model_config, plan.num_labels)
+            drawn, hparams = self._draw(trial, baseline)
+            spec = parse_spec(drawn)
+            count = count_parameters(spec, plan.model_config, plan.num_labels)
         except UserError as error:
             self._reject(trial, f"invalid delta: {error}")
             return None
         excess = plan.param_limit.excess(count.stored, count.base) if plan.param_limit else None
         if excess:
-            for key, value in {"spec": spec, "summary": summary, **size_attrs(count)}.items():
-                trial.set_user_attr(key, value)
+            record.write(trial, record.sized(spec.to_dict(), spec.summary(), count))
             self._reject(trial, f"over parameter budget: {excess}")
             return None
         self._rejections_in_row = 0
         max_fidelity = int(plan.options.epochs or hparams.get("epochs") or plan.epochs)
         hparams = {**hparams, "epochs": max_fidelity}
-        result_dir = str(plan.out_dir / f"trial-{trial.number:05d}")
-        for key, value in planned_attrs(spec, summary, count, max_fidelity, result_dir, hparams).items():
-            trial.set_user_attr(key, value)
+        settings = self.trial_settings(spec.to_dict(), hparams, plan.out_dir / f"trial-{trial.number:05d}")
+        record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
+                                           hparams))
         self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
-        return Ticket(trial.number, self._config(trial.number, spec, hparams, result_dir, baseline))
+        return Ticket(trial.number, settings, stoppable=baseline is None)
 
     def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
         if baseline:
-            if baseline not in self.plan.presets:
+            if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")
-            return self.plan.presets[baseline], baseline_hparams(baseline, self.plan.epochs)
+            return PRESETS[baseline], baseline_hparams(baseline, self.plan.epochs)
         return self.plan.space.sample(trial, self.plan.num_layers)
 
-    def _config(self, number: int, spec: dict, hparams: dict, result_dir: str, baseline: str | None) -> dict:
+    def trial_settings(self, spec: dict, hparams: dict, out_dir) -> TrialSettings:
+        """Everything a trial of this search trains with: the study's task, model, data and seed, the delta, and
+        the training hyper-parameters drawn for it (names of TrialSettings). The train/dev rows come from the
+        study's seed (`data_seed`), so every trial sees the same ones."""
         plan = self.plan
-        return {
-            "study": plan.study_name, "trial": number, "baseline": baseline,
-            "task": plan.task, "model": plan.model, "metric": plan.metric,
-            "spec": spec, "hparams": hparams, "epochs": hparams["epochs"], "seed": plan.options.seed,
-            "protocol": plan.options.k or "full", "data_dir": plan.data_dir, "out_dir": result_dir,
-            "autocast": plan.options.autocast, "custom_task": plan.options.custom_task,
-        }
+        return TrialSettings(
+            task=plan.task, spec=spec, custom_task=plan.options.custom_task, model=plan.model, data_dir=plan.data_dir,
+            protocol=plan.options.k or "full", seed=plan.options.seed, data_seed=plan.options.seed,
+            autocast=plan.options.autocast, out_dir=str(out_dir), **hparams,
+        )
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:
         self.rejected += 1
@@ -192,13 +198,14 @@ class Controller:
             return
         run.fidelity = epoch
         value = event.get("dev_metric")
-        if is_finite(value):
-            run.intermediate[epoch] = float(value)
-        self.on_progress(number, epoch, run.max_fidelity, float(value) if is_finite(value) else None)
+        value = float(value) if is_finite_number(value) else None
+        if value is not None:
+            run.intermediate[epoch] = value
+        self.on_progress(number, epoch, run.max_fidelity, value)
         try:
-            if not self._multi and is_finite(value):  # Optuna keeps intermediate values of single objectives
-                run.trial.report(float(value), step=epoch)
-            run.trial.set_user_attr("fidelity", epoch)
+            if not self._multi and value is not None:  # Optuna keeps intermediate values of single objectives
+                run.trial.report(value, step=epoch)
+            record.write(run.trial, record.attrs(fidelity=epoch))
         except UpdateFinishedTrialError:  # failed as interrupted by another process meanwhile
             pass
 
@@ -207,27 +214,27 @@ class Controller:
         run = self.running.pop(number, None)
         if run is None:
             return
-        attrs = result_attrs(result, run.fidelity, run.max_fidelity)
-        reason = failure_reason(result)
+        attrs = record.trained(result, run.fidelity, run.max_fidelity)
+        reason = record.failure_reason(result)
         if reason:
-            self._record(run, TrialState.FAIL, {**attrs, "full_fidelity": False, "fail_reason": reason})
+            self._record(run, TrialState.FAIL, {**attrs, **record.attrs(full_fidelity=False, fail_reason=reason)},
+                         reason=reason)
             return
-        values = objective_values(result, run.params_pct, self._multi)
+        values = record.objective_values(result, run.params_pct, self._multi)
         self._record(run, TrialState.COMPLETE, attrs, values)
 
     def stop_early(self, number: int, why: str = "early stopping") -> None:
         """The scheduler (or the deadline) stopped the trial after its last report: PRUNED at that fidelity."""
         run = self.running.pop(number, None)
         if run is not None:
-            attrs = {"fidelity": run.fidelity, "full_fidelity": False, "stopped_by": why}
-            self._record(run, TrialState.PRUNED, attrs)
+            self._record(run, TrialState.PRUNED, record.stopped(run.fidelity, why))
 
     def crash(self, number: int, reason: str) -> None:
         """The trial's process died (the trial function's own errors arrive through `finish`)."""
         run = self.running.pop(number, None)
         if run is not None:
-            attrs = {"fidelity": run.fidelity, "full_fidelity": False, "fail_reason": reason}
-            self._record(run, TrialState.FAIL, attrs)
+            attrs = record.attrs(fidelity=run.fidelity, full_fidelity=False, fail_reason=reason)
+            self._record(run, TrialState.FAIL, attrs, reason=reason)
 
     def close(self) -> None:
         """Record what is still running when the runner returns: stopped by the deadline, or interrupted."""
@@ -238,26 +245,26 @@ class Controller:
                 continue
             self.running.pop(number)
             try:
-                run.trial.set_user_attr("fidelity", run.fidelity)
+                record.write(run.trial, record.attrs(fidelity=run.fidelity))
             except UpdateFinishedTrialError:
                 continue
             recovery.fail_and_requeue(self.study, self.study._storage.get_trial(run.trial._trial_id))
 
     # -- writing ----------------------------------------------------------------------------------------
 
-    def _record(self, run: _Running, state: TrialState, attrs: dict, values: list[float] | None = None) -> None:
+    def _record(self, run: _Running, state: TrialState, attrs: dict, values: list[float] | None = None,
+                reason: str | None = None) -> None:
         trial = run.trial
         if self._multi and run.intermediate:
-            attrs = {**attrs, "intermediate": {str(k): v for k, v in sorted(run.intermediate.items())}}
-        attrs["seconds"] = round(time.monotonic() - run.started, 3)
+            attrs = {**attrs, **record.intermediate_values(run.intermediate)}
+        attrs = {**attrs, **record.attrs(seconds=round(time.monotonic() - run.started, 3))}
         try:
-            for key, value in attrs.items():
-                trial.set_user_attr(key, value)
+            record.write(trial, attrs)
             frozen = self.study.tell(trial, values, state=state)
         except UpdateFinishedTrialError:
             log.warning("trial %d was declared interrupted by another process; its result is dropped", trial.number)
             return
-        self._count_outcome(state, attrs.get("fail_reason"))
+        self._count_outcome(state, reason)
         if state in claims.TRAINED:
             self.finished.append(frozen)
         self.on_record(frozen)
@@ -274,7 +281,7 @@ class Controller:
             )
 
     def _fail(self, trial: optuna.Trial, reason: str) -> None:
-        trial.set_user_attr("fail_reason", reason)
+        record.write(trial, record.failed(reason))
         self.study.tell(trial, state=TrialState.FAIL)
 
     def _maintain(self, force: bool = False) -> None:

@@ -1,9 +1,7 @@
 """From what the user asked (`SearchOptions`) to everything a search needs (`SearchPlan`), checked up front.
 
 `prepare` resolves the task, model, space, budgets and storage and raises `UserError` on the first bad
-input, before any study, database file or Ray process exists. The pieces other parts of autopelt provide
-(space, trial function, parameter counting, model config) can be passed in instead, which is how the tests
-run a search on a synthetic objective.
+input, before any study, database file or Ray process exists.
 """
 
 from __future__ import annotations
@@ -12,15 +10,13 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autopelt.errors import UserError
 from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
 from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
-PROBE_STUDY = "autopelt-probe"  # the in-memory study of the one draw `prepare` makes to check a space
-TrialFn = Callable[[dict, Callable[[dict], None]], dict]
 
 
 @dataclass
@@ -63,17 +59,13 @@ class SearchPlan:
     num_labels: int
     model: str
     model_config: Any
-    space: Any  # has .name, .fingerprint, .sample(trial, num_layers)
+    space: Any  # a search.space.SearchSpace: .name, .fingerprint, .sample(trial, num_layers)
     budget: Budget
     param_limit: ParamLimit | None
     epochs: int
     protocol: dict
     out_dir: Path
-    baselines: list[str]  # preset names queued first in every study
-    presets: dict[str, dict]  # preset name -> spec: what a queued baseline trial trains
-    trial_fn: TrialFn
-    count_fn: Callable  # (spec, model_config, num_labels) -> ParamCount(trainable, stored, base)
-    describe_fn: Callable  # spec -> (normalised spec dict, one-line summary)
+    baselines: list[str]  # names of autopelt.delta.presets queued first in every study
     cpus_per_trial: float
     data_dir: str | None  # absolute: Ray workers run elsewhere
     gpus_per_trial: float = 0
@@ -91,43 +83,32 @@ class SearchPlan:
         return self.budget.seconds if isinstance(self.budget, TimeBudget) else None
 
 
-def prepare(
-    options: SearchOptions,
-    *,
-    space=None,
-    trial_fn: TrialFn | None = None,
-    count_fn: Callable | None = None,
-    describe_fn: Callable | None = None,
-    model_config=None,
-    baselines: dict[str, dict] | None = None,  # preset name -> spec: the study's baselines (and all presets)
-) -> SearchPlan:
+def prepare(options: SearchOptions) -> SearchPlan:
     """Check and resolve every input; raise UserError on the first bad one. Writes nothing."""
+    from autopelt.delta.presets import BASELINES
+    from autopelt.models import load_config
+    from autopelt.search.space import load_space
+
     budget = parse_budget(options.budget)
     param_limit = parse_max_params(options.max_params)
     _check_numbers(options)
     task = _task(options.task, options.custom_task)
     data_dir = _data_dir(options.data_dir, task)
-    model = _model(options.model, model_config)
+    model = _model(options.model)
     cpus_per_trial = _cpus_per_trial(options)
     _check_local_resources(options, cpus_per_trial)
-    hub_data = data_dir is None and trial_fn is None
-    if hub_data:  # offline, one line now: before seconds of imports (SQLAlchemy, torch, transformers) and retries
+    if data_dir is None:  # offline, one line now: before seconds of imports (SQLAlchemy, torch, transformers)
         from autopelt.data.loading import check_hub_data
 
         check_hub_data(task)
-    space = space if space is not None else _space(options.space)
+    space = load_space(options.space)
     storage = normalise_url(options.storage)
     check_storage(storage)
-    if model_config is None:
-        from autopelt.models import load_config
-
-        model_config = load_config(model, task.num_labels)
+    model_config = load_config(model, task.num_labels)
     gpus_per_trial = _gpus_per_trial(options)
-    count_fn, describe_fn = _delta_tools(count_fn, describe_fn)
-    presets, baseline_names = _presets(baselines)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    if hub_data:  # last: the slowest check (online, the task is downloaded here, once, for every trial)
+    if data_dir is None:  # last: the slowest check (online, the task is downloaded here, once, for every trial)
         _check_hub_data(task)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,
@@ -135,9 +116,7 @@ def prepare(
         param_limit=param_limit, epochs=epochs,
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
-        baselines=baseline_names if options.baselines else [],
-        presets=presets,
-        trial_fn=trial_fn or _default_trial_fn(), count_fn=count_fn, describe_fn=describe_fn,
+        baselines=list(BASELINES) if options.baselines else [],
         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
     )
 
@@ -163,12 +142,10 @@ def _task(name: str, custom: dict | None):
     return custom_task(name, **custom) if custom else get_task(name)
 
 
-def _model(name: str | None, model_config) -> str:
+def _model(name: str | None) -> str:
     """A hub id, or an absolute folder (Ray workers do not share this process's working directory)."""
     from autopelt.models import resolve_model
 
-    if model_config is not None and not name:  # a model config passed in (tests): its name
-        return str(getattr(model_config, "name_or_path", "") or "model")
     model = resolve_model(name)
     return str(Path(model).resolve()) if Path(model).exists() else model
 
@@ -191,12 +168,6 @@ def _check_hub_data(task) -> None:
             logger.setLevel(level)
 
 
-def _space(name: str):
-    from autopelt.search.space import load_space
-
-    return load_space(name)
-
-
 def _data_dir(given: str | None, task) -> str | None:
     """The local data folder (absolute), checked to hold the task's splits; None: the hub."""
     from autopelt.data.files import find_split_file
@@ -213,41 +184,14 @@ def _data_dir(given: str | None, task) -> str | None:
     return str(folder)
 
 
-def _delta_tools(count_fn, describe_fn):
-    if count_fn is not None and describe_fn is not None:
-        return count_fn, describe_fn
-    from autopelt.delta import count_parameters, parse_spec
-
-    def describe(spec: dict) -> tuple[dict, str]:
-        parsed = parse_spec(spec)
-        return parsed.to_dict(), parsed.summary()
-
-    return count_fn or count_parameters, describe_fn or describe
-
-
 def _space_epochs(space, model_config) -> int | None:
     """The space's `train.epochs` as one draw shows it (a malformed space fails here, before the study)."""
     import optuna
 
-    probe = optuna.create_study(study_name=PROBE_STUDY, sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    probe = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
     _, hparams = space.sample(probe, int(model_config.num_hidden_layers))
     epochs = hparams.get("epochs")
     return int(epochs) if isinstance(epochs, (int, float)) and epochs >= 1 else None
-
-
-def _presets(given: dict[str, dict] | None) -> tuple[dict[str, dict], list[str]]:
-    """(every preset a queued baseline may name, the baselines of a study)."""
-    if given is not None:
-        return dict(given), list(given)
-    from autopelt.delta.presets import BASELINES, PRESETS
-
-    return dict(PRESETS), list(BASELINES)
-
-
-def _default_trial_fn() -> TrialFn:
-    from autopelt.search.trainer import train_trial
-
-    return train_trial
 
 
 def _cpus_per_trial(options: SearchOptions) -> float:

@@ -8,8 +8,9 @@
   A trial's last epoch is never shown to ASHA (it carries no `epoch` key), so a trial that trained to the
   end always returns its full result; trials ASHA stops are recorded as PRUNED at the epoch they reached.
   Baselines are never shown to ASHA: they are the reference every searched delta is compared with.
-- Each trial gets `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray
-  assigned it a GPU) in its config.
+- A trial travels as its TrialSettings (`to_dict`, JSON, `from_dict`); the worker sets only what Ray decided
+  there: `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray assigned it a GPU),
+  then calls `autopelt.train.run_trial`.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import Searcher
 
 from autopelt.errors import UserError
-from autopelt.search.controller import DONE, WAIT, Controller
+from autopelt.files import write_atomic
+from autopelt.numbers import is_finite_number
+from autopelt.search.controller import DONE, WAIT, Controller, Ticket
 from autopelt.search.plan import SearchPlan
 
 log = logging.getLogger(__name__)
 
 METRIC = "dev_metric"
 TIME_ATTR = "epoch"
-TICKET_KEY = "autopelt_ticket"  # the trial config, as JSON so Tune does not flatten or name dirs after it
+TICKET_KEY = "autopelt_ticket"  # the trial's settings, as JSON so Tune does not flatten or name dirs after them
 EVENT_KEY = "autopelt_event"
 RESULT_KEY = "autopelt_result"
 REDUCTION_FACTOR = 2  # half of the trials reaching a rung go on: searches here are tens of trials, not thousands
@@ -68,7 +71,7 @@ class ControllerSearcher(Searcher):
         if outcome == WAIT:
             return None
         self.numbers[trial_id] = outcome.number
-        return {TICKET_KEY: json.dumps(outcome.config)}
+        return {TICKET_KEY: ticket_json(outcome)}
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self.numbers and EVENT_KEY in result:
@@ -135,10 +138,7 @@ def ray_session(plan: SearchPlan):
 def run_trials(controller: Controller, plan: SearchPlan) -> None:
     """Run the search's trials on Ray Tune (inside `ray_session`) until the controller has nothing to start."""
     tuner = tune.Tuner(
-        tune.with_resources(
-            tune.with_parameters(_trainable, trial_fn=plan.trial_fn),
-            {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial},
-        ),
+        tune.with_resources(_trainable, {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}),
         tune_config=tune.TuneConfig(
             search_alg=ControllerSearcher(controller, plan.options.workers),
             scheduler=_scheduler(plan),
@@ -199,12 +199,19 @@ def _warn_if_too_small(plan: SearchPlan) -> None:
                         need, name, have.get(name, 0))
 
 
+def ticket_json(ticket: Ticket) -> str:
+    return json.dumps({"settings": ticket.settings.to_dict(), "stoppable": ticket.stoppable})
+
+
 # -- inside a Ray worker ------------------------------------------------------------------------------------
 
 
-def _trainable(tune_config: dict, trial_fn: Callable) -> None:
-    config = {**json.loads(tune_config[TICKET_KEY]), **_placement()}
-    last_epoch = 0 if config.get("baseline") else int(config["epochs"])
+def _trainable(tune_config: dict) -> None:
+    from autopelt.train import TrialSettings, run_trial
+
+    ticket = json.loads(tune_config[TICKET_KEY])
+    settings = TrialSettings.from_dict({**ticket["settings"], **_placement()})
+    last_epoch = settings.epochs if ticket["stoppable"] else 0
 
     def report(event: dict) -> None:
         payload = {METRIC: _number(event.get("dev_metric")), EVENT_KEY: json.dumps(event, default=str)}
@@ -212,8 +219,8 @@ def _trainable(tune_config: dict, trial_fn: Callable) -> None:
             payload[TIME_ATTR] = int(event["epoch"])
         tune.report(payload)
 
-    result = _call(trial_fn, config, report)
-    _write_result(config.get("out_dir"), result)
+    result = _call(run_trial, settings, report)
+    _write_result(settings.out_dir, result)
     tune.report({METRIC: _number(result.get("dev_metric")), RESULT_KEY: json.dumps(result, default=str)})
 
 
@@ -227,26 +234,28 @@ def _placement() -> dict:
     return {"device": "cuda" if ray.get_gpu_ids() else "cpu", "threads": threads}
 
 
-def _call(trial_fn: Callable, config: dict, report: Callable[[dict], None]) -> dict:
-    """The trial function's result; its exceptions become a failed result (the search goes on)."""
+def _call(trial_fn: Callable, settings, report: Callable[[dict], None]) -> dict:
+    """The trial's result; an exception (run_trial returns failures, but a worker can still break) becomes a
+    failed result, so the search goes on."""
     try:
-        result = trial_fn(config, report)
+        result = trial_fn(settings, report)
     except Exception as error:
         return {"status": "failed", "reason": f"{type(error).__name__}: {error}",
-                "traceback": traceback.format_exc(), "spec": config.get("spec")}
+                "traceback": traceback.format_exc(), "spec": settings.spec}
     if not isinstance(result, dict):
         return {"status": "failed", "reason": f"the trial function returned {type(result).__name__}, not a dict"}
     return result
 
 
 def _write_result(out_dir: str | None, result: dict) -> None:
+    """Leave a result.json in the trial's folder when the trial itself did not (it raised)."""
     if not out_dir:
         return
     path = Path(out_dir) / "result.json"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2, default=str))
+        write_atomic(path, json.dumps(result, indent=2, default=str))
 
 
 def _number(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+    return float(value) if is_finite_number(value) else math.nan

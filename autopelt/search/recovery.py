@@ -25,6 +25,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.search.claims import INTERRUPTED
+from autopelt.study.record import failed, read, requeued
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def interrupted_trials(study: optuna.Study, own: Iterable[int] = ()) -> list[Fro
 
 
 def _gone(trial: FrozenTrial, stale: set[int], orphan_before: float) -> bool:
-    owner = trial.user_attrs.get("controller")
+    owner = read(trial).controller
     if owner is None:  # died between ask and marking the trial: only its age tells
         start = trial.datetime_start or datetime.now()
         return start.timestamp() < orphan_before
@@ -121,15 +122,13 @@ def fail_and_requeue(study: optuna.Study, trial: FrozenTrial) -> bool:
     """FAIL `trial` as interrupted and queue its parameters again; False if someone else got there first."""
     storage = study._storage
     try:
-        storage.set_trial_user_attr(trial._trial_id, "fail_reason", INTERRUPTED)
+        for key, value in failed(INTERRUPTED).items():
+            storage.set_trial_user_attr(trial._trial_id, key, value)
         if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
             return False
     except UpdateFinishedTrialError:
         return False
-    attrs = {"retry_of": trial.number}
-    if "baseline" in trial.user_attrs:
-        attrs["baseline"] = trial.user_attrs["baseline"]
-    study.enqueue_trial(dict(trial.params), user_attrs=attrs)
+    study.enqueue_trial(dict(trial.params), user_attrs=requeued(trial))
     log.info("trial %d was interrupted; queued again", trial.number)
     return True
 

@@ -1,7 +1,8 @@
 """The study a search writes to: created on the first run, resumed by every later run of the same command.
 
 A resumed study must be about the same thing: its task, space, objectives and protocol are stored as study
-user attributes (docs/design.md) and compared before anything is written.
+user attributes (docs/design.md; `StudyInfo` of autopelt/study/record.py) and compared before anything is
+written.
 """
 
 from __future__ import annotations
@@ -16,22 +17,17 @@ from autopelt.errors import UserError
 from autopelt.models import model_name
 from autopelt.search.plan import SearchPlan, model_short
 from autopelt.search.recovery import GRACE_SECONDS, HEARTBEAT_SECONDS
+from autopelt.study.record import StudyInfo, read_study
 from autopelt.study.storage import hide_password, open_storage, sqlite_path
 
 
-def study_attrs(plan: SearchPlan) -> dict:
-    return {
-        "task": plan.task,
-        "model": model_name(plan.model),  # shown by the report and the dashboard: a name, not a path
-        "model_path": plan.model,  # what the trials load
-        "space": plan.space.name,
-        "space_fingerprint": str(plan.space.fingerprint),
-        "metric": plan.metric,
-        "direction": "maximize",
-        "objectives": [f"dev {plan.metric}"] + (["stored params %"] if plan.options.multi_objective else []),
-        "protocol": plan.protocol,
-        "epochs": plan.epochs,
-    }
+def study_info(plan: SearchPlan) -> StudyInfo:
+    return StudyInfo(
+        task=plan.task, model=model_name(plan.model), model_path=plan.model, space=plan.space.name,
+        space_fingerprint=str(plan.space.fingerprint), metric=plan.metric, direction="maximize",
+        objectives=(f"dev {plan.metric}",) + (("stored params %",) if plan.options.multi_objective else ()),
+        protocol=plan.protocol, epochs=plan.epochs,
+    )
 
 
 def check_existing(plan: SearchPlan) -> None:
@@ -65,25 +61,25 @@ def open_study(plan: SearchPlan) -> optuna.Study:
         study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=_sampler(plan))
         check_same(study, plan)
         return study
-    for key, value in study_attrs(plan).items():
+    info = study_info(plan)
+    for key, value in info.to_attrs().items():
         study.set_user_attr(key, value)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(study_attrs(plan)["objectives"])
+        study.set_metric_names(list(info.objectives))
     return study
 
 
 def check_same(study: optuna.Study, plan: SearchPlan) -> None:
     """A resumed study must have been made for this task, space, model, protocol and objectives."""
-    stored = study.user_attrs
-    wanted = study_attrs(plan)
+    stored, wanted = read_study(study), study_info(plan)
     differences = [
-        f"{key} {stored[key]!r} (now {wanted[key]!r})"
+        f"{key} {getattr(stored, key)!r} (now {getattr(wanted, key)!r})"
         for key in ("task", "space_fingerprint", "protocol", "epochs")
-        if key in stored and stored[key] != wanted[key]
+        if getattr(stored, key) is not None and getattr(stored, key) != getattr(wanted, key)
     ]
-    if "model" in stored and model_short(model_name(stored["model"])) != model_short(model_name(plan.model)):
-        differences.append(f"model {stored['model']!r} (now {model_name(plan.model)!r})")
+    if stored.model is not None and model_short(model_name(stored.model)) != model_short(model_name(plan.model)):
+        differences.append(f"model {stored.model!r} (now {model_name(plan.model)!r})")
     if [d.name.lower() for d in study.directions] != plan.directions:
         differences.append(f"{len(study.directions)} objective(s) (now {len(plan.directions)})")
     if differences:

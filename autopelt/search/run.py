@@ -2,11 +2,10 @@
 
     from autopelt.search.run import SearchOptions, run_search
     outcome = run_search(SearchOptions(task="rte", budget=10))
-    outcome.best  # FrozenTrial (full fidelity only) or None
+    outcome.best  # the best trial's TrialRecord (autopelt/study/record.py), or None
 
 Every input is checked before the study exists (`plan.prepare`); a bad one raises UserError and leaves the
-database as it was. The space, trial function, parameter counting and model config can be passed in (see
-`autopelt.search.fakes`).
+database as it was.
 """
 
 from __future__ import annotations
@@ -21,7 +20,9 @@ from autopelt.search.controller import Controller, SearchStopped
 from autopelt.search.plan import SearchOptions, SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat
 from autopelt.search.resume import check_existing, open_study
-from autopelt.search.view import LiveView, best_trial, pareto_front, summary_lines
+from autopelt.search.view import LiveView, summary_lines
+from autopelt.study import answers
+from autopelt.study.record import TrialRecord, read_all
 
 __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
 
@@ -30,20 +31,19 @@ __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
 class SearchOutcome:
     study: optuna.Study
     plan: SearchPlan
-    best: optuna.trial.FrozenTrial | None  # highest dev metric among COMPLETE (full-fidelity) trials
-    pareto: list[optuna.trial.FrozenTrial]  # multi-objective studies only
+    best: TrialRecord | None  # the best answer trial (autopelt/study/answers.py)
+    pareto: list[TrialRecord]  # multi-objective studies only: the Pareto front, smallest delta first
     recorded: int  # trained trials this process recorded
     rejected: int  # deltas over --max-params this process refused
     interrupted: bool  # stopped before its budget (Ctrl-C); the next run resumes
     seconds: float
 
 
-def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print, **injected) -> SearchOutcome:
-    """Run (or resume) the search `options` describe. `injected`: space, trial_fn, count_fn, describe_fn,
-    model_config, baselines (see `plan.prepare`). Raises UserError for bad input, SearchStopped when the
+def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -> SearchOutcome:
+    """Run (or resume) the search `options` describe. Raises UserError for bad input, SearchStopped when the
     search cannot go on (every trial failing, every delta over --max-params)."""
     started = time.monotonic()
-    plan = prepare(options, **injected)
+    plan = prepare(options)
     check_existing(plan)
     from autopelt.search.ray_backend import ray_session, run_trials  # Ray only once every input is sound
 
@@ -67,8 +67,10 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print, *
         echo(line)
     if controller.error:
         raise SearchStopped(controller.error)
+    records = read_all(study)
     return SearchOutcome(
-        study=study, plan=plan, best=best_trial(study), pareto=pareto_front(study),
+        study=study, plan=plan, best=answers.best(records),
+        pareto=answers.pareto_front(records) if len(study.directions) > 1 else [],
         recorded=len(controller.finished), rejected=controller.rejected, interrupted=interrupted, seconds=seconds,
     )
 

@@ -1,7 +1,7 @@
 """What the user sees: one line per finished trial while the search runs, and a summary at the end.
 
-Both are built from the study's records (FrozenTrials and their user attributes), so they show the same
-thing whichever process recorded a trial.
+Both are built from the study's records (autopelt/study/record.py), so they show the same thing whichever
+process recorded a trial, and name the same best trial as export and the report (autopelt/study/answers.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from autopelt.models import model_name
 from autopelt.search.budget import TrialBudget, format_duration
 from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
 from autopelt.search.plan import SearchPlan
+from autopelt.study import answers
+from autopelt.study.record import TrialRecord, read, read_all
 from autopelt.study.storage import DEFAULT_STORAGE, hide_password
 
 SUMMARY_WIDTH = 34
@@ -46,7 +48,8 @@ class LiveView:
     def on_record(self, trial: FrozenTrial) -> None:
         if trial.state in TRAINED:
             self.mine += 1
-        self._line(trial.number, _summary(trial), _pct(trial), _outcome(trial))
+        record = read(trial)
+        self._line(record.number, _summary(record), _pct(record), _outcome(record))
 
     def on_progress(self, number: int, epoch: int, epochs: int, value: float | None) -> None:
         """An epoch of a running trial, so a long trial is not silence (the final line comes from on_record)."""
@@ -59,7 +62,7 @@ class LiveView:
                   f"{outcome:<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
 
     def _best(self) -> str:
-        best = best_trial(self.study)
+        best = answers.best(read_all(self.study))
         return f"{best.values[0]:.4f} (#{best.number})" if best else "-"
 
     def _eta(self, elapsed: float) -> str:
@@ -73,21 +76,8 @@ class LiveView:
         return format_duration(elapsed / self.mine * left) if self.mine else "?"
 
 
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The complete (full-fidelity) trial with the highest dev metric; early-stopped trials never count."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return max(complete, key=lambda t: t.values[0], default=None)
-
-
-def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
-    """Complete trials no other complete trial beats on both dev metric (higher) and stored params % (lower)."""
-    if len(study.directions) < 2:
-        return []
-    return sorted(study.best_trials, key=lambda t: t.values[1])
-
-
 def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejected: int = 0) -> list[str]:
-    trials = study.get_trials(deepcopy=False)
+    trials = read_all(study)
     count = {state: sum(t.state == state for t in trials) for state in TrialState}
     failed = [t for t in trials if t.state == TrialState.FAIL and _reason(t) not in NOT_DONE_REASONS
               and not _reason(t).startswith("over parameter budget")]
@@ -98,9 +88,9 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     ]
     if rejected:
         lines.append(f"{rejected} delta(s) over --max-params {plan.param_limit} were recorded as FAIL, never trained")
-    best = best_trial(study)
+    best = answers.best(trials)
     lines.append(f"best: {_trial_text(best, plan)}" if best else "best: no trial completed yet")
-    front = pareto_front(study)
+    front = answers.pareto_front(trials) if len(study.directions) > 1 else []
     if front:
         lines.append(f"Pareto front (dev {plan.metric} up, stored params % down), {len(front)} trial(s):")
         lines += [f"  {_trial_text(t, plan)}" for t in front]
@@ -124,12 +114,12 @@ def next_commands(plan: SearchPlan) -> list[str]:
     ]
 
 
-def _baseline_lines(trials: list[FrozenTrial], plan: SearchPlan) -> list[str]:
+def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
     """Each baseline's finished trial; the ones still queued (the budget ran out first) on one line."""
-    finished: dict[str, FrozenTrial] = {}
+    finished: dict[str, TrialRecord] = {}
     queued: list[str] = []
     for trial in trials:
-        name = trial.user_attrs.get("baseline")
+        name = trial.baseline
         if name and trial.state.is_finished() and _reason(trial) not in NOT_DONE_REASONS:
             finished[name] = trial
         elif name and trial.state == TrialState.WAITING:
@@ -142,37 +132,37 @@ def _baseline_lines(trials: list[FrozenTrial], plan: SearchPlan) -> list[str]:
     return lines
 
 
-def _trial_text(trial: FrozenTrial, plan: SearchPlan) -> str:
+def _trial_text(trial: TrialRecord, plan: SearchPlan) -> str:
     head = f"#{trial.number} {_summary(trial)} ({_pct(trial)} params)"
     if trial.state == TrialState.COMPLETE:
-        test = trial.user_attrs.get("test", {}).get(plan.metric)
-        tail = f", test {test:.4f}" if isinstance(test, (int, float)) else ""
+        test = trial.test_value(plan.metric)
+        tail = f", test {test:.4f}" if test is not None else ""
         return f"{head}: dev {plan.metric} {trial.values[0]:.4f}{tail}"
     return f"{head}: {_outcome(trial)}"
 
 
-def _summary(trial: FrozenTrial) -> str:
-    text = trial.user_attrs.get("summary", "?")
-    if trial.user_attrs.get("baseline"):
-        text = f"[{trial.user_attrs['baseline']}] {text}"
+def _summary(trial: TrialRecord) -> str:
+    text = trial.summary or "?"
+    if trial.baseline:
+        text = f"[{trial.baseline}] {text}"
     return text if len(text) <= SUMMARY_WIDTH else text[: SUMMARY_WIDTH - 1] + "…"
 
 
-def _pct(trial: FrozenTrial) -> str:
-    pct = trial.user_attrs.get("params_pct")
-    return f"{pct:.3g}%" if isinstance(pct, (int, float)) else "-"
+def _pct(trial: TrialRecord) -> str:
+    return f"{trial.params_pct:.3g}%" if trial.params_pct is not None else "-"
 
 
-def _outcome(trial: FrozenTrial) -> str:
+def _outcome(trial: TrialRecord) -> str:
     if trial.state == TrialState.COMPLETE:
         return f"{trial.values[0]:.4f}"
     if trial.state == TrialState.PRUNED:
-        fidelity, top = trial.user_attrs.get("fidelity", 0), trial.user_attrs.get("max_fidelity", "?")
-        last = trial.intermediate_values.get(fidelity, trial.user_attrs.get("intermediate", {}).get(str(fidelity)))
+        fidelity = trial.fidelity or 0
+        top = trial.max_fidelity if trial.max_fidelity is not None else "?"
+        last = trial.intermediate.get(fidelity)
         at = f" ({last:.3f})" if last is not None else ""
         return f"stopped {fidelity}/{top}{at}"
     return f"FAIL: {_reason(trial)}"
 
 
-def _reason(trial: FrozenTrial) -> str:
-    return str(trial.user_attrs.get("fail_reason", ""))
+def _reason(trial: TrialRecord) -> str:
+    return trial.fail_reason or ""

@@ -1,48 +1,243 @@
-"""What a trial's record in the study holds: the user attributes of docs/design.md, built from plain data."""
+"""A study's record: each trial as autopelt writes and reads it, and the study's own attributes.
+
+Optuna keeps a trial as a FrozenTrial; autopelt's data rides in its user attributes (docs/design.md, "A study").
+This module alone knows their names. Writers (the controller, recovery, the baselines) build attributes with
+`attrs` and the functions beside it, which refuse a name that is not a field of `TrialRecord`; readers (the
+live view and summary, the report, export, the dashboard) get a `TrialRecord` from `read`: one trial, typed
+and frozen, like Optuna's own FrozenTrial. Every attribute is optional when read, and numbers are checked, so
+a study written by an older autopelt reads the same way.
+"""
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
+from optuna.trial import FrozenTrial, TrialState
 
-def planned_attrs(spec: dict, summary: str, count, max_fidelity: int, result_dir: str, hparams: dict) -> dict:
-    """Known before training: the delta, its size, where its outputs go."""
-    return {
-        "spec": spec,
-        "summary": summary,
-        "methods": [entry["method"] for entry in spec["methods"]],
-        **size_attrs(count),
-        "hparams": hparams,
-        "max_fidelity": max_fidelity,
-        "result_dir": result_dir,
-    }
+from autopelt.numbers import is_finite_number
 
 
-def size_attrs(count) -> dict:
-    return {
-        "params_stored": int(count.stored),
-        "params_trainable": int(count.trainable),
-        "params_pct": 100.0 * count.stored / count.base,
-    }
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial. The fields after `distributions` are its user attributes, named as stored."""
+
+    number: int
+    state: TrialState
+    values: tuple[float, ...] = ()  # objectives of a COMPLETE trial: dev metric (, stored params %)
+    params: dict = field(default_factory=dict)  # what the space drew, by Optuna parameter name
+    distributions: dict = field(default_factory=dict)
+
+    spec: dict | None = None  # the delta spec (docs/design.md)
+    summary: str | None = None  # "lora r8 + prefix L10"
+    methods: tuple[str, ...] = ()
+    params_stored: int | None = None
+    params_trainable: int | None = None
+    params_pct: float | None = None  # stored parameters, % of the base model
+    hparams: dict = field(default_factory=dict)  # training hyper-parameters drawn from the space
+    fidelity: int | None = None  # epochs reached
+    max_fidelity: int | None = None
+    full_fidelity: bool = False  # trained to its last epoch: only such trials answer the study
+    baseline: str | None = None  # the preset a baseline trial trains; None for a searched trial
+    dev: dict = field(default_factory=dict)  # {metric: value}
+    test: dict = field(default_factory=dict)
+    extra_tests: dict = field(default_factory=dict)  # {split: {metric: value}} (MNLI mismatched)
+    gates: dict = field(default_factory=dict)  # {kind: {layer: mean gate}}, from either stored form
+    result_dir: str | None = None  # the trial's result.json and delta weights
+    fail_reason: str | None = None
+    stopped_by: str | None = None  # "early stopping" or "time budget"
+    seconds: float | None = None  # wall time, as the controller saw it
+    controller: dict | None = None  # {host, pid, start} of the process that ran it
+    retry_of: int | None = None  # the interrupted trial this one runs again
+    intermediate: dict = field(default_factory=dict)  # {epoch: dev metric}; the attribute (multi-objective
+    #                                                   studies) and Optuna's intermediate values, merged
+    train_seconds: float | None = None
+    examples_per_second: float | None = None
+    peak_memory_mb: float | None = None
+    best_epoch: int | None = None
+
+    @property
+    def is_answer(self) -> bool:
+        """COMPLETE, trained to full fidelity, with a finite dev metric: a trial that answers the study.
+        Early-stopped and failed trials appear in histories and counts, never as an answer."""
+        return self.state == TrialState.COMPLETE and self.full_fidelity and bool(self.values) \
+            and is_finite_number(self.values[0])
+
+    @property
+    def dev_value(self) -> float | None:
+        """The dev metric: the first objective when COMPLETE, else the last one reported during training."""
+        if self.state == TrialState.COMPLETE and self.values and is_finite_number(self.values[0]):
+            return float(self.values[0])
+        return self.intermediate[max(self.intermediate)] if self.intermediate else None
+
+    def test_value(self, metric: str) -> float | None:
+        value = self.test.get(metric)
+        return float(value) if is_finite_number(value) else None
+
+    @property
+    def label(self) -> str:
+        """`#9 lora r8 + prefix L10`, or `#0 [unipelt_apl] ...` for a baseline."""
+        summary = self.summary or "?"
+        return f"#{self.number} [{self.baseline}] {summary}" if self.baseline else f"#{self.number} {summary}"
+
+    @property
+    def fidelity_text(self) -> str:
+        """`2/3` epochs; '' when neither is known."""
+        if self.fidelity is None and self.max_fidelity is None:
+            return ""
+        return f"{'?' if self.fidelity is None else self.fidelity}/{'?' if self.max_fidelity is None else self.max_fidelity}"
 
 
-def result_attrs(result: dict, fidelity: int, max_fidelity: int) -> dict:
+OPTUNA_FIELDS = ("number", "state", "values", "params", "distributions")
+ATTRIBUTES = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - set(OPTUNA_FIELDS)
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+
+
+def read(trial: FrozenTrial) -> TrialRecord:
+    """A FrozenTrial as autopelt's record; missing or malformed attributes read as unknown."""
+    a = trial.user_attrs
+    return TrialRecord(
+        number=trial.number, state=trial.state,
+        values=tuple(trial.values) if trial.values else (),
+        params=dict(trial.params), distributions=dict(trial.distributions),
+        spec=_mapping(a.get("spec")) or None, summary=_text(a.get("summary")),
+        methods=tuple(str(m) for m in a.get("methods") or () if m),
+        params_stored=_integer(a.get("params_stored")), params_trainable=_integer(a.get("params_trainable")),
+        params_pct=_number(a.get("params_pct")), hparams=_mapping(a.get("hparams")),
+        fidelity=_integer(a.get("fidelity")), max_fidelity=_integer(a.get("max_fidelity")),
+        full_fidelity=a.get("full_fidelity") is True, baseline=baseline_of(trial),
+        dev=_mapping(a.get("dev")), test=_mapping(a.get("test")), extra_tests=_mapping(a.get("extra_tests")),
+        gates=gate_table(a.get("gates")), result_dir=_text(a.get("result_dir")),
+        fail_reason=_text(a.get("fail_reason")), stopped_by=_text(a.get("stopped_by")),
+        seconds=_number(a.get("seconds")), controller=_mapping(a.get("controller")) or None,
+        retry_of=_integer(a.get("retry_of")), intermediate=_intermediate(trial),
+        train_seconds=_number(a.get("train_seconds")), examples_per_second=_number(a.get("examples_per_second")),
+        peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
+    )
+
+
+def baseline_of(trial) -> str | None:
+    """The preset a trial (live optuna.Trial or FrozenTrial) trains as a baseline, or None."""
+    return _text(trial.user_attrs.get("baseline"))
+
+
+def read_all(study) -> list[TrialRecord]:
+    """Every trial of an optuna.Study, in number order."""
+    return [read(trial) for trial in study.get_trials(deepcopy=False)]
+
+
+def gate_table(gates: Any) -> dict[str, dict[int, float]]:
+    """{kind: {layer: mean gate}} from either stored form: {kind: {"0": g}} or {kind: [g0, g1, ...]}."""
+    if not isinstance(gates, dict):
+        return {}
+    table: dict[str, dict[int, float]] = {}
+    for kind, layers in gates.items():
+        items = layers.items() if isinstance(layers, dict) else enumerate(layers or [])
+        values = {int(layer): float(value) for layer, value in items if _is_layer(layer) and is_finite_number(value)}
+        if values:
+            table[str(kind)] = values
+    return table
+
+
+def _intermediate(trial: FrozenTrial) -> dict[int, float]:
+    # multi-objective studies keep the dev metric per epoch in a user attribute (Optuna cannot store them)
+    reported = dict(trial.intermediate_values)
+    stored = trial.user_attrs.get("intermediate")
+    for step, value in (stored.items() if isinstance(stored, dict) else ()):
+        if str(step).isdigit():
+            reported.setdefault(int(step), value)
+    return {int(step): float(value) for step, value in sorted(reported.items()) if is_finite_number(value)}
+
+
+def _is_layer(key: Any) -> bool:
+    return (isinstance(key, int) and not isinstance(key, bool)) or (isinstance(key, str) and key.isdigit())
+
+
+def _mapping(value: Any) -> dict:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if is_finite_number(value) else None
+
+
+def _integer(value: Any) -> int | None:
+    return int(value) if is_finite_number(value) else None
+
+
+# -- writing ---------------------------------------------------------------------------------------------------
+
+
+def attrs(**values: Any) -> dict:
+    """User attributes to write; a name that is not a TrialRecord field is a programming error."""
+    unknown = sorted(set(values) - ATTRIBUTES)
+    if unknown:
+        raise KeyError(f"{unknown[0]!r} is not a trial attribute of autopelt's study record")
+    return values
+
+
+def write(trial, values: dict) -> None:
+    """Set `values` (from `attrs` and friends) on a live optuna.Trial."""
+    for key, value in values.items():
+        trial.set_user_attr(key, value)
+
+
+def sized(spec: dict, summary: str, count) -> dict:
+    """What a drawn delta is, and its size (`count`: a delta.ParamCount)."""
+    return attrs(spec=spec, summary=summary, methods=[entry["method"] for entry in spec["methods"]],
+                 params_stored=int(count.stored), params_trainable=int(count.trainable),
+                 params_pct=100.0 * count.stored / count.base)
+
+
+def planned(spec: dict, summary: str, count, max_fidelity: int, result_dir: str, hparams: dict) -> dict:
+    """Known before training: the delta, its size, its training hyper-parameters, where its outputs go."""
+    return {**sized(spec, summary, count),
+            **attrs(hparams=hparams, max_fidelity=max_fidelity, result_dir=result_dir)}
+
+
+def trained(result: dict, fidelity: int, max_fidelity: int) -> dict:
     """Known after training, from the trial result JSON (docs/design.md)."""
-    attrs = {
-        "dev": result.get("dev") or {},
-        "test": result.get("test") or {},
-        "fidelity": int(result.get("epochs_run") or fidelity),
-        "max_fidelity": max_fidelity,
-        "full_fidelity": True,
-    }
+    values = attrs(dev=result.get("dev") or {}, test=result.get("test") or {},
+                   fidelity=int(result.get("epochs_run") or fidelity), max_fidelity=max_fidelity, full_fidelity=True)
     for key in ("gates", "extra_tests"):
         if result.get(key):
-            attrs[key] = result[key]
+            values[key] = result[key]
     for key in ("train_seconds", "examples_per_second", "peak_memory_mb", "best_epoch"):
         if isinstance(result.get(key), (int, float)):
-            attrs[key] = result[key]
-    return attrs
+            values[key] = result[key]
+    return attrs(**values)
+
+
+def stopped(fidelity: int, why: str) -> dict:
+    """Stopped before its last epoch: by the scheduler (early stopping) or by the wall-time budget."""
+    return attrs(fidelity=fidelity, full_fidelity=False, stopped_by=why)
+
+
+def failed(reason: str) -> dict:
+    return attrs(fail_reason=reason)
+
+
+def intermediate_values(values: dict[int, float]) -> dict:
+    """The dev metric per epoch, for multi-objective studies, where Optuna keeps no intermediate values."""
+    return attrs(intermediate={str(epoch): value for epoch, value in sorted(values.items())})
+
+
+def queued_baseline(name: str) -> dict:
+    return attrs(baseline=name)
+
+
+def requeued(trial: FrozenTrial) -> dict:
+    """A queued re-run of an interrupted trial: which one it replaces, and its baseline if it was one."""
+    values = attrs(retry_of=trial.number)
+    baseline = read(trial).baseline
+    return {**values, **queued_baseline(baseline)} if baseline else values
 
 
 def failure_reason(result: dict) -> str | None:
@@ -50,16 +245,47 @@ def failure_reason(result: dict) -> str | None:
     if result.get("status") != "ok":
         return str(result.get("reason") or "the trial failed without a reason")
     value = result.get("dev_metric")
-    if not is_finite(value):
+    if not is_finite_number(value):
         return f"dev metric is {value!r} (not a finite number)"
     return None
-
-
-def is_finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def objective_values(result: dict, params_pct: float, multi_objective: bool) -> list[float]:
     """(dev metric) or (dev metric, stored params %): the study's objectives, in its directions' order."""
     values = [float(result["dev_metric"])]
     return values + [float(params_pct)] if multi_objective else values
+
+
+# -- the study ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """The study's own user attributes: what it was made for. Unknown fields read as None."""
+
+    task: str | None = None
+    model: str | None = None  # its name, as shown (all-MiniLM-L6-v2); older studies hold the path here
+    model_path: str | None = None  # what the trials load: a hub id or a folder
+    space: str | None = None
+    space_fingerprint: str | None = None
+    metric: str | None = None
+    direction: str | None = None
+    objectives: tuple[str, ...] = ()
+    protocol: Any = None  # {"name": "k-shot", "k": 1000} as a search writes it
+    epochs: int | None = None
+
+    def to_attrs(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+        out["objectives"] = list(self.objectives)
+        return out
+
+
+def read_study(study) -> StudyInfo:
+    a = study.user_attrs
+    return StudyInfo(
+        task=_text(a.get("task")), model=_text(a.get("model")), model_path=_text(a.get("model_path")),
+        space=_text(a.get("space")),
+        space_fingerprint=_text(a.get("space_fingerprint")), metric=_text(a.get("metric")),
+        direction=_text(a.get("direction")), objectives=tuple(a.get("objectives") or ()),
+        protocol=a.get("protocol") if a.get("protocol") is not None else None, epochs=_integer(a.get("epochs")),
+    )

@@ -1,11 +1,19 @@
-"""Stand-ins for the space, the trainer and parameter counting: a search on a synthetic objective, in seconds.
+"""A search on a synthetic objective, in seconds: a stand-in for `autopelt.train.run_trial`, a space for it,
+and a runner that drives the controller without Ray.
 
-The tests (and anyone checking a Ray cluster or a database before spending GPU hours) pass these to
-`run_search`. They live in the package so that Ray workers and `python -c` subprocesses can import them.
+The stand-in trains nothing. Its dev metric after epoch e of E is quality * (0.5 + 0.5 * e / E), the quality
+being the trial's learning rate, which `SPACE` draws from [0.01, 1] (TPE can learn it). Everything else is the
+real search: the real model config counts the deltas, the real presets are the baselines.
 
-The synthetic objective: a trial "trains" for `epochs` epochs; its dev metric after epoch e is
-quality * (0.5 + 0.5 * e / epochs), quality being a drawn parameter. Draws can be scripted per draw order
-(`FakeSpace(script=[{"quality": 0.9}, {"mode": "nan"}, ...])`) to make a trial good, bad, NaN, raise, or slow.
+A search's outputs folder may hold a `fake.json` (`script(out, ...)` writes it) that the stand-in reads:
+seconds per epoch, and for a trial number its own `seconds_per_epoch`, a `quality`, or a `mode`: `nan` (the
+dev metric is NaN) or `raise`.
+
+Where the stand-in runs:
+- in this process: `run_serially(controller)` calls it (the controller tests);
+- in Ray workers: a Ray started with `RUNTIME_ENV` runs `use_in_this_process` in every worker it starts,
+  which puts the stand-in where `autopelt.train.run_trial` is looked up (conftest puts tests/ on PYTHONPATH);
+- in a subprocess: `python -m support.fakes JSON` (see `main`).
 """
 
 from __future__ import annotations
@@ -15,114 +23,63 @@ import math
 import os
 import time
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from autopelt.search.plan import PROBE_STUDY
-
-
-class FakeCount(NamedTuple):
-    trainable: int
-    stored: int
-    base: int
+SPACE = Path(__file__).with_name("fake_space.yaml")
+SCRIPT = "fake.json"
+RUNTIME_ENV = {"worker_process_setup_hook": "support.fakes.use_in_this_process"}
 
 
-FAKE_BASE_PARAMS = 1_000_000
-_SIZE_PER_UNIT = {"lora": ("rank", 1000), "adapter": ("bottleneck", 100), "prefix": ("length", 500)}
+def script(out: Path, seconds_per_epoch: float = 0.0, trials: dict[int, dict] | None = None) -> None:
+    """Tell the stand-in, for the search whose outputs go to `out`: how long an epoch takes, and what trial n
+    does (`{"quality": 0.9}`, `{"mode": "nan"}`, `{"mode": "raise"}`, `{"seconds_per_epoch": 8}`)."""
+    from autopelt.files import write_atomic
 
-
-def fake_count(spec: dict, model_config=None, num_labels: int | None = None) -> FakeCount:
-    """1,000 stored parameters per LoRA rank, 100 per adapter bottleneck unit, 500 per prefix position."""
-    stored = 10  # the head
-    for entry in spec["methods"]:
-        field, size = _SIZE_PER_UNIT.get(entry["method"], (None, 5000))
-        stored += size * int(entry.get(field, 1)) if field else size
-    return FakeCount(stored, stored, FAKE_BASE_PARAMS)
-
-
-def fake_describe(spec: dict) -> tuple[dict, str]:
-    words = []
-    for entry in spec["methods"]:
-        detail = " ".join(f"{k[0]}{v}" for k, v in entry.items() if k in ("rank", "bottleneck", "length"))
-        words.append(f"{entry['method']} {detail}".strip())
-    return spec, " + ".join(words)
-
-
-def fake_model_config(num_layers: int = 2) -> SimpleNamespace:
-    return SimpleNamespace(num_hidden_layers=num_layers, name_or_path="fake-model", num_labels=2)
-
-
-FAKE_BASELINES = {
-    "lora": {"methods": [{"method": "lora", "rank": 8}]},
-    "adapter": {"methods": [{"method": "adapter", "bottleneck": 48}]},
-    "prefix": {"methods": [{"method": "prefix", "length": 10}]},
-}
-
-
-class FakeSpace:
-    """A space of LoRA ranks with a `quality` knob; `script[i]` overrides the hparams of the i-th draw."""
-
-    def __init__(self, ranks=(1, 2, 4, 8, 16, 32, 64), script: list[dict] | None = None, epochs: int = 3,
-                 seconds_per_epoch: float = 0.0, name: str = "fake", fingerprint: str = "fake0001"):
-        self.ranks = tuple(ranks)
-        self.script = list(script or [])
-        self.epochs = epochs
-        self.seconds_per_epoch = seconds_per_epoch
-        self.name = name
-        self.fingerprint = fingerprint
-        self.draws = 0
-
-    def sample(self, trial, num_layers: int) -> tuple[dict, dict]:
-        rank = trial.suggest_categorical("lora.rank", list(self.ranks))
-        quality = trial.suggest_float("quality", 0.0, 1.0)
-        hparams = {"learning_rate": 1e-3, "epochs": self.epochs, "quality": quality, "mode": "ok",
-                   "sleep": self.seconds_per_epoch}
-        if trial.study.study_name == PROBE_STUDY:  # the check `prepare` makes is not a draw of the script
-            return {"methods": [{"method": "lora", "rank": rank}]}, hparams
-        if self.draws < len(self.script):
-            hparams.update(self.script[self.draws])
-        self.draws += 1
-        return {"methods": [{"method": "lora", "rank": rank}]}, hparams
-
-
-def fake_trial(config: dict, report: Callable[[dict], None]) -> dict:
-    """Train on the synthetic objective; leaves `fake_call.json` in the trial's folder (tests count them)."""
-    hparams, epochs = config["hparams"], int(config["epochs"])
-    out = Path(config["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    call = {k: config.get(k) for k in ("trial", "spec", "device", "threads", "baseline")}
-    (out / "fake_call.json").write_text(json.dumps({**call, "pid": os.getpid(),
-                                                    "omp": os.environ.get("OMP_NUM_THREADS")}))
-    mode = hparams.get("mode", "ok")
-    if mode == "raise":
+    body = {"seconds_per_epoch": seconds_per_epoch, "trials": {str(n): v for n, v in (trials or {}).items()}}
+    write_atomic(out / SCRIPT, json.dumps(body))  # several processes of one search may write it at once
+
+
+def fake_trial(settings, report: Callable[[dict], None]) -> dict:
+    """Train on the synthetic objective; leaves `fake_call.json` in the trial's folder (tests count them)."""
+    out = Path(settings.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    call = {"spec": settings.spec, "device": settings.device, "threads": settings.threads,
+            "learning_rate": settings.learning_rate, "pid": os.getpid(), "omp": os.environ.get("OMP_NUM_THREADS")}
+    (out / "fake_call.json").write_text(json.dumps(call))
+    plan = _script(out)
+    mine = plan["trials"].get(str(int(out.name.rsplit("-", 1)[-1])), {})
+    if mine.get("mode") == "raise":
         raise RuntimeError("the fake trial exploded")
-    quality = float(hparams.get("quality", 0.5))
+    quality, epochs = float(mine.get("quality", settings.learning_rate)), settings.epochs
+    seconds = float(mine.get("seconds_per_epoch", plan["seconds_per_epoch"]))
     history = []
     for epoch in range(1, epochs + 1):
-        time.sleep(float(hparams.get("sleep", 0.0)))
-        value = math.nan if mode == "nan" else quality * (0.5 + 0.5 * epoch / epochs)
+        time.sleep(seconds)
+        value = math.nan if mine.get("mode") == "nan" else quality * (0.5 + 0.5 * epoch / epochs)
         event = {"epoch": epoch, "step": 10 * epoch, "fidelity": epoch / epochs,
                  "dev": {"accuracy": value}, "dev_metric": value}
         report(event)
         history.append(event)
     final = history[-1]["dev_metric"]
     return {
-        "status": "ok", "reason": None, "spec": config["spec"], "task": config.get("task"),
-        "model": config.get("model"), "seed": config.get("seed"), "metric": "accuracy",
-        "dev": {"accuracy": final}, "test": {"accuracy": final - 0.01}, "dev_metric": final,
-        "epochs_run": epochs, "best_epoch": epochs, "history": history, "gates": None,
-        "delta_dir": None, "train_seconds": epochs * float(hparams.get("sleep", 0.0)),
+        "status": "ok", "reason": None, "spec": settings.spec, "task": settings.task, "model": settings.model,
+        "seed": settings.seed, "metric": "accuracy", "dev": {"accuracy": final}, "test": {"accuracy": final - 0.01},
+        "dev_metric": final, "epochs_run": epochs, "best_epoch": epochs, "history": history, "gates": None,
+        "delta_dir": None, "train_seconds": epochs * seconds, "settings": settings.to_dict(),
     }
 
 
-def injected(space: FakeSpace | None = None, presets: dict | None = None) -> dict:
-    """Keyword arguments for `run_search` / `prepare` that swap every outside piece for a stand-in;
-    `presets`: the baselines (default FAKE_BASELINES; {} for none)."""
-    return {
-        "space": space or FakeSpace(), "trial_fn": fake_trial, "count_fn": fake_count,
-        "describe_fn": fake_describe, "model_config": fake_model_config(),
-        "baselines": FAKE_BASELINES if presets is None else presets,
-    }
+def _script(out: Path) -> dict:
+    path = out.parent / SCRIPT
+    return json.loads(path.read_text()) if path.is_file() else {"seconds_per_epoch": 0.0, "trials": {}}
+
+
+def use_in_this_process() -> None:
+    """Make this process's `autopelt.train.run_trial` the stand-in (what a Ray worker calls, see the module doc)."""
+    import autopelt.train
+
+    autopelt.train.run_trial = fake_trial
 
 
 def run_serially(controller, trial_fn: Callable = fake_trial, stop_after: int | None = None) -> int:
@@ -138,7 +95,7 @@ def run_serially(controller, trial_fn: Callable = fake_trial, stop_after: int | 
             time.sleep(0.05)
             continue
         try:
-            result = trial_fn(ticket.config, lambda event: controller.report(ticket.number, event))
+            result = trial_fn(ticket.settings, lambda event: controller.report(ticket.number, event))
         except Exception as error:
             result = {"status": "failed", "reason": f"{type(error).__name__}: {error}"}
         controller.finish(ticket.number, result)
@@ -148,21 +105,26 @@ def run_serially(controller, trial_fn: Callable = fake_trial, stop_after: int | 
 
 def main(arguments: dict) -> int:
     """A search on the synthetic objective from JSON-able arguments, for tests that run it in a subprocess:
-    {"options": {SearchOptions fields}, "space": {FakeSpace arguments}, "serial": run without Ray,
-     "start_at": a time.time() at which a serial search starts asking (to make several processes race)}."""
+    {"options": {SearchOptions fields; space defaults to SPACE}, "seconds_per_epoch": float,
+     "serial": run without Ray, "start_at": a time.time() at which a serial search starts asking (to make
+     several processes race)}. With Ray, `options.ray_address` is the cluster to join."""
     from autopelt.search.run import SearchOptions, run_search
 
-    options = SearchOptions(**arguments["options"])
-    space = FakeSpace(**arguments.get("space", {}))
+    options = SearchOptions(**{"space": str(SPACE), **arguments["options"]})
+    if options.out:
+        script(Path(options.out), arguments.get("seconds_per_epoch", 0.0))
     if not arguments.get("serial"):
-        run_search(options, **injected(space))
+        import ray
+
+        ray.init(address=options.ray_address, runtime_env=RUNTIME_ENV)  # the search uses this Ray as it is
+        run_search(options)
         return 0
     from autopelt.search.controller import Controller
     from autopelt.search.plan import prepare
     from autopelt.search.recovery import Heartbeat
     from autopelt.search.resume import open_study
 
-    plan = prepare(options, **injected(space))
+    plan = prepare(options)
     study = open_study(plan)
     controller = Controller(study, plan)
     controller.start()
