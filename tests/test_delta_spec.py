@@ -117,10 +117,16 @@ def test_loading_a_delta_whose_weights_do_not_match_fails_cleanly(tmp_path):
         delta.load_delta(tiny_model(), tmp_path / "missing")
 
 
-def test_every_method_is_documented():
+def test_every_method_is_documented_and_says_what_each_field_accepts():
     import dataclasses
+
+    from autopelt.delta.fields import kind_of
 
     for cls in METHODS.values():
         assert cls.summary
         for field in dataclasses.fields(cls):
             assert field.metadata.get("help"), f"{cls.method}.{field.name} has no help text"
+            kind = kind_of(field)
+            assert kind is not None, f"{cls.method}.{field.name} declares no kind (delta/fields.py)"
+            default = field.default.to_dict() if hasattr(field.default, "to_dict") else field.default
+            assert kind.accepts(field.default), f"{cls.method}.{field.name}: its default {default!r} is refused"

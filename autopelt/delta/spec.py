@@ -1,17 +1,23 @@
 """The delta spec: plain, validated, JSON-serialisable data describing which methods a delta is made of.
 
 A spec is a tuple of frozen method configs. Nothing here touches a model: `apply_delta` reads a spec and
-builds it, `count_parameters` reads a spec and a model config and counts it.
+builds it, `count_parameters` reads a spec and a model config and counts it. Each field declares the values it
+accepts (its `Kind`, fields.py); the spec checks them, and the search spaces derive their schema from them, so
+a method is declared here once (plus its module, injection and count).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from autopelt.delta.fields import (
+    BOOL, LAYER_INDICES, NESTED_DELTA, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER,
+    PROBABILITY, declare, kind_of, one_of, site_list,
+)
 from autopelt.errors import UserError
 
 LINEAR_SITES = ("query", "key", "value", "attention_output", "intermediate", "output")
@@ -21,18 +27,15 @@ PLACEMENTS = ("houlsby", "pfeiffer", "ffn")
 EXPERT_INITS = ("copy", "independent")
 
 
-def _help(text: str, default: Any = dataclasses.MISSING) -> Any:
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: default, metadata={"help": text})
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass(frozen=True)
 class MethodConfig:
-    """Base of every method config: `from_dict` checks field names; `check` checks values."""
+    """Base of every method config: `from_dict` checks field names, then each value against its field's kind;
+    `check` checks what involves several fields."""
 
     method: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    mixes: ClassVar[tuple[str, ...]] = ()  # a mixture: the methods its nested delta may be
+    experts_leave: ClassVar[tuple[str, ...]] = ()  # a mixture: fields its experts keep at their defaults
 
     @classmethod
     def from_dict(cls, data: dict) -> MethodConfig:
@@ -49,6 +52,10 @@ class MethodConfig:
             raise UserError(f"bad {cls.method} config: {error}") from None
         for f in dataclasses.fields(cls):
             _check_type(cls.method, f, getattr(config, f.name))
+        for f in dataclasses.fields(cls):
+            kind = kind_of(f)
+            if kind is not None:
+                _require(config, f.name, kind.accepts(getattr(config, f.name)), kind.what)
         config.check()
         return config
 
@@ -62,10 +69,7 @@ class MethodConfig:
         return out
 
     def check(self) -> None:
-        layers = getattr(self, "layers", None)
-        if layers is not None:
-            _require(self, "layers", all(isinstance(i, int) and i >= 0 for i in layers) and len(layers) > 0,
-                     "a non-empty list of layer indices, or null for all layers")
+        """Rules between fields (each field's own values are its kind's)."""
 
     def describe(self) -> str:
         return self.method
@@ -90,32 +94,19 @@ def _require(config: MethodConfig, name: str, ok: bool, what: str) -> None:
         raise UserError(f"{config.method}.{name} = {getattr(config, name)!r} is invalid: expected {what}")
 
 
-def _positive_int(config: MethodConfig, *names: str) -> None:
-    for name in names:
-        value = getattr(config, name)
-        _require(config, name, isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                 "a positive integer")
-
-
 @dataclass(frozen=True)
 class LoRAConfig(MethodConfig):
     method: ClassVar[str] = "lora"
     summary: ClassVar[str] = "low-rank update W + (alpha/r)·B·A on chosen linear layers (Hu et al. 2021)"
 
-    rank: int = _help("rank r of the update", 8)
-    alpha: float = _help("scaling numerator: the update is multiplied by alpha/rank (ignored when gated)", 16.0)
-    targets: tuple[str, ...] = _help(f"linear layers to adapt, among {', '.join(LINEAR_SITES)}", ("query", "value"))
-    dropout: float = _help("dropout on the LoRA branch input", 0.0)
-    gate: bool = _help("UniPELT gate G_L = sigmoid(W·h_in) replaces alpha/rank", False)
-    layers: tuple[int, ...] | None = _help("layer indices to adapt; null = all", None)
-
-    def check(self) -> None:
-        super().check()
-        _positive_int(self, "rank")
-        _require(self, "targets", len(self.targets) > 0 and set(self.targets) <= set(LINEAR_SITES),
-                 f"a non-empty list among {', '.join(LINEAR_SITES)}")
-        _require(self, "dropout", 0.0 <= self.dropout < 1.0, "a probability in [0, 1)")
-        _require(self, "alpha", self.alpha > 0, "a positive number")
+    rank: int = declare("rank r of the update", 8, POSITIVE_INT)
+    alpha: float = declare("scaling numerator: the update is multiplied by alpha/rank (ignored when gated)", 16.0,
+                           POSITIVE_NUMBER)
+    targets: tuple[str, ...] = declare(f"linear layers to adapt, among {', '.join(LINEAR_SITES)}", ("query", "value"),
+                                       site_list(LINEAR_SITES))
+    dropout: float = declare("dropout on the LoRA branch input", 0.0, PROBABILITY)
+    gate: bool = declare("UniPELT gate G_L = sigmoid(W·h_in) replaces alpha/rank", False, BOOL)
+    layers: tuple[int, ...] | None = declare("layer indices to adapt; null = all", None, LAYER_INDICES)
 
     def describe(self) -> str:
         return f"lora r{self.rank}" + ("(gated)" if self.gate else "")
@@ -127,25 +118,23 @@ class AdapterConfig(MethodConfig):
     summary: ClassVar[str] = ("bottleneck adapter h + up(act(down(h))) after attention and/or FFN "
                               "(Houlsby 2019, Pfeiffer 2021); PHM/Compacter projections (Mahabadi 2021)")
 
-    placement: str = _help("houlsby: on the attention and FFN outputs, after their dropout (Houlsby 2019); "
-                           "pfeiffer: FFN only, on LN(h_FN + residual), the sublayer's LayerNorm applied again after "
-                           "(Pfeiffer 2021, AdapterHub); ffn: FFN only, on the FFN projection output before its "
-                           "dropout (AdaMix's expert soup)", "houlsby")
-    bottleneck: int = _help("bottleneck size k", 48)
-    activation: str = _help(f"non-linearity, one of {', '.join(ACTIVATIONS)}", "relu")
-    projection: str = _help("dense; phm: W = sum A_i kron B_i with full B_i and A per projection; "
-                            "compacter: A shared by all layers, B_i = s_i t_i^T of rank phm_rank", "dense")
-    n: int = _help("number of Kronecker terms for phm/compacter (divides hidden size and bottleneck)", 4)
-    phm_rank: int = _help("rank of B_i for compacter", 1)
-    gate: bool = _help("UniPELT gate G_A = sigmoid(W·x) scales the adapter output, x the adapter's input", False)
-    layers: tuple[int, ...] | None = _help("layer indices to adapt; null = all", None)
+    placement: str = declare("houlsby: on the attention and FFN outputs, after their dropout (Houlsby 2019); "
+                             "pfeiffer: FFN only, on LN(h_FN + residual), the sublayer's LayerNorm applied again "
+                             "after (Pfeiffer 2021, AdapterHub); ffn: FFN only, on the FFN projection output before "
+                             "its dropout (AdaMix's expert soup)", "houlsby", one_of(*PLACEMENTS))
+    bottleneck: int = declare("bottleneck size k", 48, POSITIVE_INT)
+    activation: str = declare(f"non-linearity, one of {', '.join(ACTIVATIONS)}", "relu", one_of(*ACTIVATIONS))
+    projection: str = declare("dense; phm: W = sum A_i kron B_i with full B_i and A per projection; "
+                              "compacter: A shared by all layers, B_i = s_i t_i^T of rank phm_rank", "dense",
+                              one_of("dense", "phm", "compacter"))
+    n: int = declare("number of Kronecker terms for phm/compacter (divides hidden size and bottleneck)", 4,
+                     POSITIVE_INT)
+    phm_rank: int = declare("rank of B_i for compacter", 1, POSITIVE_INT)
+    gate: bool = declare("UniPELT gate G_A = sigmoid(W·x) scales the adapter output, x the adapter's input", False,
+                         BOOL)
+    layers: tuple[int, ...] | None = declare("layer indices to adapt; null = all", None, LAYER_INDICES)
 
     def check(self) -> None:
-        super().check()
-        _positive_int(self, "bottleneck", "n", "phm_rank")
-        _require(self, "placement", self.placement in PLACEMENTS, " or ".join(PLACEMENTS))
-        _require(self, "activation", self.activation in ACTIVATIONS, " or ".join(ACTIVATIONS))
-        _require(self, "projection", self.projection in ("dense", "phm", "compacter"), "dense, phm or compacter")
         if self.projection != "dense":
             _require(self, "bottleneck", self.bottleneck % self.n == 0, f"a multiple of n={self.n}")
 
@@ -164,19 +153,13 @@ class PrefixConfig(MethodConfig):
     method: ClassVar[str] = "prefix"
     summary: ClassVar[str] = "L trainable key/value vectors prepended in every attention layer (Li & Liang 2021)"
 
-    length: int = _help("prefix length L", 10)
-    reparam_hidden: int = _help("hidden size of the reparameterisation MLP used while training; 0 = none "
-                                "(only the prefix matrices are ever saved)", 512)
-    gate: bool = _help("UniPELT gate G_P = sigmoid(W·h_in) scales the prefix keys and values", False)
-    split_gate: bool = _help("with gate: two gate values per layer, one for the keys and one for the values; "
-                             "UniPELT scales both with one", False)
-    layers: tuple[int, ...] | None = _help("layer indices with a prefix; null = all", None)
-
-    def check(self) -> None:
-        super().check()
-        _positive_int(self, "length")
-        _require(self, "reparam_hidden", isinstance(self.reparam_hidden, int) and self.reparam_hidden >= 0,
-                 "a non-negative integer")
+    length: int = declare("prefix length L", 10, POSITIVE_INT)
+    reparam_hidden: int = declare("hidden size of the reparameterisation MLP used while training; 0 = none "
+                                  "(only the prefix matrices are ever saved)", 512, NON_NEGATIVE_INT)
+    gate: bool = declare("UniPELT gate G_P = sigmoid(W·h_in) scales the prefix keys and values", False, BOOL)
+    split_gate: bool = declare("with gate: two gate values per layer, one for the keys and one for the values; "
+                               "UniPELT scales both with one", False, BOOL)
+    layers: tuple[int, ...] | None = declare("layer indices with a prefix; null = all", None, LAYER_INDICES)
 
     def describe(self) -> str:
         return f"prefix L{self.length}" + (("(gated k,v)" if self.split_gate else "(gated)") if self.gate else "")
@@ -187,10 +170,7 @@ class PromptConfig(MethodConfig):
     method: ClassVar[str] = "prompt"
     summary: ClassVar[str] = "L soft tokens inserted after the first token at the input embeddings (Lester 2021)"
 
-    length: int = _help("number of soft tokens L", 20)
-
-    def check(self) -> None:
-        _positive_int(self, "length")
+    length: int = declare("number of soft tokens L", 20, POSITIVE_INT)
 
     def describe(self) -> str:
         return f"prompt L{self.length}"
@@ -201,16 +181,13 @@ class BitFitConfig(MethodConfig):
     method: ClassVar[str] = "bitfit"
     summary: ClassVar[str] = "train bias terms only (Ben Zaken et al. 2021)"
 
-    targets: tuple[str, ...] | None = _help(f"bias groups among {', '.join(BIAS_SITES)}; null = every bias", None)
-    layers: tuple[int, ...] | None = _help("layer indices whose biases train; null = all", None)
-    pooler: bool = _help("also train the pooler's bias (BERT; RoBERTa's head has none), as BitFit's code always "
-                         "does", True)
-
-    def check(self) -> None:
-        super().check()
-        if self.targets is not None:
-            _require(self, "targets", len(self.targets) > 0 and set(self.targets) <= set(BIAS_SITES),
-                     f"null or a non-empty list among {', '.join(BIAS_SITES)}")
+    targets: tuple[str, ...] | None = declare(f"bias groups among {', '.join(BIAS_SITES)}; null = every bias", None,
+                                              site_list(BIAS_SITES, nullable=True))
+    # not drawn by search spaces: a space's shared `layers` has never restricted BitFit
+    layers: tuple[int, ...] | None = declare("layer indices whose biases train; null = all", None, LAYER_INDICES,
+                                             search=False)
+    pooler: bool = declare("also train the pooler's bias (BERT; RoBERTa's head has none), as BitFit's code always "
+                           "does", True, BOOL)
 
     def describe(self) -> str:
         targets = None if self.targets is None else ",".join(self.targets)
@@ -229,16 +206,21 @@ class AdaMixConfig(MethodConfig):
     method: ClassVar[str] = "adamix"
     summary: ClassVar[str] = ("mixture of M adapter or LoRA experts, one random expert per step, "
                               "averaged into one module for inference (Wang et al. 2022)")
+    mixes: ClassVar[tuple[str, ...]] = ("adapter", "lora")
+    # AdaMix averages its experts into one module: it mixes ungated dense deltas only
+    experts_leave: ClassVar[tuple[str, ...]] = ("gate", "projection", "n", "phm_rank")
 
-    experts: int = _help("experts M per site", 4)
-    share_up: bool = _help("share the up-projection (LoRA: B) across experts, as in the paper", True)
-    consistency: float = _help("weight of the symmetric-KL consistency loss between two stochastic passes "
-                               "(each side's target detached, task loss on the first pass, as AdaMix's code)", 1.0)
-    expert_init: str = _help("copy: every expert starts as a copy of one draw, as AdaMix's code; independent: one "
-                             "draw per expert", "copy")
-    delta: AdapterConfig | LoRAConfig = _help("the mixed delta: an adapter or lora entry; an adapter's fields left out "
-                                              "are AdaMix's (placement ffn, gelu, bottleneck 48)",
-                                              AdapterConfig(placement="ffn", bottleneck=48, activation="gelu"))
+    experts: int = declare("experts M per site", 4, POSITIVE_INT)
+    share_up: bool = declare("share the up-projection (LoRA: B) across experts, as in the paper", True, BOOL)
+    consistency: float = declare("weight of the symmetric-KL consistency loss between two stochastic passes "
+                                 "(each side's target detached, task loss on the first pass, as AdaMix's code)", 1.0,
+                                 NON_NEGATIVE_NUMBER)
+    expert_init: str = declare("copy: every expert starts as a copy of one draw, as AdaMix's code; independent: one "
+                               "draw per expert", "copy", one_of(*EXPERT_INITS))
+    delta: AdapterConfig | LoRAConfig = declare("the mixed delta: an adapter or lora entry; an adapter's fields left "
+                                                "out are AdaMix's (placement ffn, gelu, bottleneck 48)",
+                                                AdapterConfig(placement="ffn", bottleneck=48, activation="gelu"),
+                                                NESTED_DELTA)
 
     @classmethod
     def from_dict(cls, data: dict) -> MethodConfig:
@@ -246,7 +228,7 @@ class AdaMixConfig(MethodConfig):
         inner = data.pop("delta", ADAMIX_ADAPTER)
         if isinstance(inner, MethodConfig):
             inner = inner.to_dict()
-        if not isinstance(inner, dict) or normalise_method(inner.get("method")) not in ("adapter", "lora"):
+        if not isinstance(inner, dict) or normalise_method(inner.get("method")) not in cls.mixes:
             raise UserError("adamix.delta must be an adapter or lora entry, e.g. {\"method\": \"adapter\"}")
         if inner.get("method") == "adapter":
             inner = {**ADAMIX_ADAPTER, **inner}
@@ -254,9 +236,6 @@ class AdaMixConfig(MethodConfig):
         return super().from_dict(data)
 
     def check(self) -> None:
-        _positive_int(self, "experts")
-        _require(self, "consistency", self.consistency >= 0, "a non-negative number")
-        _require(self, "expert_init", self.expert_init in EXPERT_INITS, " or ".join(EXPERT_INITS))
         _require(self, "delta", not self.delta.gate, "an ungated delta (AdaMix and UniPELT gates do not mix)")
         if isinstance(self.delta, AdapterConfig):
             _require(self, "delta", self.delta.projection == "dense", "a dense adapter (PHM weights do not average)")

@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     study = load_study(open_existing(args.storage), args.study, args.storage)
     contents = collect(study, top=args.top)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page = render(contents, footer=f"study {args.study} in {hide_password(args.storage)} · written {stamp} by autopelt report")
+    footer = f"study {args.study} in {hide_password(args.storage)} · written {stamp} by autopelt report"
+    page = render(contents, footer=footer)
     write_atomic(out, page)
     trials = sum(contents.header.states.values())
     print(f"wrote {out} ({len(page.encode()) / 1e6:.1f} MB, {trials} trials, "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autopelt.errors import UserError
-from autopelt.search.space_schema import METHOD_FIELDS, layer_indices
+from autopelt.search.space_schema import layer_indices, method_fields, nested_field
 from autopelt.search.space_tree import Choice, Parser, SpaceError, Tree, draw, draw_fields, free_mixtures, read_yaml
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
@@ -64,22 +64,23 @@ class SearchSpace:
         for i, method in enumerate(names):
             if len(chosen) == most:
                 break
-            if method == "adamix" and not free_mixtures(self.tree.methods["adamix"]["delta"], chosen):
+            nested = nested_field(method)
+            if nested and not free_mixtures(self.tree.methods[method][nested], chosen):
                 continue
             if (i == len(names) - 1 and not chosen) or trial.suggest_categorical(f"use.{method}", [False, True]):
                 chosen.append(method)
         return chosen
 
     def _entry(self, method: str, chosen: list[str], trial) -> dict:
-        fields = self.tree.methods[method]
-        if method == "adamix":
-            delta = fields["delta"]
-            fields = {**fields, "delta": dataclasses.replace(delta, options=free_mixtures(delta, chosen))}
+        fields, nested = self.tree.methods[method], nested_field(method)
+        if nested:  # a mixture mixes only families the spec does not hold yet
+            free = free_mixtures(fields[nested], chosen)
+            fields = {**fields, nested: dataclasses.replace(fields[nested], options=free)}
         return {"method": method, **draw_fields(fields, trial)}
 
     def _share(self, entries: list[dict], trial) -> None:
         for name, node in self.tree.shared.items():
-            takers = [e for e in entries if name in METHOD_FIELDS[e["method"]] and name not in e]
+            takers = [e for e in entries if name in method_fields(e["method"]) and name not in e]
             if takers:
                 value, _ = draw(node, trial)
                 for entry in takers:
@@ -87,7 +88,8 @@ class SearchSpace:
 
     def _place(self, entries: list[dict], num_layers: int) -> None:
         for entry in entries:
-            for target in (entry, entry.get("delta")):
+            nested = nested_field(entry["method"])
+            for target in (entry, entry.get(nested) if nested else None):
                 if isinstance(target, dict) and "layers" in target:
                     try:
                         target["layers"] = layer_indices(target["layers"], num_layers)

@@ -1,56 +1,40 @@
-"""What a search-space file may name: delta methods and their fields, training hyper-parameters, layer placements.
+"""What a search-space file may name, derived from the delta spec.
 
-The method fields mirror the delta spec of docs/design.md; the delta library stays the judge of a whole spec
-(tests run every sampled spec through `autopelt.delta.parse_spec`). Checking values here as well lets a bad
-file fail when it is loaded, naming its key, instead of trials failing one by one.
+The methods, their fields and the values each field accepts are the delta library's: `autopelt.delta.spec`'s
+METHODS and the kind each field declares (autopelt/delta/fields.py), read here at call time. A new method in the
+spec is a new method in every space file, with nothing to add here. Declared here are only the space's own
+words: layer placements (`layers: upper_half`), the fields one draw may give to several methods (`shared`),
+and the training hyper-parameters (`train`).
+
+The delta library stays the judge of a whole spec (the controller parses every drawn spec); checking each value
+here as well lets a bad file fail when it is loaded, naming its key, instead of trials failing one by one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-METHOD_ORDER = ("lora", "adapter", "prefix", "prompt", "bitfit", "adamix")
-LINEAR_SITES = ("query", "key", "value", "attention_output", "intermediate", "output")
-BIAS_SITES = LINEAR_SITES + ("layernorm", "embeddings")
-ACTIVATIONS = ("relu", "gelu", "tanh", "swish")
-ADAPTER_PRESETS = {  # accepted by the delta library, but a space says them as adapter fields
-    "houlsby": "placement: houlsby",
-    "pfeiffer": "placement: pfeiffer",
-    "phm_adapter": "projection: phm",
-    "compacter": "placement: houlsby, projection: compacter",
-    "compacter++": "placement: pfeiffer, projection: compacter",
-}
+from autopelt.delta.fields import (
+    LAYER_INDICES, NESTED_DELTA, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Kind, kind_of,
+)
+from autopelt.delta.spec import ADAPTER_PRESETS, METHODS
+
 NAMED_PLACEMENTS = {"all": None, "upper_half": ("top", 0.5), "lower_half": ("bottom", 0.5)}
-
-
-@dataclass(frozen=True)
-class Kind:
-    """What one field accepts: `what` for messages, `ranges` says which of int/float ranges may draw it."""
-
-    what: str
-    accepts: Callable[[Any], bool]
-    ranges: tuple[str, ...] = ()
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _site_list(v: Any, sites: tuple[str, ...]) -> bool:
-    return isinstance(v, (list, tuple)) and len(v) > 0 and len(set(v)) == len(v) and set(v) <= set(sites)
+SHARED = ("gate", "layers")  # fields a space may draw once for every chosen method that has them
+TRAIN_FIELDS = {"learning_rate": POSITIVE_NUMBER, "epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
+                "weight_decay": NON_NEGATIVE_NUMBER, "warmup_ratio": PROBABILITY, "grad_clip": POSITIVE_NUMBER,
+                "max_length": POSITIVE_INT}  # names of autopelt.train.TrialSettings
+TRAIN_REQUIRED = ("learning_rate",)
 
 
 def parse_placement(v: Any) -> tuple[str, float] | None | list[int]:
     """('top'|'bottom', fraction), None for all layers, or an explicit index list; ValueError if malformed."""
     if v is None or isinstance(v, str) and v in NAMED_PLACEMENTS:
         return NAMED_PLACEMENTS.get(v)
-    if isinstance(v, (list, tuple)) and v and all(_is_int(i) for i in v) and len(set(v)) == len(v):
+    if isinstance(v, (list, tuple)) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v) \
+            and len(set(v)) == len(v):
         return list(v)
     side, _, fraction = str(v).partition(":")
     if isinstance(v, str) and side in ("top", "bottom"):
@@ -68,49 +52,9 @@ def _is_placement(v: Any) -> bool:
     return True
 
 
-POSITIVE_INT = Kind("a positive integer", lambda v: _is_int(v) and v > 0, ("int",))
-NON_NEGATIVE_INT = Kind("a non-negative integer", lambda v: _is_int(v) and v >= 0, ("int",))
-POSITIVE_NUMBER = Kind("a positive number", lambda v: _is_number(v) and v > 0, ("int", "float"))
-NON_NEGATIVE_NUMBER = Kind("a non-negative number", lambda v: _is_number(v) and v >= 0, ("int", "float"))
-DROPOUT = Kind("a probability in [0, 1)", lambda v: _is_number(v) and 0 <= v < 1, ("float",))
-BOOL = Kind("true or false", lambda v: isinstance(v, bool))
-LINEAR_TARGETS = Kind(f"a non-empty list among {', '.join(LINEAR_SITES)}", lambda v: _site_list(v, LINEAR_SITES))
-BIAS_TARGETS = Kind(f"null or a non-empty list among {', '.join(BIAS_SITES)}",
-                    lambda v: v is None or _site_list(v, BIAS_SITES))
-LAYERS = Kind("a layer placement: all, upper_half, lower_half, top:F, bottom:F (0 < F <= 1), null "
-              "or a list of layer indices (negative counts from the top)", _is_placement)
-NESTED = Kind("the mixed delta: {choice: {adapter: {...}, lora: {...}}} or {adapter: {...}}", lambda v: False)
-
-
-def one_of(*values: str) -> Kind:
-    return Kind(" or ".join(values), lambda v: v in values)
-
-
-_LORA = {"rank": POSITIVE_INT, "alpha": POSITIVE_NUMBER, "targets": LINEAR_TARGETS, "dropout": DROPOUT,
-         "gate": BOOL, "layers": LAYERS}
-_ADAPTER = {"placement": one_of("houlsby", "pfeiffer", "ffn"), "bottleneck": POSITIVE_INT,
-            "activation": one_of(*ACTIVATIONS), "projection": one_of("dense", "phm", "compacter"),
-            "n": POSITIVE_INT, "phm_rank": POSITIVE_INT, "gate": BOOL, "layers": LAYERS}
-METHOD_FIELDS: dict[str, dict[str, Kind]] = {
-    "lora": _LORA,
-    "adapter": _ADAPTER,
-    "prefix": {"length": POSITIVE_INT, "reparam_hidden": NON_NEGATIVE_INT, "gate": BOOL, "split_gate": BOOL,
-               "layers": LAYERS},
-    "prompt": {"length": POSITIVE_INT},
-    "bitfit": {"targets": BIAS_TARGETS, "pooler": BOOL},
-    "adamix": {"experts": POSITIVE_INT, "share_up": BOOL, "consistency": NON_NEGATIVE_NUMBER,
-               "expert_init": one_of("copy", "independent"), "delta": NESTED},
-}
-# AdaMix averages its experts into one module, so it mixes ungated dense deltas only.
-MIXED_FIELDS: dict[str, dict[str, Kind]] = {
-    "adapter": {k: v for k, v in _ADAPTER.items() if k not in ("projection", "n", "phm_rank", "gate")},
-    "lora": {k: v for k, v in _LORA.items() if k != "gate"},
-}
-SHARED_FIELDS = {"gate": BOOL, "layers": LAYERS}
-TRAIN_FIELDS = {"learning_rate": POSITIVE_NUMBER, "epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
-                "weight_decay": NON_NEGATIVE_NUMBER, "warmup_ratio": DROPOUT, "grad_clip": POSITIVE_NUMBER,
-                "max_length": POSITIVE_INT}  # names of autopelt.train.TrialSettings
-REQUIRED = {"train": ("learning_rate",), "adamix": ("delta",)}
+# a spec's layer indices, as a space says them (resolved per model by `layer_indices`)
+PLACEMENT = Kind("a layer placement: all, upper_half, lower_half, top:F, bottom:F (0 < F <= 1), null "
+                 "or a list of layer indices (negative counts from the top)", _is_placement)
 
 
 def layer_indices(placement: Any, num_layers: int) -> list[int] | None:
@@ -126,3 +70,54 @@ def layer_indices(placement: Any, num_layers: int) -> list[int] | None:
     side, share = parsed
     count = max(1, math.ceil(share * num_layers - 1e-9))
     return list(range(num_layers - count, num_layers)) if side == "top" else list(range(count))
+
+
+# -- derived from the delta spec -------------------------------------------------------------------------------
+
+
+def method_names() -> tuple[str, ...]:
+    """Every method, in the spec's order (the order a space draws and lists them in)."""
+    return tuple(METHODS)
+
+
+def method_fields(method: str) -> dict[str, Kind]:
+    """The fields a space may set for `method`, in the spec's order, with the values each accepts."""
+    return {f.name: _as_space_kind(kind_of(f)) for f in dataclasses.fields(METHODS[method])
+            if f.metadata.get("search", True)}
+
+
+def _as_space_kind(kind: Kind) -> Kind:
+    return PLACEMENT if kind is LAYER_INDICES else kind
+
+
+def nested_field(method: str) -> str | None:
+    """The field holding a mixture's own delta (AdaMix's `delta`), or None for a plain method."""
+    return next((name for name, kind in method_fields(method).items() if kind is NESTED_DELTA), None)
+
+
+def mixed_methods(mixture: str) -> tuple[str, ...]:
+    return METHODS[mixture].mixes
+
+
+def mixed_fields(mixture: str, method: str) -> dict[str, Kind]:
+    """The fields of `method` a space may set inside `mixture` (its experts leave some at their defaults)."""
+    leave = METHODS[mixture].experts_leave
+    return {name: kind for name, kind in method_fields(method).items() if name not in leave}
+
+
+def required_fields(method: str) -> tuple[str, ...]:
+    """A mixture must say what it mixes."""
+    nested = nested_field(method)
+    return (nested,) if nested else ()
+
+
+def shared_fields() -> dict[str, Kind]:
+    """SHARED with the kind the methods that have the field give it."""
+    kinds = {name: kind for method in METHODS for name, kind in method_fields(method).items() if name in SHARED}
+    return {name: kinds[name] for name in SHARED if name in kinds}
+
+
+def preset_fields(name: str) -> str | None:
+    """`placement: pfeiffer, projection: compacter` for an adapter preset name (compacter++), else None."""
+    preset = ADAPTER_PRESETS.get(name)
+    return None if preset is None else ", ".join(f"{key}: {value}" for key, value in preset.items())

@@ -12,9 +12,10 @@ from typing import Any, Union
 
 import yaml
 
+from autopelt.delta.fields import NESTED_DELTA, Kind
 from autopelt.search.space_schema import (
-    ADAPTER_PRESETS, METHOD_FIELDS, METHOD_ORDER, MIXED_FIELDS, NESTED, REQUIRED, SHARED_FIELDS, TRAIN_FIELDS,
-    Kind,
+    TRAIN_FIELDS, TRAIN_REQUIRED, method_fields, method_names, mixed_fields, mixed_methods, nested_field,
+    preset_fields, required_fields, shared_fields,
 )
 
 TOP_KEYS = ("methods", "combine", "shared", "train")
@@ -61,7 +62,7 @@ Node = Union[Fixed, Choice, Range]
 
 @dataclass(frozen=True)
 class Tree:
-    methods: dict[str, dict[str, Node]]  # in METHOD_ORDER; each field dict in its schema's order
+    methods: dict[str, dict[str, Node]]  # in the spec's method order; each field dict in the spec's field order
     combine: int | Choice  # most methods switched on at once (use.<method>), or a categorical over combinations
     shared: dict[str, Node]
     train: dict[str, Node]
@@ -94,7 +95,8 @@ def draw_fields(fields: dict[str, Node], trial) -> dict:
 
 
 def free_mixtures(delta: Choice, chosen: list[str] | tuple[str, ...]) -> tuple[Option, ...]:
-    """AdaMix options whose family is not already a method of the spec (a spec holds one entry per family)."""
+    """A mixture's options whose family is not already a method of the spec (a spec holds one entry per
+    family)."""
     return tuple(o for o in delta.options if o.value not in chosen)
 
 
@@ -173,7 +175,7 @@ class Parser:
         methods = self.methods(doc.get("methods"))
         combine = self.combine(doc.get("combine"), methods)
         shared = self.shared(doc.get("shared"), methods)
-        train = self.fields(doc.get("train"), "train", _Scope(TRAIN_FIELDS, ""), REQUIRED["train"])
+        train = self.fields(doc.get("train"), "train", _Scope(TRAIN_FIELDS, ""), TRAIN_REQUIRED)
         return Tree(methods, combine, shared, train)
 
     def methods(self, raw: Any) -> dict[str, dict[str, Node]]:
@@ -181,12 +183,11 @@ class Parser:
         if not raw:
             raise SpaceError("methods", "required: at least one delta method")
         for name in raw:
-            if name in ADAPTER_PRESETS:
-                raise SpaceError(f"methods.{name}", f"{name} is an adapter: write adapter: "
-                                                    f"{{{ADAPTER_PRESETS[name]}}}")
-        _known(raw, METHOD_ORDER, "methods", "method")
-        out = {m: self.fields(raw[m], f"methods.{m}", _Scope(METHOD_FIELDS[m], f"{m}."), REQUIRED.get(m, ()))
-               for m in METHOD_ORDER if m in raw}
+            if preset_fields(name):
+                raise SpaceError(f"methods.{name}", f"{name} is an adapter: write adapter: {{{preset_fields(name)}}}")
+        _known(raw, method_names(), "methods", "method")
+        out = {m: self.fields(raw[m], f"methods.{m}", _Scope(method_fields(m), f"{m}."), required_fields(m))
+               for m in method_names() if m in raw}
         _check_phm_sizes(out.get("adapter"))
         return out
 
@@ -204,7 +205,7 @@ class Parser:
                 for name in scope.schema if name in raw}
 
     def value(self, raw: Any, kind: Kind, key: str, name: str, scope: _Scope) -> Node:
-        if kind is NESTED:
+        if kind is NESTED_DELTA:
             return self.mixture(raw, key, name)
         if isinstance(raw, dict) and "choice" in raw:
             return self.choice(raw, kind, key, name, scope)
@@ -245,23 +246,27 @@ class Parser:
         which = "int" if "int" in raw else "float"
         _known(raw, (which, "step", "log"), key, f"key beside {which}")
         if which not in kind.ranges:
-            raise SpaceError(f"{key}.{which}", f"an {which} range cannot draw {kind.what}")
+            article = "an" if which == "int" else "a"
+            raise SpaceError(f"{key}.{which}", f"{article} {which} range cannot draw {kind.what}")
         low, high = _bounds(raw[which], which, kind, f"{key}.{which}")
         log, step = _log_and_step(raw, which, low, high, key)
         self._register(name, key, (which, low, high, step, log))
         return Range(name, which == "int", low, high, step, log)
 
     def mixture(self, raw: Any, key: str, name: str) -> Choice:
-        """adamix.delta: {choice: {adapter: {...}, lora: {...}}}, or one of them alone."""
+        """A mixture's delta (adamix.delta): {choice: {adapter: {...}, lora: {...}}}, or one of them alone."""
+        mixture = name.rsplit(".", 1)[0]
+        mixes = mixed_methods(mixture)
         if not isinstance(raw, dict) or not raw:
-            raise SpaceError(key, f"expected {NESTED.what}")
+            each = ", ".join(f"{m}: {{...}}" for m in mixes)
+            raise SpaceError(key, f"expected the mixed delta: {{choice: {{{each}}}}} or {{{mixes[0]}: {{...}}}}")
         if "choice" in raw:
             _known(raw, ("choice",), key, "key beside choice")
             raw, key = _mapping(raw["choice"], f"{key}.choice"), f"{key}.choice"
         elif len(raw) > 1:
             raise SpaceError(key, "several mixed deltas: list them under choice:")
-        _known(raw, MIXED_FIELDS, key, "mixed delta (AdaMix mixes adapter or lora experts)")
-        options = [Option(m, m, self.fields(body, f"{key}.{m}", _Scope(MIXED_FIELDS[m], f"adamix.{m}.")))
+        _known(raw, mixes, key, f"mixed delta ({mixture} mixes {' or '.join(mixes)} experts)")
+        options = [Option(m, m, self.fields(body, f"{key}.{m}", _Scope(mixed_fields(mixture, m), f"{mixture}.{m}.")))
                    for m, body in raw.items()]
         return self._choice_node(name, options, key, nested=True)
 
@@ -294,9 +299,9 @@ class Parser:
         return self._choice_node("methods", options, key)
 
     def shared(self, raw: Any, methods: dict) -> dict[str, Node]:
-        fields = self.fields(raw, "shared", _Scope(SHARED_FIELDS, ""))
+        fields = self.fields(raw, "shared", _Scope(shared_fields(), ""))
         for name, node in fields.items():
-            if not any(name in METHOD_FIELDS[m] for m in methods):
+            if not any(name in method_fields(m) for m in methods):
                 raise SpaceError(f"shared.{name}", f"no method of this space has a {name} field")
             if any(o.branch for o in getattr(node, "options", ())):
                 raise SpaceError(f"shared.{name}", "a shared field takes a list of options, not branches")
@@ -352,10 +357,12 @@ def _combination(label: str | None, combo: Any, key: str, methods: dict) -> Opti
             raise SpaceError(key, f"{method!r} is not under methods (defined: {', '.join(methods)})")
         if method in combo[:i]:
             raise SpaceError(key, f"{method!r} is listed twice")
-    chosen = tuple(m for m in METHOD_ORDER if m in combo)
-    if "adamix" in chosen and not free_mixtures(methods["adamix"]["delta"], chosen):
-        raise SpaceError(key, "adamix mixes a family (adapter or lora) that the combination already holds; "
-                              "a spec holds one entry per family")
+    chosen = tuple(m for m in method_names() if m in combo)
+    for method in chosen:
+        nested = nested_field(method)
+        if nested and not free_mixtures(methods[method][nested], chosen):
+            raise SpaceError(key, f"{method} mixes a family ({' or '.join(mixed_methods(method))}) that the "
+                                  "combination already holds; a spec holds one entry per family")
     return Option(label if label is not None else "+".join(chosen), chosen)
 
 

@@ -86,7 +86,8 @@ class TrialRecord:
         """`2/3` epochs; '' when neither is known."""
         if self.fidelity is None and self.max_fidelity is None:
             return ""
-        return f"{'?' if self.fidelity is None else self.fidelity}/{'?' if self.max_fidelity is None else self.max_fidelity}"
+        reached, top = ("?" if n is None else n for n in (self.fidelity, self.max_fidelity))
+        return f"{reached}/{top}"
 
 
 OPTUNA_FIELDS = ("number", "state", "values", "params", "distributions")
