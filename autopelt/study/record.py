@@ -190,17 +190,21 @@ def write(trial, values: dict) -> None:
         trial.set_user_attr(key, value)
 
 
-def sized(spec: dict, summary: str, count) -> dict:
-    """What a drawn delta is, and its size (`count`: a delta.ParamCount)."""
-    return attrs(spec=spec, summary=summary, methods=[entry["method"] for entry in spec["methods"]],
-                 params_stored=int(count.stored), params_trainable=int(count.trainable),
+def _size(count) -> dict:
+    """`count`: a delta.ParamCount."""
+    return attrs(params_stored=int(count.stored), params_trainable=int(count.trainable),
                  params_pct=100.0 * count.stored / count.base)
+
+
+def sized(spec: dict, summary: str, count) -> dict:
+    """A drawn delta refused for its size: what it was, and how big."""
+    return {**attrs(spec=spec, summary=summary), **_size(count)}
 
 
 def planned(spec: dict, summary: str, count, max_fidelity: int, result_dir: str, hparams: dict) -> dict:
     """Known before training: the delta, its size, its training hyper-parameters, where its outputs go."""
-    return {**sized(spec, summary, count),
-            **attrs(hparams=hparams, max_fidelity=max_fidelity, result_dir=result_dir)}
+    delta = attrs(spec=spec, summary=summary, methods=[entry["method"] for entry in spec["methods"]])
+    return {**delta, **_size(count), **attrs(hparams=hparams, max_fidelity=max_fidelity, result_dir=result_dir)}
 
 
 def trained(result: dict, fidelity: int, max_fidelity: int) -> dict:
