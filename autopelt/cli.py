@@ -1,7 +1,8 @@
 """The `autopelt` command. Each subcommand lives in its own module, imported only when it runs.
 
 A command module defines `add_arguments(parser)` and `run(args) -> int`, and imports anything heavy
-(torch, ray, plotly) inside `run`, so `autopelt --help` stays fast.
+(torch, ray, plotly) inside `run`, so `autopelt --help` and `autopelt COMMAND --help` stay fast. The top-level
+help needs only the names and one-line helps below; only the command named on the line is imported.
 """
 
 from __future__ import annotations
@@ -24,24 +25,23 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command by name; the flags of `command` only (its module is the one imported)."""
     parser = argparse.ArgumentParser(prog="autopelt", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue  # not built yet
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(run=module.run)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(command_parser)
+            command_parser.set_defaults(run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((word for word in argv if not word.startswith("-")), None)  # autopelt has no option of its own
+    args = build_parser(command).parse_args(argv)
     try:
         return int(args.run(args) or 0)
     except UserError as error:

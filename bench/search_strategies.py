@@ -66,24 +66,28 @@ def summarise(name: str, storage: str, search_ended: datetime | None = None) -> 
     import optuna
     from optuna.trial import TrialState
 
+    from autopelt.study import answers
+    from autopelt.study.record import read
+
     study = optuna.load_study(study_name=_study(name), storage=storage)
-    baselines = {t.user_attrs["baseline"]: t for t in study.trials
-                 if t.user_attrs.get("baseline") and t.state == TrialState.COMPLETE}
+    records = {t.number: read(t) for t in study.trials}
+    baselines = {r.baseline: r for r in records.values() if r.baseline and r.state == TrialState.COMPLETE}
     # the search's own trials: not the baselines, nor anything that started after the search's budget
-    finished = sorted((t for t in study.trials if t.datetime_complete and not t.user_attrs.get("baseline")
+    finished = sorted((t for t in study.trials if t.datetime_complete and not records[t.number].baseline
                        and (search_ended is None or t.datetime_start < search_ended)),
                       key=lambda t: t.datetime_complete)
-    curve, spent, best = [], 0.0, None
+    curve, spent, best_value = [], 0.0, None
     for trial in finished:
         spent += (trial.datetime_complete - trial.datetime_start).total_seconds()
-        if trial.state == TrialState.COMPLETE and (best is None or trial.values[0] > best.values[0]):
-            best = trial
-        curve.append((spent, best.values[0] if best else None))
+        if trial.state == TrialState.COMPLETE and (best_value is None or trial.values[0] > best_value):
+            best_value = trial.values[0]
+        curve.append((spent, best_value))
+    best = answers.best([records[t.number] for t in finished])  # the study's rule: ties go to the smaller delta
     gaps = [(b.datetime_start - a.datetime_complete).total_seconds() for a, b in zip(finished, finished[1:])]
     durations = [(t.datetime_complete - t.datetime_start).total_seconds() for t in finished]
     states = [t.state for t in finished]
-    timed_out = sum(t.user_attrs.get("stopped_by") == "time budget" for t in finished)
-    cut = sum(t.user_attrs.get("fail_reason") == "interrupted" for t in finished)  # by the deadline, in epoch 1
+    timed_out = sum(records[t.number].stopped_by == "time budget" for t in finished)
+    cut = sum(records[t.number].fail_reason == "interrupted" for t in finished)  # by the deadline, in epoch 1
     return {
         "name": name, "curve": curve, "best": best, "baselines": baselines, "spent": spent,
         "complete": states.count(TrialState.COMPLETE), "asha": states.count(TrialState.PRUNED) - timed_out,
@@ -104,7 +108,7 @@ def print_summary(rows: list[dict], metric: str) -> None:
         share = 100 * row["overhead"] / row["trial_seconds"] if row["trial_seconds"] else 0.0
         print(f"| {row['name']} | {row['complete']} / {row['asha']} / {row['timed_out']} / {row['failed']} | "
               f"{row['spent']:.0f} | {dev} | "
-              f"{_test(best, metric) if best else '–'} | {best.user_attrs.get('summary', '') if best else '–'} | "
+              f"{_test(best, metric) if best else '–'} | {(best.summary or '') if best else '–'} | "
               f"{row['overhead']:.2f} s ({share:.2f}% of a trial) |")
     print()
     print("best dev so far against cumulative training seconds (each strategy's finished trials in order):")
@@ -123,8 +127,8 @@ def print_baselines(host: dict, rows: list[dict], metric: str) -> None:
     print(f"| baseline | params % | dev {metric} | test {metric} |")
     print("|---|---:|---:|---:|")
     for name, trial in sorted(baselines.items(), key=lambda item: -item[1].values[0]):
-        print(f"| {name} | {trial.user_attrs.get('params_pct', float('nan')):.3f} | {trial.values[0]:.4f} | "
-              f"{_test(trial, metric)} |")
+        pct = trial.params_pct if trial.params_pct is not None else float("nan")
+        print(f"| {name} | {pct:.3f} | {trial.values[0]:.4f} | {_test(trial, metric)} |")
     unipelt = baselines.get("unipelt_apl")
     singles = [t for name, t in baselines.items() if not name.startswith("unipelt")]
     single = max(singles, key=lambda t: t.values[0]) if singles else None
@@ -136,13 +140,13 @@ def print_baselines(host: dict, rows: list[dict], metric: str) -> None:
         if unipelt:
             line += f"; UniPELT(APL) dev {unipelt.values[0]:.4f} / test {_test(unipelt, metric)}"
         if single:
-            line += (f"; best single default ({single.user_attrs['baseline']}) dev {single.values[0]:.4f} / "
+            line += (f"; best single default ({single.baseline}) dev {single.values[0]:.4f} / "
                      f"test {_test(single, metric)}")
         print(line)
 
 
 def _test(trial, metric: str) -> str:
-    value = trial.user_attrs.get("test", {}).get(metric)
+    value = trial.test_value(metric)
     return "–" if value is None else f"{value:.4f}"
 
 

@@ -20,8 +20,8 @@ pytest.importorskip("optuna_dashboard")
 from autopelt.cli import main  # noqa: E402
 from support import example_study as example  # noqa: E402
 
-# `autopelt` imports every command's module to build its help; on a busy 2-core machine that alone can take
-# ~15 s, so the server gets a minute to answer.
+# Python, optuna and optuna-dashboard start slowly on a busy 2-core machine (~15 s seen), so the server gets a
+# minute to answer.
 STARTUP_SECONDS = 60
 
 
@@ -67,8 +67,9 @@ def test_dashboard_serves_the_study_on_loopback(storage, tmp_path):
         assert len(detail["trials"]) == 13  # every record, waiting one included
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/dashboard", timeout=5) as page:
             assert page.status == 200
-        first = out.read_text().splitlines()[0]
+        first, best = out.read_text().splitlines()[:2]
         assert first == f"optuna-dashboard on {storage}: http://127.0.0.1:{port}/dashboard/studies/{study_id}"
+        assert best == "best trial: #9 adapter b16 + prefix L5 + lora r4 (gated) (dev accuracy 0.7200)"
         address = _non_loopback_address()
         if address is not None:  # bound to loopback only: this machine's other address refuses
             with pytest.raises(OSError):

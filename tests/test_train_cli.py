@@ -172,3 +172,18 @@ def test_building_the_train_parser_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"imported while building the parser: {done.stdout.strip()}"
+
+
+def test_the_cli_imports_only_the_command_it_runs():
+    """cli.py: `autopelt --help` imports no command module, and `autopelt methods` only its own."""
+    code = ("import contextlib, io, sys; from autopelt.cli import main\n"
+            "def commands(): return sorted(m for m in sys.modules if m.startswith('autopelt.') and 'command' in m)\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    try: main(['--help'])\n"
+            "    except SystemExit: pass\n"
+            "print(commands(), 'search' in out.getvalue() and 'dashboard' in out.getvalue())\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(['methods'])\n"
+            "print(commands())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[] True", "['autopelt.delta.command']"]

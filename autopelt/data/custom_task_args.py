@@ -1,11 +1,12 @@
-"""Your own data on the command line: the flags that describe its columns (shared by `train` and `search`)."""
+"""A custom task (your own data) on the command line: the flags that describe its columns, shared by `train` and
+`search`, and the `custom_task` fields they make (autopelt.data.custom_task, TrialSettings.custom_task)."""
 
 from __future__ import annotations
 
 from autopelt.errors import UserError
 
 
-def add_own_data_arguments(parser) -> None:
+def add_custom_task_arguments(parser) -> None:
     own = parser.add_argument_group("your own data (with --task NAME and --data-dir DIR holding DIR/NAME/train.jsonl …)")
     own.add_argument("--text-columns", help="one or two text columns, comma-separated (e.g. premise,hypothesis)")
     own.add_argument("--label-column", default="label")
@@ -14,7 +15,7 @@ def add_own_data_arguments(parser) -> None:
     own.add_argument("--regression", action="store_true", help="a real-valued label (metric: Pearson)")
 
 
-def own_task_fields(args) -> dict | None:
+def custom_task_fields(args) -> dict | None:
     """The `custom_task` fields the flags describe, or None for a GLUE task."""
     if not args.text_columns:
         if args.num_labels or args.regression or args.label_names:

@@ -1,4 +1,4 @@
-"""Plotly figures of the report's data (report_data.py): drawing only, every number is computed there.
+"""Plotly figures of the report's data (data.py): drawing only, every number is computed there.
 
 Colours: searched trials blue, baselines orange, early-stopped grey, failed red.
 """

@@ -3,9 +3,11 @@
 Nothing heavy is imported here. The parts:
 
 - `run.run_search(SearchOptions(...))`: the whole search (what `autopelt search` runs).
-- `plan`: options -> a checked SearchPlan (no writes); `study`: create or resume the study;
-  `controller`: the only writer of the study (claims, parameter budget, baselines, records);
-  `ray_backend`: the only module that imports Ray; `view`: live lines and the summary;
-  `claims` / `recovery`: exact budgets across processes, interrupted trials; `fakes`: stand-ins for tests.
-- `space.load_space(name)`: the YAML search spaces.
+- `plan`: options -> a checked SearchPlan (no writes); `resume`: create or resume the study;
+  `controller`: the only writer of the study (claims, parameter budget, baselines, each trial's
+  TrialSettings); `ray_backend`: the only module that imports Ray; `view`: live lines and the summary;
+  `claims` / `recovery`: exact budgets across processes, interrupted trials.
+- `space.load_space(name)`: the YAML search spaces; `space_schema`: what they may name, derived from the delta
+  spec.
+- What a study holds, and which trial is best, is autopelt/study/'s (record, answers, storage).
 """

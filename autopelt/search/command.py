@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autopelt.data.custom_task_args import add_own_data_arguments, own_task_fields
+from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields
 from autopelt.study.storage import DEFAULT_STORAGE
 
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
                       help="train every trial to its last epoch (no ASHA)")
 
-    add_own_data_arguments(parser)
+    add_custom_task_arguments(parser)
     how = parser.add_argument_group("how much and where")
     how.add_argument("--budget", default="20",
                      help="trials over the whole study (20), or wall time of this run (90s, 30m, 2h); default 20")
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, ray_address=args.ray_address,
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
-        autocast=args.autocast, custom_task=own_task_fields(args),
+        autocast=args.autocast, custom_task=custom_task_fields(args),
     )
     try:
         outcome = run_search(options)

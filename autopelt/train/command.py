@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from autopelt.data.custom_task_args import add_own_data_arguments, own_task_fields
+from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields
 from autopelt.errors import UserError
 
 
@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
     fields = parser.add_argument_group("method fields (with --method; see `autopelt methods`)")
     for name in _method_fields():
         fields.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE")
-    add_own_data_arguments(parser)
+    add_custom_task_arguments(parser)
     parser.add_argument("--model", help="base model folder or hub id (default: all-MiniLM-L6-v2)")
     parser.add_argument("--data-dir", default=os.environ.get("AUTOPELT_DATA_DIR"),
                         help="local data: DIR/<task>/<split>.jsonl|csv|parquet (env AUTOPELT_DATA_DIR)")
@@ -70,7 +70,7 @@ def run(args) -> int:
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     learning_rate = args.lr if args.lr is not None else preset_learning_rate(args.preset) if args.preset else 5e-4
     settings = TrialSettings(
-        task=args.task, spec=spec, custom_task=own_task_fields(args), model=args.model, data_dir=args.data_dir,
+        task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
         protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=learning_rate, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,

@@ -71,7 +71,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         data = prepare_data(settings, load_tokenizer(model_name), task)
         result["protocol"] = data.protocol
 
-        torch.manual_seed(settings.seed)  # the head's initialisation and dropout: the one global RNG we use
+        torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
         model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
