@@ -5,6 +5,7 @@ checks, and by the search spaces (autopelt/search/space_schema.py), whose schema
 
 Metadata a field may carry besides its help text and kind:
     search=False   search spaces may not set it (the spec still accepts it)
+    abbrev="r"     it gives the delta's size in a spec's summary: `lora r8`
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def site_list(sites: tuple[str, ...], nullable: bool = False) -> Kind:
     return Kind(f"{'null or ' if nullable else ''}a non-empty list among {', '.join(sites)}", accepts)
 
 
-def declare(help_text: str, default: Any, kind: Kind, search: bool = True) -> Any:
+def declare(help_text: str, default: Any, kind: Kind, search: bool = True, abbrev: str = "") -> Any:
     """A method config field with its help text (`autopelt methods`) and kind."""
-    metadata = {"help": help_text, "kind": kind, "search": search}
+    metadata = {"help": help_text, "kind": kind, "search": search, "abbrev": abbrev}
     return dataclasses.field(default=default, metadata=metadata)
 
 

@@ -72,7 +72,14 @@ class MethodConfig:
         """Rules between fields (each field's own values are its kind's)."""
 
     def describe(self) -> str:
-        return self.method
+        """Its words in a spec's summary: the method and the fields that give its size (`lora r8`, their
+        `abbrev`), then `(gated)` when gated."""
+        sizes = [f"{f.metadata['abbrev']}{getattr(self, f.name)}" for f in dataclasses.fields(self)
+                 if f.metadata.get("abbrev")]
+        return " ".join([self.method, *sizes]) + self.gated_suffix()
+
+    def gated_suffix(self) -> str:
+        return "(gated)" if getattr(self, "gate", False) else ""
 
 
 def _check_type(method: str, f: dataclasses.Field, value: Any) -> None:
@@ -99,7 +106,7 @@ class LoRAConfig(MethodConfig):
     method: ClassVar[str] = "lora"
     summary: ClassVar[str] = "low-rank update W + (alpha/r)·B·A on chosen linear layers (Hu et al. 2021)"
 
-    rank: int = declare("rank r of the update", 8, POSITIVE_INT)
+    rank: int = declare("rank r of the update", 8, POSITIVE_INT, abbrev="r")
     alpha: float = declare("scaling numerator: the update is multiplied by alpha/rank (ignored when gated)", 16.0,
                            POSITIVE_NUMBER)
     targets: tuple[str, ...] = declare(f"linear layers to adapt, among {', '.join(LINEAR_SITES)}", ("query", "value"),
@@ -107,9 +114,6 @@ class LoRAConfig(MethodConfig):
     dropout: float = declare("dropout on the LoRA branch input", 0.0, PROBABILITY)
     gate: bool = declare("UniPELT gate G_L = sigmoid(W·h_in) replaces alpha/rank", False, BOOL)
     layers: tuple[int, ...] | None = declare("layer indices to adapt; null = all", None, LAYER_INDICES)
-
-    def describe(self) -> str:
-        return f"lora r{self.rank}" + ("(gated)" if self.gate else "")
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ class AdapterConfig(MethodConfig):
         elif self.projection != "dense" and self.placement != "houlsby":
             name += f"({self.placement})"
         size = f" k{self.bottleneck}" + (f" n{self.n}" if self.projection != "dense" else "")
-        return name + size + ("(gated)" if self.gate else "")
+        return name + size + self.gated_suffix()
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ class PrefixConfig(MethodConfig):
     method: ClassVar[str] = "prefix"
     summary: ClassVar[str] = "L trainable key/value vectors prepended in every attention layer (Li & Liang 2021)"
 
-    length: int = declare("prefix length L", 10, POSITIVE_INT)
+    length: int = declare("prefix length L", 10, POSITIVE_INT, abbrev="L")
     reparam_hidden: int = declare("hidden size of the reparameterisation MLP used while training; 0 = none "
                                   "(only the prefix matrices are ever saved)", 512, NON_NEGATIVE_INT)
     gate: bool = declare("UniPELT gate G_P = sigmoid(W·h_in) scales the prefix keys and values", False, BOOL)
@@ -161,8 +165,8 @@ class PrefixConfig(MethodConfig):
                                "UniPELT scales both with one", False, BOOL)
     layers: tuple[int, ...] | None = declare("layer indices with a prefix; null = all", None, LAYER_INDICES)
 
-    def describe(self) -> str:
-        return f"prefix L{self.length}" + (("(gated k,v)" if self.split_gate else "(gated)") if self.gate else "")
+    def gated_suffix(self) -> str:
+        return "(gated k,v)" if self.gate and self.split_gate else super().gated_suffix()
 
 
 @dataclass(frozen=True)
@@ -170,10 +174,7 @@ class PromptConfig(MethodConfig):
     method: ClassVar[str] = "prompt"
     summary: ClassVar[str] = "L soft tokens inserted after the first token at the input embeddings (Lester 2021)"
 
-    length: int = declare("number of soft tokens L", 20, POSITIVE_INT)
-
-    def describe(self) -> str:
-        return f"prompt L{self.length}"
+    length: int = declare("number of soft tokens L", 20, POSITIVE_INT, abbrev="L")
 
 
 @dataclass(frozen=True)
