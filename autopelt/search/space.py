@@ -2,7 +2,8 @@
 
 A file (see autopelt/search_spaces/default.yaml) has four sections:
 
-    methods:   method -> fields. A field is a fixed value or a distribution:
+    methods:   method -> fields (the delta spec's: `autopelt methods` lists them). A field is a fixed value or a
+               distribution:
                {choice: [a, b]}; {choice: {a: {fields that exist only when a is chosen}, b: {}}};
                {int: [low, high], step: 2} or {int: [low, high], log: true}; {float: [low, high], log: true}
     combine:   {max_methods: k}: each method switched on or off (parameters use.<method>), at most k on;
