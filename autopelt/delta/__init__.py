@@ -6,7 +6,7 @@ Names are imported on first use, so that `import autopelt.delta.spec` (or the CL
 import importlib
 
 _EXPORTS = {
-    "ParamCount": "count", "count_parameters": "count", "gate_values": "gate_values",
+    "ParamCount": "count", "count_parameters": "count", "gate_values": "gate_readings",
     "apply_delta": "inject", "merge": "inject", "unmerge": "inject",
     "delta_state": "io", "load_delta": "io", "read_delta_header": "io", "save_delta": "io", "stored_spec": "io",
     "consistency_loss": "modules.mixture", "has_mixtures": "modules.mixture", "route_all": "modules.mixture",

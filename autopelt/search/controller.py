@@ -210,7 +210,7 @@ class Controller:
             pass
 
     def finish(self, number: int, result: dict) -> None:
-        """The trial function returned its result (docs/design.md), failed or not."""
+        """The trial returned its result (docs/design.md), failed or not."""
         run = self.running.pop(number, None)
         if run is None:
             return
@@ -230,7 +230,7 @@ class Controller:
             self._record(run, TrialState.PRUNED, record.stopped(run.fidelity, why))
 
     def crash(self, number: int, reason: str) -> None:
-        """The trial's process died (the trial function's own errors arrive through `finish`)."""
+        """The trial's process died (errors of run_trial itself arrive through `finish`, as failed results)."""
         run = self.running.pop(number, None)
         if run is not None:
             attrs = record.attrs(fidelity=run.fidelity, full_fidelity=False, fail_reason=reason)

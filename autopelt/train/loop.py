@@ -17,7 +17,7 @@ from torch import nn
 
 from autopelt.data import Features, Task, map_in_order, train_batches
 from autopelt.delta import consistency_loss, has_mixtures, route_all
-from autopelt.delta.gate_values import recording_gates, summarise_gates
+from autopelt.delta.gate_readings import recording_gates, summarise_gates
 from autopelt.train import device as devices
 from autopelt.train.settings import TrialSettings
 
