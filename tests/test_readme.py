@@ -55,7 +55,7 @@ def test_search_export_load_gives_the_logits_predict_computes(examples, tiny_mod
 
     from transformers import AutoTokenizer
 
-    from autopelt.report.predict import load_delta_model
+    from autopelt.export.predict import load_delta_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     batch = tokenizer([row["sentence"] for row in ROWS], padding=True, return_tensors="pt")
