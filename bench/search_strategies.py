@@ -1,4 +1,4 @@
-"""Search strategies at equal compute on real data (issue 4): Optuna TPE + ASHA vs random search vs TPE without
+"""Search strategies at equal compute on real data: Optuna TPE + ASHA vs random search vs TPE without
 early stopping. Each strategy gets the same wall-time budget on the same task, protocol, space and seed; the
 script runs `autopelt search` once per strategy (in a subprocess, as a user would), then reads the studies.
 

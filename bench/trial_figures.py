@@ -1,4 +1,4 @@
-"""Trial-runner figures on real RTE with all-MiniLM-L6-v2 (issue 3):
+"""Trial-runner figures on real RTE with all-MiniLM-L6-v2:
 
   (a) training examples/s with dynamic padding vs padding every batch to the maximum length,
   (b) the share of a one-epoch trial spent outside train and eval steps (data, cache, build, save),

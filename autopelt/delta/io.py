@@ -20,7 +20,7 @@ from autopelt.delta.spec import AdaMixConfig, DeltaSpec, PrefixConfig, parse_spe
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 
-FORMAT = "autopelt-delta/2"  # 2: the reference forms of issue 14; a format-1 spec is read through `upgrade_v1`
+FORMAT = "autopelt-delta/2"  # 2: the methods' reference forms; a format-1 spec is read through `upgrade_v1`
 FORMAT_1 = "autopelt-delta/1"
 SPEC_FILE, WEIGHTS_FILE = "delta.json", "delta.safetensors"
 

@@ -1,7 +1,7 @@
 """What a spec saved by an older autopelt meant, written in today's fields.
 
-Format 1 (autopelt-delta/1) predates the reference forms of issue 14. Its specs leave out fields that did not exist
-yet, and some values meant something else then:
+Format 1 (autopelt-delta/1) predates the methods' reference forms (each named method as its paper's code has it).
+Its specs leave out fields that did not exist yet, and some values meant something else then:
 
 - adapter placement "pfeiffer" was an adapter on the FFN projection output, before its dropout: today's "ffn";
 - a gated prefix had two gate values per layer (keys, values): `split_gate: true`;
