@@ -55,6 +55,30 @@ CASES = {
         {"method": "bitfit", "targets": ["layernorm", "output"]}]},
     "pfeiffer+bitfit_layernorm": {"methods": [
         {"method": "pfeiffer", "bottleneck": 4}, {"method": "bitfit", "targets": ["layernorm"]}]},
+    "rslora": {"methods": [{"method": "lora", "rank": 4, "rslora": True}]},
+    "rslora_gated": {"methods": [{"method": "lora", "rank": 4, "rslora": True, "gate": True}]},
+    "dora": {"methods": [{"method": "lora", "rank": 4, "dora": True}]},
+    "dora_rslora_all_sites_some_layers": {"methods": [{"method": "lora", "rank": 2, "dora": True, "rslora": True,
+        "dropout": 0.1, "layers": [0], "targets": ["query", "key", "value", "attention_output", "intermediate",
+                                                   "output"]}]},
+    "ia3": {"methods": [{"method": "ia3"}]},
+    "ia3_all_sites_some_layers": {"methods": [{"method": "ia3", "layers": [1], "targets": [
+        "query", "key", "value", "attention_output", "intermediate", "output"]}]},
+    "vera": {"methods": [{"method": "vera", "rank": 8}]},
+    "vera_gated_every_shape": {"methods": [{"method": "vera", "rank": 40, "dropout": 0.1, "gate": True,
+                                            "targets": ["query", "intermediate", "output"], "projection_seed": 3}]},
+    "prefix_shifted": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 16, "shift_positions": True}]},
+    "dora+vera+ia3+ffn_adapter_same_site": {"methods": [
+        {"method": "lora", "rank": 2, "dora": True, "targets": ["value", "output"]},
+        {"method": "vera", "rank": 4, "targets": ["value", "output"]},
+        {"method": "ia3", "targets": ["value", "output"]},
+        {"method": "adapter", "placement": "ffn", "bottleneck": 4}]},
+    "unipelt_apl+vera_gated+ia3": {"methods": [
+        {"method": "pfeiffer", "bottleneck": 8, "gate": True},
+        {"method": "prefix", "length": 3, "reparam_hidden": 16, "gate": True},
+        {"method": "lora", "rank": 4, "gate": True, "rslora": True},
+        {"method": "vera", "rank": 8, "gate": True, "targets": ["key", "value"]},
+        {"method": "ia3", "targets": ["key", "output"]}]},
 }
 FAMILIES = ("bert", "roberta")
 
@@ -139,13 +163,23 @@ def test_save_load_round_trip_gives_the_same_logits(name, family, tmp_path):
     torch.testing.assert_close(fresh.eval()(**batch).logits, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["lora", "lora_all_sites_some_layers", "adamix_lora", "prefix+lora+compacter+bitfit"])
+MERGEABLE = ["lora", "lora_all_sites_some_layers", "adamix_lora", "prefix+lora+compacter+bitfit", "rslora", "dora",
+             "dora_rslora_all_sites_some_layers", "ia3", "ia3_all_sites_some_layers", "vera",
+             "dora+vera+ia3+ffn_adapter_same_site"]
+
+
+@pytest.mark.parametrize("name", MERGEABLE)
 def test_merged_equals_unmerged(name):
     model = train_step(build(name, "bert"), steps=2)
     batch = tiny_batch()
     weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     expected = model(**batch).logits
     delta.merge(model)
+    from autopelt.delta.inject import MERGEABLE as MERGEABLE_MODULES
+
+    wrappers = [m for m in model.modules() if isinstance(m, MERGEABLE_MODULES)]
+    assert wrappers and all(m.merged for m in wrappers), "every delta on a linear folds into it"
+    assert any(not torch.equal(p, weights[n]) for n, p in model.named_parameters() if not p.requires_grad)
     torch.testing.assert_close(model(**batch).logits, expected, rtol=1e-5, atol=1e-5)
     delta.unmerge(model)
     for n, p in model.named_parameters():
@@ -188,6 +222,48 @@ def test_gate_forced_to_zero_gives_the_base_output(name, family):
                 module.linear.weight.zero_()
                 module.linear.bias.fill_(-1e4)
     torch.testing.assert_close(model(**batch).logits, expected, rtol=0, atol=1e-6)  # ... until its gate shuts
+
+
+def test_a_rescaling_delta_over_a_gated_one_stays_unmerged():
+    """(IA)³ rescales all it wraps: over a gated LoRA (which never merges) folding it into the weight would rescale W
+    without the LoRA branch, so `merge` leaves both, and the logits, as they are."""
+    from autopelt.delta.modules.ia3 import IA3Linear
+
+    spec = {"methods": [{"method": "lora", "rank": 2, "gate": True, "targets": ["value"]},
+                        {"method": "ia3", "targets": ["key", "value"]}]}
+    model = delta.apply_delta(tiny_model(), spec)
+    _perturb_deltas(model, gates=True)
+    batch = tiny_batch()
+    expected = model(**batch).logits
+    delta.merge(model)
+    merged = {name.rsplit(".", 1)[-1]: m.merged for name, m in model.named_modules() if isinstance(m, IA3Linear)}
+    assert merged == {"key": True, "value": False}
+    torch.testing.assert_close(model(**batch).logits, expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="merges only once"):
+        next(m for m in model.modules() if isinstance(m, IA3Linear) and not m.merged).merge()
+
+
+def test_vera_matrices_come_from_the_seed_and_are_not_saved(tmp_path):
+    from safetensors.torch import load_file
+
+    from autopelt.delta.modules.vera import SharedProjections
+
+    def projections(model):
+        (shared,) = {id(m): m for m in model.modules() if isinstance(m, SharedProjections)}.values()
+        return shared
+
+    spec = CASES["vera_gated_every_shape"]
+    model = train_step(build("vera_gated_every_shape", "bert"))
+    shared = projections(model)
+    assert (tuple(shared.A.shape), tuple(shared.B.shape)) == ((40, 64), (64, 40))  # the largest site's sizes
+    delta.save_delta(model, spec, tmp_path)
+    saved = load_file(str(tmp_path / "delta.safetensors"))
+    assert not any(v.shape in (shared.A.shape, shared.B.shape) for v in saved.values())
+    assert all(k.endswith(("lambda_b", "lambda_d")) or ".gate." in k or k.startswith("classifier") for k in saved)
+    fresh = delta.load_delta(tiny_model(seed=1), tmp_path)
+    assert torch.equal(projections(fresh).A, shared.A) and torch.equal(projections(fresh).B, shared.B)
+    other = {"methods": [{**spec["methods"][0], "projection_seed": 4}]}
+    assert not torch.equal(projections(delta.apply_delta(tiny_model(), other)).A, shared.A)
 
 
 def test_gate_values_are_readable_per_method_and_layer():
@@ -290,7 +366,8 @@ def test_compacter_shares_one_rule_across_layers_and_positions():
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", ["prefix", "prompt", "prefix+lora+compacter+bitfit", "lora+adapter_same_site+prompt",
-                                  "unipelt_apl", "gated_adapter+prompt"])
+                                  "unipelt_apl", "gated_adapter+prompt", "prefix_shifted", "vera_gated_every_shape",
+                                  "dora+vera+ia3+ffn_adapter_same_site", "unipelt_apl+vera_gated+ia3"])
 def test_padding_does_not_change_a_sequence_result(name, attn):
     """A row's logits are the same alone and right-padded inside a longer batch (masks handled, gates included)."""
     model = tiny_model("bert", attn_implementation=attn)

@@ -51,7 +51,8 @@ def test_every_method_and_field_of_the_spec_is_in_the_schema():
     assert "layers" not in space_schema.method_fields("bitfit")  # declared search=False in the spec
     assert space_schema.nested_field("adamix") == "delta" and space_schema.required_fields("adamix") == ("delta",)
     assert list(space_schema.mixed_fields("adamix", "adapter")) == ["placement", "bottleneck", "activation", "layers"]
-    assert list(space_schema.mixed_fields("adamix", "lora")) == ["rank", "alpha", "targets", "dropout", "layers"]
+    assert list(space_schema.mixed_fields("adamix", "lora")) == ["rank", "alpha", "targets", "dropout", "layers",
+                                                                   "rslora"]
 
 
 def test_the_train_section_names_trial_settings():

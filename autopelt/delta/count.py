@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from autopelt.delta.inject import check_fits
 from autopelt.delta.sites import architecture_of, chosen_layers, linear_shape
 from autopelt.delta.spec import (
-    BIAS_SITES, AdaMixConfig, AdapterConfig, BitFitConfig, LoRAConfig, PrefixConfig, PromptConfig, parse_spec,
+    BIAS_SITES, AdaMixConfig, AdapterConfig, BitFitConfig, IA3Config, LoRAConfig, PrefixConfig, PromptConfig,
+    VeRAConfig, parse_spec,
 )
 
 
@@ -59,10 +60,17 @@ def _count(method, config, arch, experts: int = 1, share_up: bool = True) -> tup
         t = s = 0
         for site in method.targets:
             in_f, out_f = linear_shape(config, site)
-            gate = (in_f + 1) if method.gate else 0
-            t += method.rank * (in_f * experts + out_f * (1 if share_up else experts)) + gate
-            s += method.rank * (in_f + out_f) + gate
+            extra = (in_f + 1 if method.gate else 0) + (out_f if method.dora else 0)  # gate; DoRA's magnitude
+            t += method.rank * (in_f * experts + out_f * (1 if share_up else experts)) + extra
+            s += method.rank * (in_f + out_f) + extra
         return t * layers, s * layers
+    if isinstance(method, VeRAConfig):  # b and d per site; the shared A and B are regenerated from the seed
+        n = sum(method.rank + out_f + (in_f + 1 if method.gate else 0)
+                for in_f, out_f in (linear_shape(config, site) for site in method.targets))
+        return n * layers, n * layers
+    if isinstance(method, IA3Config):  # one vector per site: the output's size, the input's on the FFN output layer
+        n = sum(linear_shape(config, site)[0 if site == "output" else 1] for site in method.targets)
+        return n * layers, n * layers
     if isinstance(method, AdapterConfig):
         per_layer = 2 if method.placement == "houlsby" else 1
         down_t, down_s = _projection(method, hidden, method.bottleneck, experts)

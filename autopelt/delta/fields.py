@@ -35,6 +35,7 @@ POSITIVE_INT = Kind("a positive integer", lambda v: _is_int(v) and v > 0, ("int"
 NON_NEGATIVE_INT = Kind("a non-negative integer", lambda v: _is_int(v) and v >= 0, ("int",))
 POSITIVE_NUMBER = Kind("a positive number", lambda v: is_finite_number(v) and v > 0, ("int", "float"))
 NON_NEGATIVE_NUMBER = Kind("a non-negative number", lambda v: is_finite_number(v) and v >= 0, ("int", "float"))
+NON_ZERO_NUMBER = Kind("a non-zero number", lambda v: is_finite_number(v) and v != 0, ("int", "float"))
 PROBABILITY = Kind("a probability in [0, 1)", lambda v: is_finite_number(v) and 0 <= v < 1, ("float",))
 BOOL = Kind("true or false", lambda v: isinstance(v, bool))
 LAYER_INDICES = Kind("a non-empty list of layer indices, or null for all layers",

@@ -1,7 +1,8 @@
 """The one place that changes a model: build a spec's modules around the frozen base modules.
 
-Methods are injected in a fixed order (BitFit, LoRA, adapters, prefix, prompt), so module paths, and with
-them the names in a saved delta, depend only on the spec.
+Methods are injected in a fixed order (BitFit, LoRA, VeRA, (IA)³, adapters, prefix, prompt), so module paths, and
+with them the names in a saved delta, depend only on the spec. On one linear, LoRA wraps the linear itself (DoRA needs
+its weight), VeRA wraps that, and (IA)³, which rescales everything under it, wraps both.
 """
 
 from __future__ import annotations
@@ -13,19 +14,22 @@ from torch import nn
 
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
 from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_
-from autopelt.delta.modules.lora import LoRALinear
+from autopelt.delta.modules.ia3 import IA3Linear
+from autopelt.delta.modules.lora import DoRALinear, LoRALinear
 from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
 from autopelt.delta.modules.phm import PHMLinear, new_rule
-from autopelt.delta.modules.prefix import PrefixEncoder, PrefixSelfAttention
+from autopelt.delta.modules.prefix import PositionShift, PrefixEncoder, PrefixSelfAttention
 from autopelt.delta.modules.prompt import SoftPrompt
+from autopelt.delta.modules.vera import SharedProjections, VeRALinear
 from autopelt.delta.sites import Architecture, architecture_of, chosen_layers, linear_shape
 from autopelt.delta.spec import (
-    BIAS_SITES, AdaMixConfig, AdapterConfig, BitFitConfig, DeltaSpec, LoRAConfig, PrefixConfig, PromptConfig,
-    parse_spec,
+    BIAS_SITES, AdaMixConfig, AdapterConfig, BitFitConfig, DeltaSpec, IA3Config, LoRAConfig, PrefixConfig,
+    PromptConfig, VeRAConfig, parse_spec,
 )
 from autopelt.errors import UserError
 
-ORDER = ("bitfit", "lora", "adapter", "prefix", "prompt")
+ORDER = ("bitfit", "lora", "vera", "ia3", "adapter", "prefix", "prompt")
+MERGEABLE = (LoRALinear, VeRALinear, IA3Linear)
 
 
 @dataclass(frozen=True)
@@ -89,16 +93,17 @@ def check_fits(spec: DeltaSpec, config) -> None:
 
 
 def merge(model: nn.Module) -> nn.Module:
-    """Fold every ungated LoRA into its base weight (AdaMix experts are averaged in eval mode anyway)."""
-    for module in model.modules():
-        if isinstance(module, LoRALinear) and module.gate is None:
+    """Fold every ungated LoRA, DoRA and VeRA, and every (IA)³ over merged deltas, into its base weight (AdaMix
+    experts are averaged in eval mode anyway). Innermost first: a rescaling wrapper needs what it wraps merged."""
+    for module in reversed(list(model.modules())):
+        if isinstance(module, MERGEABLE) and module.can_merge():
             module.merge()
     return model
 
 
 def unmerge(model: nn.Module) -> nn.Module:
-    for module in model.modules():
-        if isinstance(module, LoRALinear):
+    for module in model.modules():  # outermost first, the reverse of merging
+        if isinstance(module, MERGEABLE):
             module.unmerge()
     return model
 
@@ -138,8 +143,34 @@ def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, mixture: 
             lora_A = _linear(in_f, cfg.rank, generator, mixture, bias=False)
             lora_B = _linear(cfg.rank, out_f, generator, mixture, up=True, bias=False)
             gate = _gate(in_f, 1, "lora", i, generator) if cfg.gate else None
+            if cfg.dora:
+                build = lambda base: DoRALinear(base, lora_A, lora_B, cfg.scaling, cfg.dropout)  # noqa: E731
+            else:
+                build = lambda base: LoRALinear(base, lora_A, lora_B, cfg.scaling, cfg.dropout, gate)  # noqa: E731
+            _replace(layers[i], arch.linears[site], build)
+
+
+def _build_vera(model, arch: Architecture, cfg: VeRAConfig, generator, _: Mixture) -> None:
+    layers = arch.layer_modules(model)
+    shapes = [linear_shape(model.config, site) for site in cfg.targets]
+    largest_in, largest_out = max(s[0] for s in shapes), max(s[1] for s in shapes)  # as peft's VeRA sizes them
+    projections = SharedProjections(cfg.rank, largest_in, largest_out, cfg.projection_seed)
+    for i in chosen_layers(cfg.layers, len(layers)):
+        for site in cfg.targets:
+            in_f, out_f = linear_shape(model.config, site)
+            gate = _gate(in_f, 1, "vera", i, generator) if cfg.gate else None
             _replace(layers[i], arch.linears[site],
-                     lambda base: LoRALinear(base, lora_A, lora_B, cfg.alpha / cfg.rank, cfg.dropout, gate))
+                     lambda base: VeRALinear(base, projections, in_f, out_f, cfg.d_initial, cfg.dropout, gate))
+
+
+def _build_ia3(model, arch: Architecture, cfg: IA3Config, generator, _: Mixture) -> None:
+    layers = arch.layer_modules(model)
+    for i in chosen_layers(cfg.layers, len(layers)):
+        for site in cfg.targets:
+            in_f, out_f = linear_shape(model.config, site)
+            on_input = site == "output"  # the FFN output layer: its input is the inner activation (l_ff)
+            _replace(layers[i], arch.linears[site],
+                     lambda base: IA3Linear(base, in_f if on_input else out_f, on_input))
 
 
 def _adapter_projection(cfg: AdapterConfig, in_f, out_f, generator, rule, mixture: Mixture, up: bool) -> nn.Module:
@@ -180,6 +211,9 @@ def _build_prefix(model, arch: Architecture, cfg: PrefixConfig, generator, _: Mi
     for row, i in enumerate(rows):
         gate = _gate(hidden, 2 if cfg.split_gate else 1, "prefix", i, generator) if cfg.gate else None
         _replace(layers[i], arch.self_attention, lambda base: PrefixSelfAttention(base, encoder, row, gate))
+    if cfg.shift_positions:
+        embeddings = arch.backbone_of(model).get_submodule(arch.embeddings)
+        embeddings.register_forward_pre_hook(PositionShift(cfg.length), with_kwargs=True)
 
 
 def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mixture) -> None:
@@ -208,5 +242,5 @@ def _build_bitfit(model, arch: Architecture, cfg: BitFitConfig, generator, _: Mi
 
 BUILDERS = {
     LoRAConfig: _build_lora, AdapterConfig: _build_adapter, PrefixConfig: _build_prefix,
-    PromptConfig: _build_prompt, BitFitConfig: _build_bitfit,
+    PromptConfig: _build_prompt, BitFitConfig: _build_bitfit, VeRAConfig: _build_vera, IA3Config: _build_ia3,
 }

@@ -23,6 +23,7 @@ class Architecture:
     # A sublayer's output (site "attention_output" or "output") is LayerNorm(dropout(dense(x)) + residual):
     dropouts: dict[str, str]  # sublayer site -> path of its dropout inside one layer
     layernorms: dict[str, str]  # sublayer site -> path of its LayerNorm inside one layer
+    embeddings: str  # path from the backbone of the embeddings module (it turns positions into vectors)
     embeddings_layernorm: str  # path from the backbone
     pooler: str | None  # path from the backbone of the pooler's dense layer, None when the model has no pooler
     head: str  # attribute of the top model: the task head (trainable with every delta)
@@ -52,6 +53,7 @@ _BERT_LIKE = dict(
     self_attention="attention.self",
     dropouts={"attention_output": "attention.output.dropout", "output": "output.dropout"},
     layernorms={"attention_output": "attention.output.LayerNorm", "output": "output.LayerNorm"},
+    embeddings="embeddings",
     embeddings_layernorm="embeddings.LayerNorm",
     head="classifier",
 )

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autopelt.delta.fields import (
-    BOOL, LAYER_INDICES, NESTED_DELTA, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER,
-    PROBABILITY, declare, kind_of, one_of, site_list,
+    BOOL, LAYER_INDICES, NESTED_DELTA, NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, NON_ZERO_NUMBER, POSITIVE_INT,
+    POSITIVE_NUMBER, PROBABILITY, declare, kind_of, one_of, site_list,
 )
 from autopelt.errors import UserError
 
@@ -114,6 +114,23 @@ class LoRAConfig(MethodConfig):
     dropout: float = declare("dropout on the LoRA branch input", 0.0, PROBABILITY)
     gate: bool = declare("UniPELT gate G_L = sigmoid(W·h_in) replaces alpha/rank", False, BOOL)
     layers: tuple[int, ...] | None = declare("layer indices to adapt; null = all", None, LAYER_INDICES)
+    rslora: bool = declare("rsLoRA (Kalajdzievski 2023): scale by alpha/sqrt(rank) instead of alpha/rank (ignored "
+                           "when gated)", False, BOOL)
+    dora: bool = declare("DoRA (Liu et al. 2024): W' = m·(W + s·B·A)/||W + s·B·A||, one learned magnitude m per "
+                         "output feature, the norm per row and held constant for the gradient; not with gate", False,
+                         BOOL)
+
+    def check(self) -> None:
+        _require(self, "dora", not (self.dora and self.gate),
+                 "false with gate: true (UniPELT's gate replaces the scale, which DoRA normalises inside the weight)")
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / (self.rank ** 0.5 if self.rslora else self.rank)
+
+    def describe(self) -> str:
+        name = ("rs" if self.rslora else "") + ("dora" if self.dora else "lora")
+        return f"{name} r{self.rank}" + self.gated_suffix()
 
 
 @dataclass(frozen=True)
@@ -164,6 +181,12 @@ class PrefixConfig(MethodConfig):
     split_gate: bool = declare("with gate: two gate values per layer, one for the keys and one for the values; "
                                "UniPELT scales both with one", False, BOOL)
     layers: tuple[int, ...] | None = declare("layer indices with a prefix; null = all", None, LAYER_INDICES)
+    shift_positions: bool = declare("the real tokens take positions L..L+T-1, as when the prefix is passed as past "
+                                    "keys and values (peft's prefix-tuning; needed for a peft export); false: 0..T-1, "
+                                    "as UniPELT", False, BOOL)
+
+    def describe(self) -> str:
+        return f"prefix L{self.length}" + (" shifted" if self.shift_positions else "") + self.gated_suffix()
 
     def gated_suffix(self) -> str:
         return "(gated k,v)" if self.gate and self.split_gate else super().gated_suffix()
@@ -197,6 +220,41 @@ class BitFitConfig(MethodConfig):
         return "bitfit" if targets is None else f"bitfit({targets})"
 
 
+@dataclass(frozen=True)
+class IA3Config(MethodConfig):
+    method: ClassVar[str] = "ia3"
+    summary: ClassVar[str] = ("(IA)³: learned vectors rescale keys, values and the FFN's inner activation, starting at "
+                              "one (Liu et al. 2022)")
+
+    targets: tuple[str, ...] = declare(f"where a vector rescales, among {', '.join(LINEAR_SITES)}: a linear's "
+                                       "output, except `output`, whose input (the FFN's inner activation) it rescales",
+                                       ("key", "value", "output"), site_list(LINEAR_SITES))
+    layers: tuple[int, ...] | None = declare("layer indices to adapt; null = all", None, LAYER_INDICES)
+
+    def describe(self) -> str:
+        return "ia3" if set(self.targets) == {"key", "value", "output"} else f"ia3({','.join(self.targets)})"
+
+
+@dataclass(frozen=True)
+class VeRAConfig(MethodConfig):
+    method: ClassVar[str] = "vera"
+    summary: ClassVar[str] = ("W + diag(b)·B·diag(d)·A with A, B frozen random matrices shared by all layers, "
+                              "b and d trained (Kopiczko et al. 2024)")
+
+    rank: int = declare("rank r of the shared matrices A (r x in) and B (out x r)", 256, POSITIVE_INT, abbrev="r")
+    targets: tuple[str, ...] = declare(f"linear layers to adapt, among {', '.join(LINEAR_SITES)}", ("query", "value"),
+                                       site_list(LINEAR_SITES))
+    d_initial: float = declare("initial value of every entry of d (b starts at zero; d = 0 would never learn)", 0.1,
+                               NON_ZERO_NUMBER)
+    dropout: float = declare("dropout on the VeRA branch input", 0.0, PROBABILITY)
+    # not drawn by search spaces: a seed is neither a size nor a placement
+    projection_seed: int = declare("seed the shared A and B are drawn from (Kaiming-uniform, as peft's "
+                                   "projection_prng_key); they are regenerated from it, never saved", 0,
+                                   NON_NEGATIVE_INT, search=False)
+    gate: bool = declare("UniPELT gate G = sigmoid(W·h_in) scales the update", False, BOOL)
+    layers: tuple[int, ...] | None = declare("layer indices to adapt; null = all", None, LAYER_INDICES)
+
+
 # What an adapter inside AdaMix is when its fields are left out: the reference's expert soup (one per layer on the
 # FFN output, GELU, adapter size 48; microsoft/AdaMix expert_soup.py and bert_base_mnli_expert_soup.sh).
 ADAMIX_ADAPTER = {"method": "adapter", "placement": "ffn", "bottleneck": 48, "activation": "gelu"}
@@ -208,8 +266,9 @@ class AdaMixConfig(MethodConfig):
     summary: ClassVar[str] = ("mixture of M adapter or LoRA experts, one random expert per step, "
                               "averaged into one module for inference (Wang et al. 2022)")
     mixes: ClassVar[tuple[str, ...]] = ("adapter", "lora")
-    # AdaMix averages its experts into one module: it mixes ungated dense deltas only
-    experts_leave: ClassVar[tuple[str, ...]] = ("gate", "projection", "n", "phm_rank")
+    # AdaMix averages its experts into one module: it mixes ungated dense deltas only, and no DoRA (a magnitude
+    # normalises one weight, not an average of experts)
+    experts_leave: ClassVar[tuple[str, ...]] = ("gate", "projection", "n", "phm_rank", "dora")
 
     experts: int = declare("experts M per site", 4, POSITIVE_INT)
     share_up: bool = declare("share the up-projection (LoRA: B) across experts, as in the paper", True, BOOL)
@@ -238,6 +297,8 @@ class AdaMixConfig(MethodConfig):
 
     def check(self) -> None:
         _require(self, "delta", not self.delta.gate, "an ungated delta (AdaMix and UniPELT gates do not mix)")
+        _require(self, "delta", not getattr(self.delta, "dora", False),
+                 "a LoRA without dora (a magnitude normalises one weight, not an average of experts)")
         if isinstance(self.delta, AdapterConfig):
             _require(self, "delta", self.delta.projection == "dense", "a dense adapter (PHM weights do not average)")
 
@@ -247,7 +308,8 @@ class AdaMixConfig(MethodConfig):
 
 
 METHODS: dict[str, type[MethodConfig]] = {
-    c.method: c for c in (LoRAConfig, AdapterConfig, PrefixConfig, PromptConfig, BitFitConfig, AdaMixConfig)
+    c.method: c for c in (LoRAConfig, AdapterConfig, PrefixConfig, PromptConfig, BitFitConfig, AdaMixConfig,
+                          IA3Config, VeRAConfig)
 }
 
 # Names accepted on input for adapter variants, normalised to `adapter` entries.

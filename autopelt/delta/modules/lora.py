@@ -1,12 +1,15 @@
-"""LoRA: y = W·x + scale · B·A·dropout(x), with scale = alpha/r, or UniPELT's gate G_L(x)."""
+"""LoRA: y = W·x + scale · B·A·dropout(x), with scale = alpha/r (alpha/sqrt(r) for rsLoRA) or UniPELT's gate G_L(x);
+and DoRA, the same update under a learned magnitude per output feature."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from autopelt.delta.modules.gate import Gate
 from autopelt.delta.modules.mixture import MixtureLinear
+from autopelt.delta.modules.stack import base_linear
 
 
 class LoRALinear(nn.Module):
@@ -31,25 +34,69 @@ class LoRALinear(nn.Module):
     def delta_weight(self) -> torch.Tensor:  # (out, in)
         return _weight(self.lora_B) @ _weight(self.lora_A) * self.scaling
 
+    def can_merge(self) -> bool:
+        return self.gate is None  # an additive update folds in whatever wraps the linear under it
+
     def merge(self) -> None:
         if self.gate is not None:
             raise ValueError("a gated LoRA depends on its input and cannot be merged into the weights")
         if not self.merged:
             with torch.no_grad():
-                self._base_linear().weight += self.delta_weight()
+                base_linear(self).weight += self.delta_weight()
             self.merged = True
 
     def unmerge(self) -> None:
         if self.merged:
             with torch.no_grad():
-                self._base_linear().weight -= self.delta_weight()
+                base_linear(self).weight -= self.delta_weight()
             self.merged = False
 
-    def _base_linear(self) -> nn.Linear:
-        base = self.base_layer
-        while not isinstance(base, nn.Linear):  # another delta may wrap the linear first
-            base = base.base_layer
-        return base
+
+class DoRALinear(LoRALinear):
+    """DoRA (Liu et al. 2024): y = m / ||W + s·B·A|| ⊙ (W + s·B·A)·x + bias, the norm taken per output feature (a row
+    of W) and, as the paper's section 4.3 and peft do, held constant for the gradient. `magnitude` starts at ||W||,
+    so a new DoRA is the identity. Wraps the nn.Linear itself: LoRA is injected before any other wrapper."""
+
+    def __init__(self, base_layer: nn.Linear, lora_A: nn.Linear, lora_B: nn.Linear, scaling: float,
+                 dropout: float = 0.0):
+        super().__init__(base_layer, lora_A, lora_B, scaling, dropout)
+        with torch.no_grad():
+            self.magnitude = nn.Parameter(self.weight_norm())  # (out,)
+        self.merged_norm: torch.Tensor | None = None
+
+    def weight_norm(self) -> torch.Tensor:  # (out,)
+        return torch.linalg.vector_norm(self.base_layer.weight + self.delta_weight().detach(), dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result = self.base_layer(x)
+        if self.merged:
+            return result
+        scale = self.magnitude / self.weight_norm().detach()  # (out,)
+        if isinstance(self.dropout, nn.Identity) or not self.training:
+            bias = self.base_layer.bias
+            plain = result if bias is None else result - bias  # W·x
+        else:
+            x = self.dropout(x)
+            plain = F.linear(x, self.base_layer.weight)  # W·dropout(x), as the update sees it
+        return result + (scale - 1) * plain + scale * self.lora_B(self.lora_A(x)) * self.scaling
+
+    def can_merge(self) -> bool:
+        return True
+
+    def merge(self) -> None:
+        if not self.merged:
+            with torch.no_grad():
+                self.merged_norm = self.weight_norm()
+                factor = (self.magnitude / self.merged_norm)[:, None]
+                self.base_layer.weight.copy_(factor * (self.base_layer.weight + self.delta_weight()))
+            self.merged = True
+
+    def unmerge(self) -> None:
+        if self.merged:
+            with torch.no_grad():
+                factor = (self.magnitude / self.merged_norm)[:, None]
+                self.base_layer.weight.copy_(self.base_layer.weight / factor - self.delta_weight())
+            self.merged, self.merged_norm = False, None
 
 
 def _weight(projection: nn.Module) -> torch.Tensor:

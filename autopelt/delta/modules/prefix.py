@@ -48,6 +48,19 @@ class PrefixEncoder(nn.Module):
         return {"prefix": torch.stack(rows)}  # (rows, 2, L, H)
 
 
+class PositionShift:
+    """A forward pre-hook on the embeddings: the real tokens take positions L..L+T-1, as they do when the prefix is
+    passed as L past keys and values (peft's prefix-tuning: transformers then counts the prefix as past tokens)."""
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def __call__(self, embeddings: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        kwargs = dict(kwargs)
+        kwargs["past_key_values_length"] = kwargs.get("past_key_values_length", 0) + self.length
+        return args, kwargs
+
+
 class PrefixSelfAttention(nn.Module):
     """Wraps a self-attention module (query/key/value linears + transformers' attention function) and
     attends over [prefix; keys]. The prefix is always visible, whatever the padding mask hides."""
