@@ -1,7 +1,9 @@
-"""Export a LoRA delta (+ BitFit biases, + the head) as a peft adapter folder.
+"""Export a delta as a peft adapter folder: LoRA (rsLoRA, DoRA), (IA)³, VeRA or prefix-tuning, with the task head,
+and BitFit's biases beside LoRA or VeRA as peft trains them (its `bias` setting).
 
 peft builds its own adapter around a fresh copy of the base model, our trained tensors are copied into it by
-name, and peft writes the folder itself: the format is peft's by construction, not by imitation.
+name, and peft writes the folder itself: the format is peft's by construction, not by imitation. A delta peft
+cannot express is refused with a one-line reason (`peft_reason`), never skipped in silence.
 """
 
 from __future__ import annotations
@@ -13,59 +15,112 @@ import torch
 from torch import nn
 
 from autopelt.delta.io import delta_state, stored_spec
+from autopelt.delta.modules.prefix import PrefixEncoder
 from autopelt.delta.sites import architecture_of, chosen_layers
-from autopelt.delta.spec import BIAS_SITES, BitFitConfig, DeltaSpec, LoRAConfig
+from autopelt.delta.spec import (
+    BIAS_SITES, AdapterConfig, BitFitConfig, DeltaSpec, IA3Config, LoRAConfig, MethodConfig, PrefixConfig,
+    PromptConfig, VeRAConfig,
+)
 from autopelt.errors import UserError
+
+# peft's names for our delta tensors (after its adapter name is dropped): the one place the two namings meet
+PEFT_NAMES = {"lora_magnitude_vector.weight": "magnitude", "ia3_l": "scale", "vera_lambda_b": "lambda_b",
+              "vera_lambda_d": "lambda_d"}
+PREFIX_EMBEDDING = "prompt_encoder.embedding.weight"
+
+
+def peft_reason(spec) -> str | None:
+    """Why the delta has no peft form, in one line; None when it has one."""
+    try:
+        peft_form(spec)
+    except UserError as error:
+        return str(error)
+    return None
 
 
 def peft_expressible(spec) -> bool:
-    """True when the delta's inference form is ungated LoRA, optionally with BitFit, and peft trains the same biases."""
-    try:
-        peft_bias(spec)
-    except UserError:
-        return False
-    return True
+    return peft_reason(spec) is None
 
 
-def peft_bias(spec) -> str:
-    """peft's `bias` setting that trains exactly the delta's biases; a one-line UserError when none does.
+def peft_form(spec) -> tuple[MethodConfig, str]:
+    """The one method of the delta's inference form that peft loads, and peft's `bias` setting that trains exactly
+    the delta's biases; a one-line UserError when there is none."""
+    stored = stored_spec(spec)
+    methods = [m for m in stored.methods if not isinstance(m, BitFitConfig)]
+    bitfit = next((m for m in stored.methods if isinstance(m, BitFitConfig)), None)
+    if len(methods) != 1:
+        what = ("peft has no BitFit of its own (its biases can go beside a LoRA or VeRA)" if not methods else
+                "a peft adapter folder holds one method (LoRA, IA3, VeRA or prefix-tuning), and this delta combines "
+                f"{len(methods)}")
+        raise UserError(f"this delta ({stored.summary()}) has no peft form: {what}")
+    method = methods[0]
+    reason = _unexpressible(method)
+    if reason:
+        raise UserError(f"this delta's {method.describe()} has no peft form: {reason}")
+    return method, _bias(method, bitfit)
 
-    peft trains every bias ("all"), the biases of the LoRA layers ("lora_only") or none; a BitFit entry must train
-    one of those sets. The spec alone decides, so a BitFit without the pooler's bias is refused even for RoBERTa,
-    which has no pooler.
-    """
-    methods = stored_spec(spec).methods
-    loras = [m for m in methods if isinstance(m, LoRAConfig) and not m.gate]
-    if not loras or not all(isinstance(m, BitFitConfig) or m in loras for m in methods):
-        raise UserError(f"this delta ({stored_spec(spec).summary()}) has no peft form: only ungated LoRA, "
-                        "optionally with BitFit, exports to peft")
-    bitfit = next((m for m in methods if isinstance(m, BitFitConfig)), None)
+
+def _unexpressible(method: MethodConfig) -> str | None:
+    if getattr(method, "gate", False):
+        return "peft has no UniPELT gate"
+    if isinstance(method, AdapterConfig):
+        return "peft has no bottleneck adapters (AdapterHub has)"
+    if isinstance(method, PromptConfig):
+        return "peft's prompt tuning puts the soft tokens before the first token, autopelt's after it"
+    if isinstance(method, PrefixConfig) and method.layers is not None:
+        return "peft's prefix-tuning covers every layer"
+    if isinstance(method, PrefixConfig) and not method.shift_positions:
+        return ("peft's prefix-tuning moves the real tokens to positions L..L+T-1, this prefix kept them at 0..T-1 "
+                "(train with prefix.shift_positions: true to export to peft)")
+    return None
+
+
+def _bias(method: MethodConfig, bitfit: BitFitConfig | None) -> str:
+    """peft trains every bias ("all"), those of its adapted layers ("lora_only", "vera_only") or none."""
     if bitfit is None:
         return "none"
+    if not isinstance(method, (LoRAConfig, VeRAConfig)):
+        raise UserError(f"this delta's {bitfit.describe()} has no peft form: peft's {method.method} trains no biases "
+                        "(modules_to_save would train whole layers)")
     every_site = bitfit.targets is None or set(bitfit.targets) == set(BIAS_SITES)
     if every_site and bitfit.layers is None and bitfit.pooler:
         return "all"
-    lora = loras[0]
-    if set(bitfit.targets or BIAS_SITES) == set(lora.targets) and bitfit.layers == lora.layers and not bitfit.pooler:
-        return "lora_only"
+    if set(bitfit.targets or BIAS_SITES) == set(method.targets) and bitfit.layers == method.layers \
+            and not bitfit.pooler:
+        return f"{method.method}_only"
     raise UserError(f"this delta's {bitfit.describe()} has no peft form: peft trains every bias (bitfit with "
-                    "targets and layers null, pooler true), those of the LoRA layers (bitfit with the LoRA's targets "
-                    "and layers, pooler false) or none")
+                    f"targets and layers null, pooler true), those of the {method.method} layers (bitfit with the "
+                    f"{method.method}'s targets and layers, pooler false) or none")
 
 
 def peft_config(spec: DeltaSpec, config):
-    from peft import LoraConfig, TaskType
+    """The peft config of the delta's peft form on a model of transformers config `config`."""
+    import peft
 
+    method, bias = peft_form(spec)
     arch = architecture_of(config)
-    lora = next(m for m in spec.methods if isinstance(m, LoRAConfig))
-    layers = "|".join(str(i) for i in chosen_layers(lora.layers, config.num_hidden_layers))
-    paths = "|".join(re.escape(arch.linears[t]) for t in lora.targets)
-    return LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type=TaskType.SEQ_CLS,
-        target_modules=rf".*{re.escape(arch.layers)}\.({layers})\.({paths})",  # a full-match regex: exact sites
-        bias=peft_bias(spec),
-        modules_to_save=[arch.head],
-    )
+    task = {"task_type": peft.TaskType.SEQ_CLS}
+    if isinstance(method, PrefixConfig):  # its saved form, the prefix matrices themselves
+        return peft.PrefixTuningConfig(num_virtual_tokens=method.length, prefix_projection=False, **task)
+    targets = _sites(arch, config, method.layers, method.targets)
+    task["modules_to_save"] = [arch.head]
+    if isinstance(method, IA3Config):  # the vector on `output` rescales its input: peft's feedforward module
+        inputs = [site for site in method.targets if site == "output"]
+        return peft.IA3Config(target_modules=targets, **task,
+                              feedforward_modules=_sites(arch, config, method.layers, inputs) if inputs else [])
+    if isinstance(method, VeRAConfig):  # peft regenerates A and B from the same seed, as autopelt does
+        return peft.VeraConfig(r=method.rank, target_modules=targets, projection_prng_key=method.projection_seed,
+                               save_projection=False, vera_dropout=method.dropout, d_initial=method.d_initial,
+                               bias=bias, **task)
+    return peft.LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
+                           use_rslora=method.rslora, use_dora=method.dora, target_modules=targets, bias=bias, **task)
+
+
+def _sites(arch, config, layers, sites) -> str:
+    """A full-match regex for exactly these sites in these layers (peft reads a string as a regex)."""
+    indices = "|".join(str(i) for i in chosen_layers(layers, config.num_hidden_layers))
+    paths = "|".join(re.escape(arch.linears[site]) for site in sites)
+    return rf".*{re.escape(arch.layers)}\.({indices})\.({paths})"
 
 
 def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = None) -> Path:
@@ -73,7 +128,7 @@ def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = N
     from peft import get_peft_model
     from transformers import AutoModelForSequenceClassification
 
-    peft_bias(spec)  # a one-line UserError when peft would train other tensors than the delta did
+    peft_form(spec)  # a one-line UserError when peft cannot hold this delta
     spec = stored_spec(spec)
     config = peft_config(spec, model.config)
     config.base_model_name_or_path = base_model_name
@@ -81,26 +136,40 @@ def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = N
         skeleton = AutoModelForSequenceClassification.from_config(model.config)
     peft_model = get_peft_model(skeleton, config)
     ours = _inference_state(model)
-    for name, _ in list(peft_model.named_parameters()):  # peft may save frozen tensors too (biases, the head)
+    for name, param in list(peft_model.named_parameters()):  # peft may save frozen tensors too (biases, the head)
         source = ours.get(_our_name(name))
         if source is None:
             raise RuntimeError(f"peft parameter {name} has no counterpart in the autopelt model")
-        _set_parameter(peft_model, name, source)
+        _set_parameter(peft_model, name, source.reshape(param.shape))  # peft's IA3 vectors are (n, 1) or (1, n)
     peft_model.save_pretrained(str(out_dir))
     return Path(out_dir)
 
 
 def _inference_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every tensor of our model by name, AdaMix mixtures as their merged expert."""
+    """Every tensor of our model by its name without wrappers, AdaMix mixtures as their merged expert, and a prefix
+    as peft's embedding: per virtual token, each layer's key then value."""
     state = {name: p.detach().to("cpu") for name, p in model.named_parameters()}
     state.update(delta_state(model))
+    state = {_plain(name): tensor for name, tensor in state.items()}
+    encoder = next((m for m in model.modules() if isinstance(m, PrefixEncoder)), None)
+    if encoder is not None:
+        prefix = encoder.stored_state()["prefix"].detach().to("cpu")  # (layers, 2, L, H)
+        state[PREFIX_EMBEDDING] = prefix.permute(2, 0, 1, 3).reshape(prefix.shape[2], -1)  # (L, layers·2·H)
     return state
 
 
+def _plain(name: str) -> str:
+    return name.replace(".base_layer.", ".")
+
+
 def _our_name(peft_name: str) -> str:
-    name = peft_name.removeprefix("base_model.model.")
-    name = name.replace(".lora_A.default.", ".lora_A.").replace(".lora_B.default.", ".lora_B.")
-    return re.sub(r"\.(modules_to_save\.default|original_module)\.", ".", name)
+    name = _plain(peft_name.removeprefix("base_model.").removeprefix("model."))
+    name = re.sub(r"\.(modules_to_save\.default|original_module)\.", ".", name)
+    name = re.sub(r"\.default(\.|$)", r"\1", name)
+    for theirs, ours in PEFT_NAMES.items():
+        if name.endswith("." + theirs):
+            return name.removesuffix(theirs) + ours
+    return name
 
 
 def _set_parameter(model: nn.Module, name: str, value: torch.Tensor) -> None:
