@@ -2,7 +2,9 @@
 
 References: microsoft/AdaMix (expert_soup.py, modeling_roberta.py symmetric_KL_loss, bert_base_mnli_expert_soup.sh),
 morningmoni/UniPELT (modeling_bert.py BertSelfAttention, adapters/layer.py with AdapterHub's PfeifferConfig),
-google-research/adapter-bert (modeling.py) and benzakenelad/BitFit (glue_evaluator.py).
+google-research/adapter-bert (modeling.py) and benzakenelad/BitFit (glue_evaluator.py); the equations of (IA)³
+(Liu et al. 2022, eq. in section 3.3), DoRA (Liu et al. 2024, eq. 5), rsLoRA (Kalajdzievski 2023) and VeRA (Kopiczko
+et al. 2024, eq. 1). Parity with peft's implementations of these is in test_delta_peft.py.
 """
 
 from __future__ import annotations
@@ -253,3 +255,47 @@ def test_bitfit_trains_the_reference_biases(family, targets, components):
     without = built({"methods": [{"method": "bitfit", "targets": targets, "pooler": False}]}, family)
     assert trainable - {n for n, p in without.named_parameters() if p.requires_grad} == (
         {"bert.pooler.dense.bias"} if family == "bert" else set())
+
+
+# 7. The equations of (IA)³, DoRA, rsLoRA and VeRA, on one linear site each.
+
+def site(model, path):
+    return model.get_submodule(f"bert.encoder.layer.0.{path}")
+
+
+def test_ia3_rescales_keys_values_and_the_ffn_inner_activation():
+    model = perturbed(built({"methods": [{"method": "ia3"}]}))
+    x, inner = torch.randn(2, 5, 32), torch.randn(2, 5, 64)
+    key, ffn_out = site(model, "attention.self.key"), site(model, "output.dense")
+    torch.testing.assert_close(key(x), key.scale * F.linear(x, key.base_layer.weight, key.base_layer.bias))
+    base = ffn_out.base_layer  # (l_ff ⊙ γ(W_1 x)) W_2: the FFN output layer of a rescaled inner activation
+    torch.testing.assert_close(ffn_out(inner), F.linear(ffn_out.scale * inner, base.weight, base.bias))
+    assert site(model, "attention.output.dense").__class__ is torch.nn.Linear  # the attention output is not scaled
+
+
+def test_dora_is_magnitude_times_the_normalised_direction():
+    model = perturbed(built({"methods": [{"method": "lora", "rank": 4, "alpha": 8, "dora": True}]}))
+    layer = site(model, "attention.self.value")
+    W, b = layer.base_layer.weight, layer.base_layer.bias
+    V = W + (8 / 4) * layer.lora_B.weight @ layer.lora_A.weight  # W + s·B·A
+    W_dora = layer.magnitude[:, None] * V / V.norm(dim=1, keepdim=True)  # m · V / ||V||, one norm per output
+    x = torch.randn(2, 5, 32)
+    torch.testing.assert_close(layer(x), F.linear(x, W_dora, b))
+
+
+def test_rslora_scales_by_alpha_over_the_root_of_the_rank():
+    for rank in (1, 4, 16):
+        spec = {"methods": [{"method": "lora", "rank": rank, "alpha": 8, "rslora": True}]}
+        assert site(built(spec), "attention.self.query").scaling == pytest.approx(8 / math.sqrt(rank))
+
+
+def test_vera_is_b_times_frozen_b_times_d_times_frozen_a():
+    model = perturbed(built({"methods": [{"method": "vera", "rank": 6, "targets": ["query", "intermediate"]}]}))
+    query, inner = site(model, "attention.self.query"), site(model, "intermediate.dense")
+    assert query.projections is inner.projections  # one pair of random matrices for every layer and site
+    A, B = query.projections.A, query.projections.B  # (r, largest in), (largest out, r)
+    assert not A.requires_grad and not B.requires_grad
+    x = torch.randn(2, 5, 32)
+    for layer, out in ((query, 32), (inner, 64)):
+        update = torch.diag(layer.lambda_b) @ B[:out] @ torch.diag(layer.lambda_d) @ A[:, :32]  # Λ_b B Λ_d A
+        torch.testing.assert_close(layer(x), F.linear(x, layer.base_layer.weight + update, layer.base_layer.bias))

@@ -47,6 +47,7 @@ def test_export_loads_in_peft_with_the_same_logits(study_db, tmp_path, tiny_mode
     assert {p.name for p in out.iterdir()} >= {"delta.json", "delta.safetensors", "training.json", "metrics.json",
                                                 "README.md", "peft"}
     assert json.loads((out / "metrics.json").read_text())["trial"] == 0
+    assert json.loads((out / "metrics.json").read_text())["peft"] == "peft/"
     ours, _ = load_delta_model(out, str(tiny_model_dir))
     base = AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2)
     theirs = PeftModel.from_pretrained(base, str(out / "peft")).eval()
@@ -59,7 +60,10 @@ def test_export_loads_in_peft_with_the_same_logits(study_db, tmp_path, tiny_mode
 def test_export_then_predict_gives_the_trained_models_predictions(study_db, tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "adapter"
     assert main(["export", "--study", "tiny", "--storage", study_db, "--trial", "1", "--out", str(out)]) == 0
-    assert not (out / "peft").exists()  # an adapter has no peft form
+    assert not (out / "peft").exists()  # an adapter has no peft form, and the export says so
+    reason = json.loads((out / "metrics.json").read_text())["peft"]
+    assert "no bottleneck adapters" in reason and "\n" not in reason
+    assert f"No peft folder: {reason}." in (out / "README.md").read_text()
     trained = delta.load_delta(_tiny_base(tiny_model_dir), json.loads((out / "training.json").read_text())["out_dir"]
                                + "/delta").eval()
     rows = [{"sentence": "the movie was good"}, {"sentence": "a bad long night"}]

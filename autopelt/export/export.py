@@ -6,7 +6,9 @@ Layout of an export folder (what `autopelt predict --delta DIR` reads):
     training.json                   the trial's settings (task, model, protocol, learning rate, seed …)
     metrics.json                    dev/test metrics, parameter counts, and the re-seeded mean ± std
     README.md                       a short model card
-    peft/                           a peft adapter folder, when the delta is LoRA (+ BitFit, + head)
+    peft/                           a peft adapter folder, when the delta has a peft form (LoRA, rsLoRA, DoRA,
+                                    IA3, VeRA or a shifted prefix; + BitFit beside LoRA/VeRA, + head); else the
+                                    model card and metrics.json say why not
 """
 
 from __future__ import annotations
@@ -69,9 +71,9 @@ def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name:
         if reseed:
             metrics["reseed"] = reseeded(result["settings"], reseed, staging / "seeds")
         _write_json(staging / "training.json", result["settings"])
-        _write_json(staging / "metrics.json", metrics)
-        peft = _maybe_peft(staging, result)
-        (staging / "README.md").write_text(model_card(result, metrics, peft))
+        no_peft = _maybe_peft(staging, result)
+        _write_json(staging / "metrics.json", {**metrics, "peft": no_peft or "peft/"})
+        (staging / "README.md").write_text(model_card(result, metrics, no_peft))
         if out_dir.exists():
             out_dir.rmdir()
         staging.rename(out_dir)
@@ -108,27 +110,29 @@ def _metrics(result: dict, trial: TrialRecord, study_name: str) -> dict:
             "gates": result.get("gates")}
 
 
-def _maybe_peft(folder: Path, result: dict) -> bool:
-    """Write folder/peft when the delta has a peft form and peft is installed."""
+def _maybe_peft(folder: Path, result: dict) -> str | None:
+    """Write folder/peft when the delta has a peft form and peft is installed; else the one-line reason why not."""
     from autopelt.delta import read_delta_header
-    from autopelt.delta.peft_export import peft_expressible
+    from autopelt.delta.peft_export import peft_reason
 
     header = read_delta_header(folder)  # a delta saved by an older autopelt, in today's fields
-    if not peft_expressible(header["spec"]):
-        return False
+    reason = peft_reason(header["spec"])
+    if reason:
+        return reason
     try:
         import peft  # noqa: F401
     except ImportError:
-        return False
+        return "peft is not installed (pip install peft, then export again)"
     from autopelt.delta.peft_export import export_peft
     from autopelt.export.predict import load_delta_model
 
     model, _ = load_delta_model(folder, result.get("model"))
     export_peft(model, header["spec"], folder / "peft", base_model_name=result.get("model"))
-    return True
+    return None
 
 
-def model_card(result: dict, metrics: dict, peft: bool) -> str:
+def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
+    """The README of an export; `no_peft` is why there is no peft folder (None when there is one)."""
     from autopelt.models import model_name
 
     params = result.get("params") or {}
@@ -145,10 +149,12 @@ def model_card(result: dict, metrics: dict, peft: bool) -> str:
         lines.append(f"- over {metrics['reseed']['seeds']} seeds: "
                      + ", ".join(f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items()))
     lines += ["", "Run it:", "", "```", f"autopelt predict --delta . --text \"…\"", "```"]
-    if peft:
+    if no_peft is None:
         lines += ["", "Or with peft:", "", "```python",
                   "from peft import PeftModel",
                   "model = PeftModel.from_pretrained(base_model, \"peft\")", "```"]
+    else:
+        lines += ["", f"No peft folder: {no_peft}."]
     return "\n".join(lines) + "\n"
 
 
