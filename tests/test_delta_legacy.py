@@ -1,4 +1,5 @@
-"""Deltas saved by the autopelt of format 1 (before the reference forms) load and give the logits they gave then."""
+"""Deltas saved by older autopelts load and give the logits they gave then: format 1 (before the reference forms),
+and format 2 before LoRA had rslora and dora, and prefix shift_positions (their defaults are the old forms)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ from autopelt.errors import UserError
 
 DATA = Path(__file__).resolve().parent / "data"  # written by data/make_v1_deltas.py with commit 891b8c1
 SAVED = ["delta_v1_unipelt_bitfit", "delta_v1_adamix_pfeiffer"]
+SAVED_V2 = ["delta_v2_unipelt_bitfit", "delta_v2_lora_houlsby_prompt"]  # data/make_v2_deltas.py, commit b759325
 
 
 def saved_logits(name: str) -> torch.Tensor:
     return torch.tensor(json.loads((DATA / name / "logits.json").read_text()))
 
 
-@pytest.mark.parametrize("name", SAVED)
-def test_a_format_1_delta_gives_the_logits_it_was_saved_with(name):
+@pytest.mark.parametrize("name", SAVED + SAVED_V2)
+def test_an_old_delta_gives_the_logits_it_was_saved_with(name):
     model = delta.load_delta(tiny_model("bert"), DATA / name).eval()
     with torch.no_grad():
         torch.testing.assert_close(model(**tiny_batch()).logits, saved_logits(name), rtol=1e-5, atol=1e-5)
