@@ -43,6 +43,16 @@ def test_single_method_presets_follow_their_references():
     assert delta.parse_spec(delta.PRESETS["adapter"]).methods[0].placement == "pfeiffer"
 
 
+def test_new_method_presets_and_their_summaries():
+    summaries = {name: delta.parse_spec(delta.PRESETS[name]).summary() for name in ("ia3", "dora", "rslora", "vera")}
+    assert summaries == {"ia3": "ia3", "dora": "dora r8", "rslora": "rslora r8", "vera": "vera r1024"}
+    (dora,) = delta.parse_spec(delta.PRESETS["dora"]).methods
+    (lora,) = delta.parse_spec(delta.PRESETS["lora"]).methods
+    assert dora == type(lora)(**{**vars(lora), "dora": True})  # LoRA's setting, with the magnitude
+    (vera,) = delta.parse_spec(delta.PRESETS["vera"]).methods
+    assert (vera.targets, vera.d_initial, vera.projection_seed) == (("query", "value"), 0.1, 0)
+
+
 def test_adapter_preset_names_normalise():
     spec = delta.parse_spec({"methods": [{"method": "compacter++", "n": 8, "bottleneck": 16}]})
     (adapter,) = spec.methods

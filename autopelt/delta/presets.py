@@ -29,13 +29,21 @@ PRESETS: dict[str, dict] = {
     "prompt": {"methods": [{"method": "prompt", "length": 20}]},
     "adamix": {"methods": [{"method": "adamix", "experts": 4, "share_up": True, "consistency": 1.0,
                             "expert_init": "copy", "delta": _EXPERT_SOUP}]},
+    # (IA)³ on keys, values and the FFN's inner activation, as T-Few
+    "ia3": {"methods": [{"method": "ia3", "targets": ["key", "value", "output"]}]},
+    # DoRA and rsLoRA at LoRA's setting, as their papers compare them with LoRA
+    "dora": {"methods": [{**_LORA, "dora": True}]},
+    "rslora": {"methods": [{**_LORA, "rslora": True}]},
+    # VeRA's GLUE setting for base-size encoders: rank 1024 on query and value, d starting at 0.1
+    "vera": {"methods": [{"method": "vera", "rank": 1024, "targets": ["query", "value"], "d_initial": 0.1}]},
 }
 
 # The baselines every study runs beside its search.
 BASELINES = ("unipelt_apl", "adapter", "prefix", "lora", "compacter", "bitfit")
 
 # Learning rates in the range each method's paper used for base-size encoders on GLUE (adapters and UniPELT
-# ~1e-4..5e-4, LoRA 5e-4, Compacter 3e-3, BitFit 1e-3, prompt tuning 3e-2), not tuned here. Used by the
+# ~1e-4..5e-4, LoRA 5e-4 and DoRA/rsLoRA at LoRA's, Compacter 3e-3, BitFit 1e-3, prompt tuning 3e-2, VeRA 4e-3;
+# (IA)³ 3e-3 as T-Few), not tuned here. Used by the
 # baselines of a study, by `autopelt train --preset` without --lr, and by bench/trial_figures.py.
 LEARNING_RATES = {
     "unipelt_apl": 5e-4,
@@ -49,6 +57,10 @@ LEARNING_RATES = {
     "bitfit": 1e-3,
     "prompt": 3e-2,
     "adamix": 4e-4,
+    "ia3": 3e-3,
+    "dora": 5e-4,
+    "rslora": 5e-4,
+    "vera": 4e-3,
 }
 DEFAULT_LEARNING_RATE = 1e-4
 
