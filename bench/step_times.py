@@ -29,6 +29,10 @@ METHODS = {  # name -> spec: each single method at its paper default, then UniPE
     "adamix M4 (ffn adapter 48)": delta.PRESETS["adamix"],
     "adamix M4, no consistency": {"methods": [{**delta.PRESETS["adamix"]["methods"][0], "consistency": 0.0}]},
     "UniPELT(APL)": delta.PRESETS["unipelt_apl"],
+    "ia3 (k,v,ffn)": delta.PRESETS["ia3"],
+    "dora r8 (q,v)": delta.PRESETS["dora"],
+    "rslora r8 (q,v)": delta.PRESETS["rslora"],
+    "vera r1024 (q,v)": delta.PRESETS["vera"],
 }
 SINGLE_METHOD_TARGET, LORA_TARGET, UNIPELT_TARGET = 0.8, 1.0, 1.0
 
