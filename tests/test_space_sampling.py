@@ -18,12 +18,14 @@ DRAWS = 200
 
 # The delta spec of docs/design.md, written out here independently of the spec the space schema derives from.
 DESIGN_FIELDS = {
-    "lora": {"rank", "alpha", "targets", "dropout", "gate", "layers"},
+    "lora": {"rank", "alpha", "targets", "dropout", "gate", "layers", "rslora", "dora"},
     "adapter": {"placement", "bottleneck", "activation", "projection", "n", "phm_rank", "gate", "layers"},
-    "prefix": {"length", "reparam_hidden", "gate", "split_gate", "layers"},
+    "prefix": {"length", "reparam_hidden", "gate", "split_gate", "layers", "shift_positions"},
     "prompt": {"length"},
     "bitfit": {"targets", "pooler"},
     "adamix": {"experts", "share_up", "consistency", "expert_init", "delta"},
+    "ia3": {"targets", "layers"},
+    "vera": {"rank", "targets", "d_initial", "dropout", "gate", "layers"},
 }
 
 
