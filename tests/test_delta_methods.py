@@ -207,7 +207,7 @@ def _perturb_deltas(model, seed=3, gates=False):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", ["adapter_gated", "lora_gated"])
+@pytest.mark.parametrize("name", ["adapter_gated", "lora_gated", "rslora_gated", "vera_gated_every_shape"])
 def test_gate_forced_to_zero_gives_the_base_output(name, family):
     batch = tiny_batch()
     expected = tiny_model(family)(**batch).logits
@@ -267,6 +267,8 @@ def test_vera_matrices_come_from_the_seed_and_are_not_saved(tmp_path):
 
 
 def test_gate_values_are_readable_per_method_and_layer():
+    assert set(delta.gate_values(build("unipelt_apl+vera_gated+ia3", "bert"), tiny_batch())) == {
+        "adapter", "prefix", "lora", "vera"}
     model = build("unipelt_apl", "bert")
     values = delta.gate_values(model, tiny_batch())
     assert set(values) == {"adapter", "prefix", "lora"}

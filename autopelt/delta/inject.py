@@ -143,11 +143,13 @@ def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, mixture: 
             lora_A = _linear(in_f, cfg.rank, generator, mixture, bias=False)
             lora_B = _linear(cfg.rank, out_f, generator, mixture, up=True, bias=False)
             gate = _gate(in_f, 1, "lora", i, generator) if cfg.gate else None
-            if cfg.dora:
-                build = lambda base: DoRALinear(base, lora_A, lora_B, cfg.scaling, cfg.dropout)  # noqa: E731
-            else:
-                build = lambda base: LoRALinear(base, lora_A, lora_B, cfg.scaling, cfg.dropout, gate)  # noqa: E731
-            _replace(layers[i], arch.linears[site], build)
+            _replace(layers[i], arch.linears[site], lambda base: _lora(base, cfg, lora_A, lora_B, gate))
+
+
+def _lora(base: nn.Module, cfg: LoRAConfig, lora_A, lora_B, gate: Gate | None) -> LoRALinear:
+    if cfg.dora:  # never gated (the spec refuses it)
+        return DoRALinear(base, lora_A, lora_B, cfg.scaling, cfg.dropout)
+    return LoRALinear(base, lora_A, lora_B, cfg.scaling, cfg.dropout, gate)
 
 
 def _build_vera(model, arch: Architecture, cfg: VeRAConfig, generator, _: Mixture) -> None:
