@@ -162,6 +162,6 @@ def test_a_delta_for_another_head_size_is_refused(tiny_model_dir, tmp_path):
     autopelt.save(autopelt.apply(base(tiny_model_dir, num_labels=3), "lora"), tmp_path / "d")
     with pytest.raises(UserError, match="head of 3 labels and this model one of 2; load the base with num_labels=3"):
         autopelt.load(base(tiny_model_dir), tmp_path / "d")
-    with pytest.raises(UserError, match="LoRA is merged"):
+    with pytest.raises(UserError, match="delta is merged"):
         autopelt.save(autopelt.load(None, tmp_path / "d", merge=True), tmp_path / "e")
     assert not (tmp_path / "e").exists()
