@@ -1,7 +1,8 @@
 """Median train-step time of every delta method, against the frozen forward, full fine-tuning and peft's LoRA.
 
-All measured side by side in one process: all-MiniLM-L6-v2, sequence length 128, batch 32, 2 threads.
-Usage: python bench/step_times.py [--steps 5] [--warmup 2] [--threads 2]
+All measured side by side in one process, in each precision as the trainer runs it (autocast, the frozen weights
+cast once): all-MiniLM-L6-v2, sequence length 128, batch 32, 2 threads.
+Usage: python bench/step_times.py [--steps 5] [--warmup 1] [--threads 2] [--precisions fp32,bf16] [--only lora,UniPELT]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from autopelt import delta
 from autopelt.models import default_model, load_model
+from autopelt.train import device as devices
 from autopelt.train.loop import supervised_loss, training_loss
 
 METHODS = {  # name -> spec: each single method at its paper default, then UniPELT(APL)
@@ -35,6 +37,9 @@ METHODS = {  # name -> spec: each single method at its paper default, then UniPE
     "vera r1024 (q,v)": delta.PRESETS["vera"],
 }
 SINGLE_METHOD_TARGET, LORA_TARGET, UNIPELT_TARGET = 0.8, 1.0, 1.0
+PRECISION_TARGET = 0.55  # a bf16 step against the same configuration's fp32 step, where bf16 is native
+FORWARD, FULL, PEFT_LORA = "frozen forward", "full fine-tuning", "peft LoRA r8 (q,v)"
+CPU = torch.device("cpu")
 
 
 def batch(seq: int, size: int, seed: int = 0) -> dict:
@@ -57,12 +62,16 @@ def interleaved(steps: dict, repeats: int, warmup: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def optimiser_step(model, loss_fn):
+def optimiser_step(model, loss_fn, dtype=None):
+    """One training step as the trainer takes it: under autocast in `dtype` (None: fp32), the frozen weights
+    cast to it once beforehand, trainable parameters and optimiser state in fp32."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
+    devices.cast_frozen_weights(model, dtype)
 
     def step():
-        loss = loss_fn()
+        with devices.autocast(CPU, dtype):
+            loss = loss_fn()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -71,23 +80,24 @@ def optimiser_step(model, loss_fn):
     return step
 
 
-def build_steps(name: str, data: dict) -> tuple[dict, dict]:
-    """name -> one step callable, and name -> trainable parameters."""
+def build_steps(name: str, data: dict, dtype) -> tuple[dict, dict]:
+    """configuration -> one step callable in precision `dtype`, and configuration -> trainable parameters."""
     inputs = {k: v for k, v in data.items() if k != "labels"}
     fresh = lambda: load_model(name, 2, seed=0).train()  # noqa: E731
     frozen = fresh().eval()
+    devices.cast_frozen_weights(frozen, dtype)
 
     def forward():
-        with torch.no_grad():
+        with torch.inference_mode(), devices.autocast(CPU, dtype):
             frozen(**inputs)
 
     full = fresh()
-    steps = {"frozen forward": forward,
-             "full fine-tuning": optimiser_step(full, lambda: supervised_loss(full(**inputs).logits, data["labels"]))}
-    params = {"full fine-tuning": sum(p.numel() for p in full.parameters())}
-    peft_step = _peft_lora(fresh(), data)
+    steps = {FORWARD: forward,
+             FULL: optimiser_step(full, lambda: supervised_loss(full(**inputs).logits, data["labels"]), dtype)}
+    params = {FULL: sum(p.numel() for p in full.parameters())}
+    peft_step = _peft_lora(fresh(), data, dtype)
     if peft_step is not None:
-        steps["peft LoRA r8 (q,v)"], params["peft LoRA r8 (q,v)"] = peft_step
+        steps[PEFT_LORA], params[PEFT_LORA] = peft_step
     for label, spec in METHODS.items():
         model = delta.apply_delta(fresh(), spec, seed=0)
         routing = torch.Generator().manual_seed(1)
@@ -95,7 +105,8 @@ def build_steps(name: str, data: dict) -> tuple[dict, dict]:
         consistency = adamix.consistency if adamix else 0.0
         mixed = delta.has_mixtures(model)
         steps[label] = optimiser_step(
-            model, lambda model=model, routing=routing, c=consistency, m=mixed: training_loss(model, dict(data), routing, c, m))
+            model, lambda model=model, routing=routing, c=consistency, m=mixed: training_loss(model, dict(data), routing, c, m),
+            dtype)
         params[label] = delta.count_parameters(spec, model.config).trainable
     return steps, params
 
@@ -107,14 +118,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated, among fp32, bf16, fp16")
+    parser.add_argument("--only", help="comma-separated starts of configuration names to time, e.g. lora,UniPELT "
+                                       "(the forward, full fine-tuning and peft LoRA always run)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    steps, params = build_steps(default_model(), batch(args.seq, args.batch))
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    steps, params = {}, {}
+    for precision in precisions:
+        built, params = build_steps(default_model(), batch(args.seq, args.batch), devices.autocast_dtype(precision))
+        steps.update({(label, precision): step for label, step in built.items()
+                      if _chosen(label, args.only)})
     medians = interleaved(steps, args.steps, args.warmup)
-    _print_table(medians, params, args)
+    _print_table(medians, params, precisions, args)
 
 
-def _peft_lora(model, data):
+def _chosen(label: str, only: str | None) -> bool:
+    return not only or label in (FORWARD, FULL, PEFT_LORA) or label.startswith(tuple(only.split(",")))
+
+
+def _peft_lora(model, data, dtype):
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
@@ -123,30 +146,45 @@ def _peft_lora(model, data):
                                              modules_to_save=["classifier"]))
     inputs = {k: v for k, v in data.items() if k != "labels"}
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return optimiser_step(model, lambda: supervised_loss(model(**inputs).logits, data["labels"])), trainable
+    return optimiser_step(model, lambda: supervised_loss(model(**inputs).logits, data["labels"]), dtype), trainable
 
 
-def _print_table(medians: dict, params: dict, args) -> None:
-    forward, full = medians["frozen forward"], medians["full fine-tuning"]
-    peft_lora = medians.get("peft LoRA r8 (q,v)")
+def _target(label: str, seconds: float, full: float, peft_lora: float | None) -> str:
+    if label in METHODS and label.startswith("lora"):
+        ok = peft_lora is None or seconds / peft_lora <= LORA_TARGET
+        return f"≤ {LORA_TARGET}× peft LoRA: {'met' if ok else 'MISSED'}"
+    if label.startswith("UniPELT"):
+        return f"≤ {UNIPELT_TARGET}× full FT: {'met' if seconds / full <= UNIPELT_TARGET else 'MISSED'}"
+    if label in METHODS:
+        return f"≤ {SINGLE_METHOD_TARGET}× full FT: {'met' if seconds / full <= SINGLE_METHOD_TARGET else 'MISSED'}"
+    return ""
+
+
+def _print_table(medians: dict, params: dict, precisions: list[str], args) -> None:
+    """One row per configuration and precision; ratios against the fp32 frozen forward and, per precision,
+    against full fine-tuning and peft's LoRA in that precision; bf16/fp16 rows also against their own fp32 step."""
+    fp32_forward = medians.get((FORWARD, "fp32"))
     print(f"all-MiniLM-L6-v2 · seq {args.seq} · batch {args.batch} · {args.threads} threads · "
-          f"median of {args.steps} interleaved steps after {args.warmup} warm-up round")
+          f"median of {args.steps} interleaved steps after {args.warmup} warm-up round · "
+          f"CPU {torch.backends.cpu.get_cpu_capability()}, native bf16: {devices.cpu_has_native_bf16()}")
     print()
-    print("| configuration | trainable params | step (s) | × forward | × full FT | × peft LoRA | target |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    for label, seconds in medians.items():
-        target = ""
-        if label in METHODS and label.startswith("lora"):
-            ok = peft_lora is None or seconds / peft_lora <= LORA_TARGET
-            target = f"≤ {LORA_TARGET}× peft LoRA: {'met' if ok else 'MISSED'}"
-        elif label.startswith("UniPELT"):
-            target = f"≤ {UNIPELT_TARGET}× full FT: {'met' if seconds / full <= UNIPELT_TARGET else 'MISSED'}"
-        elif label in METHODS:
-            target = f"≤ {SINGLE_METHOD_TARGET}× full FT: {'met' if seconds / full <= SINGLE_METHOD_TARGET else 'MISSED'}"
-        vs_peft = f"{seconds / peft_lora:.2f}" if peft_lora else "–"
-        count = f"{params[label]:,}" if label in params else "–"
-        print(f"| {label} | {count} | {seconds:.3f} | {seconds / forward:.2f} | {seconds / full:.2f} | "
-              f"{vs_peft} | {target} |")
+    print("| configuration | precision | trainable params | step (s) | × fp32 step | × fp32 forward | × full FT "
+          "| × peft LoRA | target |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for (label, precision), seconds in medians.items():
+        full, peft_lora = medians[(FULL, precision)], medians.get((PEFT_LORA, precision))
+        own_fp32 = medians.get((label, "fp32"))
+        target = _target(label, seconds, full, peft_lora)
+        if precision != "fp32" and own_fp32:
+            ok = seconds / own_fp32 <= PRECISION_TARGET
+            target = "; ".join(t for t in (target, f"≤ {PRECISION_TARGET}× fp32: {'met' if ok else 'MISSED'}") if t)
+        print(f"| {label} | {precision} | {f'{params[label]:,}' if label in params else '–'} | {seconds:.3f} | "
+              f"{_ratio(seconds, own_fp32)} | {_ratio(seconds, fp32_forward)} | {seconds / full:.2f} | "
+              f"{_ratio(seconds, peft_lora)} | {target} |")
+
+
+def _ratio(seconds: float, reference: float | None) -> str:
+    return f"{seconds / reference:.2f}" if reference else "–"
 
 
 if __name__ == "__main__":

@@ -308,12 +308,12 @@ def test_a_gpu_machine_trains_on_its_gpus_without_a_flag(tmp_path, monkeypatch, 
 def test_the_controller_builds_each_trials_settings_and_they_travel_as_they_are(tmp_path):
     from autopelt.search.ray_backend import ticket_json
 
-    study, control = make(tmp_path, autocast=True, seed=3, k=100, budget=1)
+    study, control = make(tmp_path, precision="bf16", seed=3, k=100, budget=1)
     ticket = control.next_trial()
     settings = ticket.settings
     trial = read(study.trials[ticket.number])
-    assert (settings.task, settings.autocast, settings.protocol, settings.seed, settings.data_seed) == (
-        "rte", True, 100, 3, 3)
+    assert (settings.task, settings.precision, settings.protocol, settings.seed, settings.data_seed) == (
+        "rte", "bf16", 100, 3, 3)
     assert settings.spec == trial.spec and settings.out_dir == trial.result_dir
     assert settings.learning_rate == trial.hparams["learning_rate"] == trial.params["learning_rate"]
     assert settings.epochs == trial.hparams["epochs"] == trial.max_fidelity == 3

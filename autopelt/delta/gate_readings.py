@@ -29,6 +29,10 @@ def recording_gates(model: nn.Module):
             handle.remove()
 
 
+def has_gates(model: nn.Module) -> bool:
+    return any(isinstance(module, Gate) for module in model.modules())
+
+
 def summarise_gates(totals) -> dict[str, dict[str, float]]:
     """{kind: {layer: mean gate value}}: what the result JSON and the report's heat map show."""
     out: dict[str, dict[str, float]] = defaultdict(dict)

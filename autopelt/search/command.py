@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--cpus-per-trial", type=float, help="default: this machine's CPUs / workers")
     how.add_argument("--gpus-per-trial", type=float,
                      help="default: local CUDA GPUs / workers (at most 1); 0 without CUDA or with --ray-address")
-    how.add_argument("--autocast", action="store_true", help="mixed precision (bf16/fp16) in trials on CUDA")
+    how.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                     help="of every trial; auto (default): bf16 where the trial's device computes it natively, else fp32")
     how.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
 
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, ray_address=args.ray_address,
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
-        autocast=args.autocast, custom_task=custom_task_fields(args),
+        precision=args.precision, custom_task=custom_task_fields(args),
     )
     try:
         outcome = run_search(options)

@@ -174,7 +174,7 @@ class Controller:
         return TrialSettings(
             task=plan.task, spec=spec, custom_task=plan.options.custom_task, model=plan.model, data_dir=plan.data_dir,
             protocol=plan.options.k or "full", seed=plan.options.seed, data_seed=plan.options.seed,
-            autocast=plan.options.autocast, out_dir=str(out_dir), **hparams,
+            precision=plan.options.precision, out_dir=str(out_dir), **hparams,
         )
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from autopelt.errors import UserError
 from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
 from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
+from autopelt.train.settings import PRECISIONS
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
 
@@ -43,7 +44,7 @@ class SearchOptions:
     out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
     early_stopping: bool = True
     sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
-    autocast: bool = False  # mixed precision in trials that run on CUDA
+    precision: str = "auto"  # of every trial: auto (bf16 where the trial's device runs it natively), fp32, bf16, fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
 
 
@@ -134,6 +135,8 @@ def _check_numbers(options: SearchOptions) -> None:
         raise UserError("--k must be a positive number of training examples")
     if options.sampler not in ("tpe", "random"):
         raise UserError(f"--sampler must be tpe or random, not {options.sampler!r}")
+    if options.precision not in PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")
 
 
 def _task(name: str, custom: dict | None):

@@ -56,6 +56,7 @@ class TrialRecord:
     examples_per_second: float | None = None
     peak_memory_mb: float | None = None
     best_epoch: int | None = None
+    precision: str | None = None  # what the trial computed in: fp32, bf16 or fp16
 
     @property
     def is_answer(self) -> bool:
@@ -117,6 +118,7 @@ def read(trial: FrozenTrial) -> TrialRecord:
         retry_of=_integer(a.get("retry_of")), intermediate=_intermediate(trial),
         train_seconds=_number(a.get("train_seconds")), examples_per_second=_number(a.get("examples_per_second")),
         peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
+        precision=_text(a.get("precision")),
     )
 
 
@@ -211,7 +213,7 @@ def trained(result: dict, fidelity: int, max_fidelity: int) -> dict:
     """Known after training, from the trial result JSON (docs/design.md)."""
     values = attrs(dev=result.get("dev") or {}, test=result.get("test") or {},
                    fidelity=int(result.get("epochs_run") or fidelity), max_fidelity=max_fidelity, full_fidelity=True)
-    for key in ("gates", "extra_tests"):
+    for key in ("gates", "extra_tests", "precision"):
         if result.get(key):
             values[key] = result[key]
     for key in ("train_seconds", "examples_per_second", "peak_memory_mb", "best_epoch"):

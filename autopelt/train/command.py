@@ -50,7 +50,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-train-examples", type=int, help="train on a random subset (quick runs)")
     parser.add_argument("--threads", type=int, help="CPU threads")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 … (default: CUDA when available)")
-    parser.add_argument("--autocast", action="store_true", help="mixed precision on CUDA")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                        help="auto (default): bf16 mixed precision where the device computes it natively "
+                             "(CUDA with bf16, a CPU with AVX512-BF16 or AMX), else fp32")
     parser.add_argument("--out", help="folder for result.json and the trained delta")
 
 
@@ -74,7 +76,7 @@ def run(args) -> int:
         protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=learning_rate, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
-        device=args.device, autocast=args.autocast, out_dir=args.out,
+        device=args.device, precision=args.precision, out_dir=args.out,
     )
     check_inputs(settings)
     from autopelt.train import run_trial  # torch: only once the inputs are sound
@@ -209,6 +211,7 @@ def summary(result: dict) -> str:
         f"{result['task']} · {result['summary']} · seed {result['seed']}",
         f"  data      train {protocol['train_size']:,} · dev {protocol['dev_size']:,} · test {protocol['test_size']:,}"
         f" ({protocol['name']}{' K=' + str(protocol['k']) if protocol.get('k') else ''})",
+        f"  precision {result['precision']}",
         f"  params    {params['trainable']:,} trainable ({params['trainable_pct']:.3f}%) · "
         f"{params['stored']:,} stored ({params['stored_pct']:.3f}%)",
         f"  dev       {_metrics(result['dev'])}  (best epoch {result['best_epoch']} of {result['epochs_run']:g})",

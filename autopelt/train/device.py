@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
 import sys
 import threading
 
 import torch
+from torch import nn
+
+from autopelt.errors import UserError
+from autopelt.train.settings import PRECISIONS
 
 
 def pick_device(requested: str | None) -> torch.device:
@@ -18,10 +23,50 @@ def pick_device(requested: str | None) -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def autocast_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
-    if not enabled or device.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """The precision a trial runs in: `auto` is bf16 where `device` computes it natively, else fp32; the others
+    are taken as asked (bf16 on a CPU without native support works, but slower than fp32)."""
+    if requested not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {requested!r}")
+    if requested != "auto":
+        return requested
+    return "bf16" if native_bf16(device) else "fp32"
+
+
+def native_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cpu":
+        return cpu_has_native_bf16()
+    return False
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX on this CPU (asked once): where a bf16 matmul is faster than fp32, not emulated."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if all(probe is not None for probe in probes):
+        return any(probe() for probe in probes)
+    return bool(_cpuinfo_flags() & {"avx512_bf16", "amx_bf16"})  # torch without its probes: Linux's view
+
+
+def _cpuinfo_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype of a resolved precision; None for fp32 (no autocast)."""
+    return _DTYPES.get(precision)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None):
@@ -33,6 +78,24 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
 def grad_scaler(device: torch.device, dtype: torch.dtype | None):
     """fp16 needs loss scaling; bf16 and fp32 do not."""
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+
+def cast_frozen_weights(model: nn.Module, dtype: torch.dtype | None) -> int:
+    """Store every frozen linear weight (and frozen bias) in `dtype`, once, so that autocast does not cast it again
+    on every call (its cast cache keeps only tensors that require grad). Exact: autocast would compute the same
+    cast each time. Trainable parameters stay fp32. Returns the number of tensors cast."""
+    if dtype is None:
+        return 0
+    cast = 0
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module) is not nn.Linear:  # plain linears only: a delta's own layers stay as they are
+                continue
+            for param in (module.weight, module.bias):
+                if param is not None and not param.requires_grad and param.dtype != dtype:
+                    param.data = param.data.to(dtype)
+                    cast += 1
+    return cast
 
 
 class PeakMemory:

@@ -6,6 +6,7 @@ restored at the end. No global state is read except torch's RNG, which `run_tria
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from torch import nn
 
 from autopelt.data import Features, Task, map_in_order, train_batches
 from autopelt.delta import consistency_loss, has_mixtures, route_all
-from autopelt.delta.gate_readings import recording_gates, summarise_gates
+from autopelt.delta.gate_readings import has_gates, recording_gates, summarise_gates
 from autopelt.train import device as devices
 from autopelt.train.settings import TrialSettings
 
@@ -30,6 +31,7 @@ class NonFiniteLoss(RuntimeError):
 class TrainOutcome:
     history: list[dict] = field(default_factory=list)
     best: dict | None = None  # the history entry whose state was kept
+    gates: dict | None = None  # mean gate values per layer in that evaluation (gated deltas)
     steps: int = 0
     fidelity: float = 0.0  # epochs of data seen
     train_seconds: float = 0.0
@@ -73,7 +75,7 @@ def warmup_then_linear(total_steps: int, warmup_ratio: float) -> Callable[[int],
 
 def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSettings, device,
              dtype=None, gates: bool = False) -> tuple[dict, dict | None]:
-    """Metrics on a split (batched, length-sorted), and the mean gate values per layer if asked."""
+    """Metrics on a split (batched, length-sorted, no autograd), and the mean gate values per layer if asked."""
     model.eval()
 
     def logits_of(batch: dict) -> torch.Tensor:
@@ -81,7 +83,7 @@ def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSe
         with devices.autocast(device, dtype):
             return model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
 
-    with torch.no_grad(), recording_gates(model) as totals:
+    with torch.inference_mode(), (recording_gates(model) if gates else contextlib.nullcontext({})) as totals:
         outputs = map_in_order(features, settings.eval_batch_size, logits_of)
     return task.compute_metrics(outputs, features.labels), (summarise_gates(totals) if gates else None)
 
@@ -96,7 +98,8 @@ def train(model: nn.Module, data, settings: TrialSettings, device: torch.device,
     steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
     total = settings.max_steps or settings.epochs * steps_per_epoch  # steps, when given, decide the epochs
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_linear(total, settings.warmup_ratio))
-    dtype = devices.autocast_dtype(device, settings.autocast)
+    dtype = devices.autocast_dtype(devices.resolve_precision(settings.precision, device))
+    gated = has_gates(model)
     scaler = devices.grad_scaler(device, dtype)
     order = torch.Generator().manual_seed(settings.seed)  # data order across epochs
     routing = torch.Generator().manual_seed(settings.seed + 1)  # AdaMix expert choice
@@ -108,13 +111,13 @@ def train(model: nn.Module, data, settings: TrialSettings, device: torch.device,
         """Evaluate on dev, keep the best state; True when training should stop."""
         nonlocal best_state, waited
         started = time.perf_counter()
-        dev, _ = evaluate(model, data.dev, task, settings, device, dtype)
+        dev, gates = evaluate(model, data.dev, task, settings, device, dtype, gates=gated)
         outcome.eval_seconds += time.perf_counter() - started
         entry = {"epoch": epoch, "step": outcome.steps, "fidelity": round(outcome.fidelity, 4),
                  "dev": dev, "dev_metric": dev[task.metric]}
         outcome.history.append(entry)
         if outcome.best is None or entry["dev_metric"] > outcome.best["dev_metric"]:
-            outcome.best, waited = entry, 0
+            outcome.best, outcome.gates, waited = entry, gates, 0
             best_state = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
         else:
             waited += 1

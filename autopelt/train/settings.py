@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from autopelt.errors import UserError
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
 
 @dataclass(frozen=True)
 class TrialSettings:
@@ -34,7 +36,7 @@ class TrialSettings:
     max_train_examples: int | None = None  # a random subset of the protocol's train rows, for quick runs
     threads: int | None = None  # torch CPU threads; None = torch's default
     device: str | None = None  # None = CUDA when available, else CPU
-    autocast: bool = False  # mixed precision on CUDA (bf16 where supported, else fp16 with loss scaling)
+    precision: str = "auto"  # auto (bf16 where the device runs it natively, else fp32), fp32, bf16 or fp16
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
 
@@ -49,6 +51,8 @@ class TrialSettings:
                 raise UserError(f"{name} must be a positive integer, not {value!r}")
         if not self.learning_rate > 0:
             raise UserError(f"learning_rate must be positive, not {self.learning_rate!r}")
+        if self.precision not in PRECISIONS:
+            raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise UserError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio!r}")
 
@@ -61,6 +65,7 @@ class TrialSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> TrialSettings:
+        data = _upgrade(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -69,3 +74,14 @@ class TrialSettings:
 
     def replace(self, **changes) -> TrialSettings:
         return dataclasses.replace(self, **changes)
+
+
+def _upgrade(data: dict) -> dict:
+    """Settings written before `precision` existed: `autocast` false was fp32 everywhere; true was mixed precision
+    on CUDA only, which is what `auto` does on a CUDA device (a CPU ran fp32 then)."""
+    if "autocast" not in data:
+        return data
+    data = dict(data)
+    autocast = data.pop("autocast")
+    data.setdefault("precision", "auto" if autocast else "fp32")
+    return data

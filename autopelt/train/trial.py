@@ -30,8 +30,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     """
     started = time.perf_counter()
     result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
-              "model": settings.model, "seed": settings.seed, "protocol": None, "metric": None, "dev": None,
-              "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
+              "model": settings.model, "seed": settings.seed, "precision": None, "protocol": None, "metric": None,
+              "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
               "gates": None, "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
     try:
@@ -75,6 +75,10 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
+        precision = devices.resolve_precision(settings.precision, device)
+        dtype = devices.autocast_dtype(precision)
+        devices.cast_frozen_weights(model, dtype)  # the frozen backbone is cast once, not at every step
+        result["precision"] = precision
         count = delta.count_parameters(spec, model.config, task.num_labels)
         result["params"] = count.to_dict()
 
@@ -83,13 +87,11 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         best = trained.best
         result.update(dev=best["dev"], dev_metric=best["dev_metric"])
 
+        result["gates"] = trained.gates  # recorded in the dev evaluation whose state was kept: no extra pass
         started = time.perf_counter()
-        dtype = devices.autocast_dtype(device, settings.autocast)
         result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
         for split, features in data.extra_tests.items():
             result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
-        if spec.is_gated:
-            _, result["gates"] = evaluate(model, data.dev, task, settings, device, dtype, gates=True)
         result["eval_seconds"] = trained.eval_seconds + time.perf_counter() - started
     result["peak_memory_mb"] = memory.mb
     if settings.out_dir:
