@@ -135,19 +135,17 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     """Train and evaluate one delta on a task, as `autopelt train` does; the result (docs/design.md: dev and test
     metrics, parameters, timings, and `delta_dir` when `out_dir` is given; `load(None, result["delta_dir"])`).
 
-    `spec` as for `apply`; a preset trains at its own learning rate unless `learning_rate` is given. `k`: the
+    `spec` as for `apply`; without `learning_rate` the trial chooses one by a range test (as `autopelt train`
+    does without --lr). `k`: the
     low-resource protocol (K training examples). `settings`: any `autopelt.train.TrialSettings` field
     (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`, `out_dir`, …). `progress` prints a
     line per epoch (a bar on a terminal). Raises UserError for bad input, TrialFailed when training fails."""
     from autopelt import delta
-    from autopelt.delta.presets import PRESETS, preset_learning_rate
+    from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings
     from autopelt.train.command import check_inputs, with_progress
 
-    preset = spec if isinstance(spec, str) and spec in PRESETS else None
-    parsed = delta.parse_spec(PRESETS[preset] if preset else spec)
-    if preset and "learning_rate" not in settings:
-        settings["learning_rate"] = preset_learning_rate(preset)
+    parsed = delta.parse_spec(PRESETS.get(spec, spec) if isinstance(spec, str) else spec)
     if k is not None:
         settings["protocol"] = k
     trial = TrialSettings.from_dict({"task": task, "spec": parsed.to_dict(), **settings})

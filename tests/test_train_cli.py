@@ -66,17 +66,23 @@ def test_train_from_a_spec_file_and_from_a_preset(train, tmp_path):
     assert saved == delta.parse_spec(delta.PRESETS["lora"]).to_dict()
 
 
-def test_a_preset_trains_at_its_own_learning_rate_unless_lr_is_given(tiny_model_dir, sst2_dir, tmp_path, capsys):
-    def learning_rate(*flags: str) -> float:
+def test_without_lr_a_trial_chooses_its_rate_and_records_how(tiny_model_dir, sst2_dir, tmp_path, capsys):
+    def trained(*flags: str) -> dict:
         out = tmp_path / str(len(list(tmp_path.iterdir())))
         argv = ["train", "--model", str(tiny_model_dir), "--data-dir", str(sst2_dir), "--task", "sst2", "--epochs", "1",
                 "--max-length", "32", "--threads", "1", "--max-train-examples", "16", "--out", str(out), *flags]
         assert cli.main(argv) == 0, capsys.readouterr()
-        return json.loads((out / "result.json").read_text())["settings"]["learning_rate"]
+        return json.loads((out / "result.json").read_text())
 
-    assert learning_rate("--preset", "prompt") == delta.presets.LEARNING_RATES["prompt"] == 3e-2
-    assert learning_rate("--preset", "prompt", "--lr", "0.002") == 0.002
-    assert learning_rate("--method", "lora") == 5e-4
+    for flags in (("--preset", "prompt"), ("--method", "lora")):
+        result = trained(*flags)
+        assert result["settings"]["learning_rate"] is None  # asked: choose one
+        assert result["lr_choice"]["how"] == "sweep" and result["learning_rate"] == result["lr_choice"]["rate"]
+        training_line = next(line for line in capsys.readouterr().out.splitlines() if "  training  " in line)
+        assert "(swept " in training_line and "0.001, 0.003, 0.01" in training_line  # says how it was chosen
+    given = trained("--preset", "prompt", "--lr", "0.002")
+    assert given["learning_rate"] == given["settings"]["learning_rate"] == 0.002
+    assert given["lr_choice"]["how"] == "given"
 
 
 def test_own_data_with_text_labels(train, tmp_path, capsys):

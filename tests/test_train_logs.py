@@ -34,7 +34,7 @@ def test_off_a_terminal_train_prints_one_line_per_epoch_and_no_bar(tiny_model_di
     assert [line.split(":")[0] for line in progress] == [f"epoch 1 step {STEPS_PER_EPOCH}/{2 * STEPS_PER_EPOCH}",
                                                           f"epoch 2 step {2 * STEPS_PER_EPOCH}/{2 * STEPS_PER_EPOCH}"]
     assert all(": dev accuracy " in line for line in progress)
-    assert len(lines) == len(progress) + 6  # the summary: its title, data, params, dev, test and time lines
+    assert len(lines) == len(progress) + 7  # the summary: title, data, training, params, dev, test, time lines
 
 
 def test_on_a_terminal_train_draws_its_bar(tiny_model_dir, sst2_dir):

@@ -75,7 +75,8 @@ def test_report_hook_gets_every_evaluation_and_can_stop_the_trial(make_settings)
     assert len(entries) == 2 and result["history"] == entries
     assert result["epochs_run"] == 2
     for number, entry in enumerate(entries, 1):
-        assert set(entry) == {"epoch", "step", "fidelity", "dev", "dev_metric"}
+        assert set(entry) == {"epoch", "step", "fidelity", "dev", "dev_metric", "dev_loss"}
+        assert entry["dev_loss"] > 0 and "loss" not in entry["dev"]  # the loss beside the metrics, not among them
         assert entry["epoch"] == number and entry["fidelity"] == number
         assert entry["dev_metric"] == entry["dev"]["accuracy"]
 
@@ -92,8 +93,8 @@ def test_best_state_is_restored_and_saved(monkeypatch, make_settings, tiny_model
     scores = iter([0.5, 0.9, 0.6])
     snapshots = []
 
-    def scripted(model, features, task, settings, device, dtype=None, gates=False):
-        real_evaluate(model, features, task, settings, device, dtype, gates)
+    def scripted(model, features, task, settings, device, dtype=None, **kwargs):
+        real_evaluate(model, features, task, settings, device, dtype, **kwargs)
         snapshots.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
         return {"accuracy": next(scores)}, None
 

@@ -42,7 +42,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--max-steps", type=int, help="train this many optimiser steps instead of --epochs epochs")
-    parser.add_argument("--lr", type=float, help="learning rate (default: the preset's, else 5e-4)")
+    parser.add_argument("--lr", type=float, help="learning rate (default: chosen for this delta, task and budget by a "
+                                                 "learning-rate range test before training)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--patience", type=int, help="stop after N evaluations without improvement")
@@ -58,7 +59,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from autopelt import delta
-    from autopelt.delta.presets import PRESETS, preset_learning_rate
+    from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings
 
     if args.preset:
@@ -70,11 +71,10 @@ def run(args) -> int:
     else:
         spec = delta.parse_spec(args.delta).to_dict()
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
-    learning_rate = args.lr if args.lr is not None else preset_learning_rate(args.preset) if args.preset else 5e-4
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
         protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, max_steps=args.max_steps,
-        learning_rate=learning_rate, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
+        learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, precision=args.precision, out_dir=args.out,
     )
@@ -198,6 +198,13 @@ def epoch_line(entry: dict, total_steps: int = 0) -> str:
     return f"epoch {entry['epoch']} step {steps}: dev {_metrics(entry['dev'])}"
 
 
+def _lr_how(choice: dict | None) -> str:
+    if not choice or choice["how"] == "given":
+        return ""
+    rates = ", ".join(choice["candidates"])
+    return f" (swept {rates} to step {choice['steps']}: {choice['seconds']:.1f}s more)"
+
+
 def _metrics(values: dict) -> str:
     return " ".join(f"{k} {v:.4f}" for k, v in values.items())
 
@@ -211,7 +218,7 @@ def summary(result: dict) -> str:
         f"{result['task']} · {result['summary']} · seed {result['seed']}",
         f"  data      train {protocol['train_size']:,} · dev {protocol['dev_size']:,} · test {protocol['test_size']:,}"
         f" ({protocol['name']}{' K=' + str(protocol['k']) if protocol.get('k') else ''})",
-        f"  precision {result['precision']}",
+        f"  training  lr {result['learning_rate']:.3g}{_lr_how(result.get('lr_choice'))} · precision {result['precision']}",
         f"  params    {params['trainable']:,} trainable ({params['trainable_pct']:.3f}%) · "
         f"{params['stored']:,} stored ({params['stored_pct']:.3f}%)",
         f"  dev       {_metrics(result['dev'])}  (best epoch {result['best_epoch']} of {result['epochs_run']:g})",

@@ -98,6 +98,20 @@ def cast_frozen_weights(model: nn.Module, dtype: torch.dtype | None) -> int:
     return cast
 
 
+def rng_state(device: torch.device) -> dict:
+    """The global random state a training run draws dropout from (the device's own too, on CUDA)."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(device: torch.device, state: dict) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
 class PeakMemory:
     """Peak memory of one trial, in MiB: CUDA's allocator counter, reset at the start; on a CPU, resident memory
     sampled every `every` seconds by a daemon thread. (The process's own maximum would not do: a reused Ray

@@ -7,6 +7,8 @@ restored at the end. No global state is read except torch's RNG, which `run_tria
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autopelt.data import Features, Task, map_in_order, train_batches
+from autopelt.data import Features, Task, map_in_order, pad_batch, train_order
 from autopelt.delta import consistency_loss, has_mixtures, route_all
 from autopelt.delta.gate_readings import has_gates, recording_gates, summarise_gates
 from autopelt.train import device as devices
@@ -74,8 +76,9 @@ def warmup_then_linear(total_steps: int, warmup_ratio: float) -> Callable[[int],
 
 
 def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSettings, device,
-             dtype=None, gates: bool = False) -> tuple[dict, dict | None]:
-    """Metrics on a split (batched, length-sorted, no autograd), and the mean gate values per layer if asked."""
+             dtype=None, gates: bool = False, loss: bool = False) -> tuple[dict, dict | None]:
+    """Metrics on a split (batched, length-sorted, no autograd), and the mean gate values per layer if asked.
+    `loss` adds the mean task loss to the metrics as "loss" (lower is better, unlike the metrics)."""
     model.eval()
 
     def logits_of(batch: dict) -> torch.Tensor:
@@ -85,86 +88,159 @@ def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSe
 
     with torch.inference_mode(), (recording_gates(model) if gates else contextlib.nullcontext({})) as totals:
         outputs = map_in_order(features, settings.eval_batch_size, logits_of)
-    return task.compute_metrics(outputs, features.labels), (summarise_gates(totals) if gates else None)
+        metrics = task.compute_metrics(outputs, features.labels)
+        if loss:
+            labels = torch.as_tensor(features.labels, dtype=torch.float32 if outputs.shape[-1] == 1 else torch.long)
+            metrics["loss"] = float(supervised_loss(outputs, labels))
+    return metrics, (summarise_gates(totals) if gates else None)
+
+
+class Training:
+    """One run of the loop over a model, which can pause and resume: `run(until_evaluations=n)` trains until the
+    n-th dev evaluation, `snapshot`/`restore` carry its whole state (trainable weights, optimiser and schedule,
+    data order, random streams, what it has recorded). A learning-rate sweep runs several of these to their first
+    evaluation and continues the best one, which then trains exactly as a run given that rate from the start."""
+
+    def __init__(self, model: nn.Module, data, settings: TrialSettings, device: torch.device, consistency: float = 0.0,
+                 report: Callable[[dict], object] | None = None,
+                 on_step: Callable[[int, int, float], None] | None = None, outcome: TrainOutcome | None = None):
+        self.model, self.data, self.settings, self.device = model, data, settings, device
+        self.consistency, self.report, self.on_step = consistency, report, on_step
+        self.outcome = outcome if outcome is not None else TrainOutcome()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        self.steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
+        self.total = settings.max_steps or settings.epochs * self.steps_per_epoch  # steps, when given, decide
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           warmup_then_linear(self.total, settings.warmup_ratio))
+        self.dtype = devices.autocast_dtype(devices.resolve_precision(settings.precision, device))
+        self.scaler = devices.grad_scaler(device, self.dtype)
+        self.order = torch.Generator().manual_seed(settings.seed)  # data order across epochs
+        self.routing = torch.Generator().manual_seed(settings.seed + 1)  # AdaMix expert choice
+        self.mixed = has_mixtures(model)  # once: routing walks the model, which plain deltas need not pay every step
+        self.gated = has_gates(model)
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.waited = 0
+        self.epoch, self.batches, self.position, self.done = 1, None, 0, False
+
+    def run(self, until_evaluations: int | None = None) -> TrainOutcome:
+        """Train until the schedule ends or training stops, or until `until_evaluations` dev evaluations exist."""
+        settings, outcome = self.settings, self.outcome
+        self.model.train()
+        while not self.done:
+            if until_evaluations is not None and len(outcome.history) >= until_evaluations:
+                break
+            if self.batches is None:
+                self.batches, self.position = train_order(self.data.train, settings.batch_size, self.order), 0
+            self._step(self.batches[self.position])
+            self.position += 1
+            stop = bool(settings.eval_every) and outcome.steps % settings.eval_every == 0 and self._checkpoint()
+            if not (stop or outcome.steps >= self.total or self.position == len(self.batches)):
+                continue
+            if not settings.eval_every and not stop:  # the end of an epoch
+                stop = self._checkpoint()
+            if stop or outcome.steps >= self.total:
+                if settings.eval_every and not stop and outcome.steps % settings.eval_every:
+                    self._checkpoint()  # the last steps were not evaluated yet
+                self.done = True
+            self.epoch, self.batches = self.epoch + 1, None
+        return outcome
+
+    def finish(self) -> TrainOutcome:
+        """Put the best evaluated state back into the model."""
+        if self.best_state is not None:
+            with torch.no_grad():
+                for name, param in self.model.named_parameters():
+                    if name in self.best_state:
+                        param.copy_(self.best_state[name])
+        return self.outcome
+
+    def _step(self, indices) -> None:
+        started = time.perf_counter()
+        batch = {k: v.to(self.device) for k, v in pad_batch(self.data.train, indices).items()}
+        with devices.autocast(self.device, self.dtype):
+            loss = training_loss(self.model, batch, self.routing, self.consistency, self.mixed)
+        if not torch.isfinite(loss):
+            raise NonFiniteLoss(f"the loss became {float(loss)} at step {self.outcome.steps + 1}")
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        outcome = self.outcome
+        outcome.steps += 1
+        outcome.examples_seen += len(indices)
+        outcome.fidelity = outcome.steps / self.steps_per_epoch
+        outcome.train_seconds += time.perf_counter() - started
+        if self.on_step is not None:
+            self.on_step(outcome.steps, self.total, float(loss.detach()))
+
+    def _checkpoint(self) -> bool:
+        """Evaluate on dev, keep the best state; True when training should stop."""
+        outcome, task = self.outcome, self.data.task
+        started = time.perf_counter()
+        dev, gates = evaluate(self.model, self.data.dev, task, self.settings, self.device, self.dtype,
+                              gates=self.gated, loss=True)
+        outcome.eval_seconds += time.perf_counter() - started
+        dev_loss = dev.pop("loss", None)
+        entry = {"epoch": self.epoch, "step": outcome.steps, "fidelity": round(outcome.fidelity, 4),
+                 "dev": dev, "dev_metric": dev[task.metric], "dev_loss": dev_loss}
+        outcome.history.append(entry)
+        if outcome.best is None or entry["dev_metric"] > outcome.best["dev_metric"]:
+            outcome.best, outcome.gates, self.waited = entry, gates, 0
+            self.best_state = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        else:
+            self.waited += 1
+        self.model.train()
+        return self.tell(entry)
+
+    def tell(self, entry: dict) -> bool:
+        """Give an evaluation to the report hook (a scheduler may stop the run) and the patience rule."""
+        if self.report is not None and self.report(entry):
+            self.outcome.stopped_by = "scheduler"
+        elif self.settings.patience is not None and self.waited >= self.settings.patience:
+            self.outcome.stopped_by = "patience"
+        if self.outcome.stopped_by is not None:
+            self.done = True
+        return self.done
+
+    def adopt(self, outcome: TrainOutcome) -> None:
+        """Record into `outcome` from now on (the caller's object, which a failed trial still reports from), with
+        what this run has recorded so far."""
+        for field_ in dataclasses.fields(TrainOutcome):
+            setattr(outcome, field_.name, getattr(self.outcome, field_.name))
+        self.outcome = outcome
+
+    def snapshot(self) -> dict:
+        return {"params": [p.detach().clone() for p in self.params],
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(), "order": self.order.get_state(),
+                "routing": self.routing.get_state(), "rng": devices.rng_state(self.device),
+                "best_state": self.best_state, "outcome": copy.deepcopy(self.outcome),
+                "position": (self.epoch, self.batches, self.position, self.done, self.waited)}
+
+    def restore(self, snapshot: dict) -> None:
+        with torch.no_grad():
+            for param, value in zip(self.params, snapshot["params"]):
+                param.copy_(value)
+        self.optimizer.load_state_dict(snapshot["optimizer"])
+        self.scheduler.load_state_dict(snapshot["scheduler"])
+        self.scaler.load_state_dict(snapshot["scaler"])
+        self.order.set_state(snapshot["order"])
+        self.routing.set_state(snapshot["routing"])
+        devices.set_rng_state(self.device, snapshot["rng"])
+        self.best_state = snapshot["best_state"]
+        self.outcome = copy.deepcopy(snapshot["outcome"])
+        self.epoch, self.batches, self.position, self.done, self.waited = snapshot["position"]
 
 
 def train(model: nn.Module, data, settings: TrialSettings, device: torch.device, consistency: float = 0.0,
           report: Callable[[dict], object] | None = None, on_step: Callable[[int, int, float], None] | None = None,
           outcome: TrainOutcome | None = None) -> TrainOutcome:
-    """Train in place; `outcome` (filled as training goes, so a failed trial keeps what it ran) is returned."""
-    task, outcome = data.task, outcome if outcome is not None else TrainOutcome()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
-    total = settings.max_steps or settings.epochs * steps_per_epoch  # steps, when given, decide the epochs
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_linear(total, settings.warmup_ratio))
-    dtype = devices.autocast_dtype(devices.resolve_precision(settings.precision, device))
-    gated = has_gates(model)
-    scaler = devices.grad_scaler(device, dtype)
-    order = torch.Generator().manual_seed(settings.seed)  # data order across epochs
-    routing = torch.Generator().manual_seed(settings.seed + 1)  # AdaMix expert choice
-    mixed = has_mixtures(model)  # once: routing walks the model, which plain deltas need not pay every step
-    best_state: dict[str, torch.Tensor] | None = None
-    waited = 0
-
-    def checkpoint(epoch: int) -> bool:
-        """Evaluate on dev, keep the best state; True when training should stop."""
-        nonlocal best_state, waited
-        started = time.perf_counter()
-        dev, gates = evaluate(model, data.dev, task, settings, device, dtype, gates=gated)
-        outcome.eval_seconds += time.perf_counter() - started
-        entry = {"epoch": epoch, "step": outcome.steps, "fidelity": round(outcome.fidelity, 4),
-                 "dev": dev, "dev_metric": dev[task.metric]}
-        outcome.history.append(entry)
-        if outcome.best is None or entry["dev_metric"] > outcome.best["dev_metric"]:
-            outcome.best, outcome.gates, waited = entry, gates, 0
-            best_state = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        else:
-            waited += 1
-        if report is not None and report(entry):
-            outcome.stopped_by = "scheduler"
-        elif settings.patience is not None and waited >= settings.patience:
-            outcome.stopped_by = "patience"
-        model.train()
-        return outcome.stopped_by is not None
-
-    model.train()
-    stop = False
-    for epoch in range(1, math.ceil(total / steps_per_epoch) + 1):
-        for batch in train_batches(data.train, settings.batch_size, order):
-            started = time.perf_counter()
-            batch = {k: v.to(device) for k, v in batch.items()}
-            size = len(batch["input_ids"])
-            with devices.autocast(device, dtype):
-                loss = training_loss(model, batch, routing, consistency, mixed)
-            if not torch.isfinite(loss):
-                raise NonFiniteLoss(f"the loss became {float(loss)} at step {outcome.steps + 1}")
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            outcome.steps += 1
-            outcome.examples_seen += size
-            outcome.fidelity = outcome.steps / steps_per_epoch
-            outcome.train_seconds += time.perf_counter() - started
-            if on_step is not None:
-                on_step(outcome.steps, total, float(loss.detach()))
-            if settings.eval_every and outcome.steps % settings.eval_every == 0:
-                stop = checkpoint(epoch)
-            if stop or outcome.steps >= total:
-                break
-        if not settings.eval_every and not stop:
-            stop = checkpoint(epoch)
-        if stop or outcome.steps >= total:
-            break
-    if settings.eval_every and not stop and outcome.steps % settings.eval_every:
-        checkpoint(epoch)  # the last steps were not evaluated yet
-    if best_state is not None:
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name in best_state:
-                    param.copy_(best_state[name])
-    return outcome
+    """Train in place at `settings.learning_rate`; `outcome` (filled as training goes, so a failed trial keeps
+    what it ran) is returned, the best evaluated state restored."""
+    training = Training(model, data, settings, device, consistency, report, on_step, outcome)
+    training.run()
+    return training.finish()

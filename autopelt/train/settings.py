@@ -26,7 +26,7 @@ class TrialSettings:
     max_steps: int | None = None  # train this many optimiser steps instead of `epochs` epochs
     eval_every: int | None = None  # evaluate every N steps; None = once per epoch
     patience: int | None = None  # stop after N evaluations without a better dev metric
-    learning_rate: float = 5e-4
+    learning_rate: float | None = None  # None: chosen for this delta, data and budget by a range test (lr_range.py)
     weight_decay: float = 0.0
     warmup_ratio: float = 0.06
     grad_clip: float = 1.0
@@ -49,7 +49,7 @@ class TrialSettings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise UserError(f"{name} must be a positive integer, not {value!r}")
-        if not self.learning_rate > 0:
+        if self.learning_rate is not None and not self.learning_rate > 0:
             raise UserError(f"learning_rate must be positive, not {self.learning_rate!r}")
         if self.precision not in PRECISIONS:
             raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")

@@ -15,8 +15,9 @@ from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, resolve_model
 from autopelt.train import device as devices
+from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate
+from autopelt.train.lr_sweep import train_at_chosen_rate
 from autopelt.train.trial_data import prepare_data, resolve_task
-from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate, train
 from autopelt.train.settings import TrialSettings
 
 RESULT_FILE = "result.json"
@@ -30,7 +31,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     """
     started = time.perf_counter()
     result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
-              "model": settings.model, "seed": settings.seed, "precision": None, "protocol": None, "metric": None,
+              "model": settings.model, "seed": settings.seed, "precision": None, "learning_rate": settings.learning_rate,
+              "lr_choice": None, "protocol": None, "metric": None,
               "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
               "gates": None, "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
@@ -53,7 +55,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
         total_seconds=total,
         examples_per_second=outcome.examples_seen / outcome.train_seconds if outcome.train_seconds else 0.0,
     )
-    result["overhead_seconds"] = total - result["train_seconds"] - result["eval_seconds"]
+    lr_seconds = (result.get("lr_choice") or {}).get("seconds", 0.0)
+    result["overhead_seconds"] = total - result["train_seconds"] - result["eval_seconds"] - lr_seconds
     if settings.out_dir:
         _write_result(Path(settings.out_dir), result)
     return result
@@ -83,7 +86,9 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         result["params"] = count.to_dict()
 
         adamix = next((m for m in spec.methods if m.method == "adamix"), None)
-        trained = train(model, data, settings, device, adamix.consistency if adamix else 0.0, report, on_step, outcome)
+        consistency = adamix.consistency if adamix else 0.0
+        trained, choice = train_at_chosen_rate(model, data, settings, device, consistency, report, on_step, outcome)
+        result.update(learning_rate=choice.rate, lr_choice=choice.to_dict())
         best = trained.best
         result.update(dev=best["dev"], dev_metric=best["dev_metric"])
 

@@ -1,0 +1,97 @@
+"""Defaults that learn: each method's chosen learning rate (a trial given none) against a sweep of fixed rates.
+
+For every method (a preset at its paper structure) and seed, one trial at each rate of the sweep and one trial
+that chooses its own rate; the table gives test accuracy, mean over seeds, and whether the chosen rate lands
+within the target of the sweep's best rate.
+
+    python bench/default_lr.py --data-dir ../shared/data/glue-full --work-dir /tmp/default-lr \\
+        [--task sst2] [--k 1000] [--epochs 3] [--seeds 0,1,2] [--methods lora,adapter,...] [--jobs 2]
+
+Each run writes its result.json under --work-dir; running the same command again skips the runs already there
+(resume after an interruption), and says how many it reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+SWEEP = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+METHODS = ("lora", "adapter", "prefix", "prompt", "bitfit", "compacter", "unipelt_apl")
+TARGET_POINTS = 2.0
+SNLI = ("--text-columns", "premise,hypothesis", "--label-column", "relation",
+        "--label-names", "entailment,neutral,contradiction")
+
+
+def run(args, method: str, lr: float | None, seed: int) -> tuple[dict, bool]:
+    """(result of one trial, whether it was reused from --work-dir)."""
+    out = Path(args.work_dir) / args.task / method / f"{'auto' if lr is None else f'{lr:g}'}-seed{seed}"
+    if (out / "result.json").exists():
+        return json.loads((out / "result.json").read_text()), True
+    command = [sys.executable, "-m", "autopelt.cli", "train", "--task", args.task, "--data-dir", args.data_dir,
+               "--k", str(args.k), "--epochs", str(args.epochs), "--preset", method, "--seed", str(seed),
+               "--threads", str(args.threads), "--out", str(out)]
+    command += ["--lr", f"{lr:g}"] if lr is not None else []
+    command += list(SNLI) if args.task == "snli" else []
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
+    if not (out / "result.json").exists():
+        raise SystemExit(f"{method} lr {lr} seed {seed} wrote no result: {done.stderr.strip()[-500:]}")
+    return json.loads((out / "result.json").read_text()), False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--k", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--jobs", type=int, default=2, help="trials at once")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per trial")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    methods = args.methods.split(",")
+    runs = [(m, lr, s) for s in seeds for m in methods for lr in (None, *SWEEP)]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        done = list(pool.map(lambda job: run(args, *job), runs))
+    results = {job: result for job, (result, _) in zip(runs, done)}
+    reused = sum(was_reused for _, was_reused in done)
+    print(f"{args.task} K={args.k} · {args.epochs} epochs · seeds {args.seeds} · {len(runs)} trials "
+          f"({reused} reused from {args.work_dir})\n")
+    _print_table(results, methods, seeds)
+
+
+def _accuracy(result: dict) -> float:
+    if result["status"] != "ok":
+        return float("nan")
+    return 100 * result["test"][result["metric"]]
+
+
+def _print_table(results: dict, methods: list[str], seeds: list[int]) -> None:
+    header = " | ".join(f"lr {lr:g}" for lr in SWEEP)
+    print(f"| method | {header} | chosen lr (per seed) | chosen: test | best of sweep | gap | target |")
+    print("|---|" + "---:|" * len(SWEEP) + "---|---:|---|---:|---|")
+    for method in methods:
+        sweep = {lr: statistics.mean(_accuracy(results[(method, lr, s)]) for s in seeds) for lr in SWEEP}
+        chosen = [results[(method, None, s)] for s in seeds]
+        accuracy = statistics.mean(_accuracy(r) for r in chosen)
+        best_lr = max(sweep, key=sweep.get)
+        gap = sweep[best_lr] - accuracy
+        rates = ", ".join(f"{r['learning_rate']:.2g}" if r.get("learning_rate") else "failed" for r in chosen)
+        seconds = statistics.mean((r.get("lr_choice") or {}).get("seconds", 0.0) for r in chosen)
+        verdict = "met" if gap <= TARGET_POINTS else "MISSED"
+        cells = " | ".join(f"{sweep[lr]:.1f}" for lr in SWEEP)
+        print(f"| {method} | {cells} | {rates} ({seconds:.0f} s) | {accuracy:.1f} | {sweep[best_lr]:.1f} "
+              f"(lr {best_lr:g}) | {gap:+.1f} | within {TARGET_POINTS:g}: {verdict} |")
+
+
+if __name__ == "__main__":
+    main()

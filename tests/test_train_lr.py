@@ -1,0 +1,97 @@
+"""Learning rates that learn: a trial given none sweeps a few to its first evaluation, continues the best, records how."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from autopelt.train import loop, lr_sweep, run_trial
+from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
+
+DROPOUT_LORA = {"methods": [{"method": "lora", "rank": 4, "dropout": 0.1}]}  # dropout: the global RNG matters
+
+
+def test_a_trial_without_a_learning_rate_sweeps_and_records_how(make_settings):
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "ok", result["reason"]
+    choice = result["lr_choice"]
+    assert choice["how"] == "sweep" and result["learning_rate"] == choice["rate"]
+    tried = {float(rate): first for rate, first in choice["candidates"].items()}
+    assert set(lr_sweep.START) <= set(tried) and len(tried) <= lr_sweep.MAX_CANDIDATES
+    best = max(tried, key=lambda r: (tried[r]["dev_metric"], -tried[r]["dev_loss"]))
+    assert choice["rate"] == best
+    assert result["history"][0]["dev_metric"] == tried[best]["dev_metric"]  # the winner's own first evaluation
+    assert choice["steps"] == result["history"][0]["step"] and choice["seconds"] > 0
+    assert result["overhead_seconds"] < result["total_seconds"] - choice["seconds"]  # the sweep is not "overhead"
+
+
+def test_the_chosen_rate_trains_exactly_as_if_it_had_been_given(make_settings, tmp_path):
+    """Every candidate starts from the same weights, batches and random state, and the winner goes on from
+    where it stood: its whole trial is bit-identical to a trial given that rate from the start."""
+    auto = run_trial(make_settings(spec=DROPOUT_LORA, learning_rate=None, epochs=3, out_dir=str(tmp_path / "auto")))
+    given = run_trial(make_settings(spec=DROPOUT_LORA, learning_rate=auto["learning_rate"], epochs=3,
+                                    out_dir=str(tmp_path / "given")))
+    assert auto["status"] == given["status"] == "ok"
+    assert auto["history"] == given["history"] and auto["test"] == given["test"]
+    saved_auto = load_file(f"{auto['delta_dir']}/delta.safetensors")
+    saved_given = load_file(f"{given['delta_dir']}/delta.safetensors")
+    assert saved_auto.keys() == saved_given.keys()
+    assert all(torch.equal(saved_auto[k], saved_given[k]) for k in saved_auto)
+
+
+def _scripted_dev(monkeypatch, best_rate: float):
+    """Dev accuracy falls with the distance (in decades) of the run's rate from `best_rate`."""
+    real = loop.evaluate
+
+    def scripted(model, features, task, settings, *args, **kwargs):
+        metrics, gates = real(model, features, task, settings, *args, **kwargs)
+        distance = abs(math.log10(settings.learning_rate) - math.log10(best_rate))
+        return {**metrics, task.metric: 0.9 - 0.1 * distance}, gates
+
+    monkeypatch.setattr(loop, "evaluate", scripted)
+
+
+@pytest.mark.parametrize("best, tried", [(3e-4, {1e-4, 3e-4, 1e-3, 3e-3, 1e-2}), (3e-3, {1e-3, 3e-3, 1e-2}),
+                                         (3e-2, {1e-3, 3e-3, 1e-2, 3e-2, 1e-1})])
+def test_the_sweep_walks_the_ladder_while_the_best_rate_is_at_an_edge(monkeypatch, make_settings, best, tried):
+    _scripted_dev(monkeypatch, best)
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "ok", result["reason"]
+    assert {float(r) for r in result["lr_choice"]["candidates"]} == tried
+    assert result["learning_rate"] == best
+
+
+def test_a_rate_whose_loss_diverges_loses_and_every_rate_diverging_fails_the_trial(monkeypatch, make_settings):
+    real_step = loop.Training._step
+
+    def step(self, indices, limit):
+        if self.settings.learning_rate >= limit:
+            raise loop.NonFiniteLoss(f"the loss became nan at step {self.outcome.steps + 1}")
+        real_step(self, indices)
+
+    monkeypatch.setattr(loop.Training, "_step", lambda self, indices: step(self, indices, 1e-2))
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "ok" and result["learning_rate"] < 1e-2
+    assert result["lr_choice"]["candidates"]["0.01"]["dev_metric"] is None
+
+    monkeypatch.setattr(loop.Training, "_step", lambda self, indices: step(self, indices, 0.0))
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "failed"
+    assert result["reason"] == ("the loss became non-finite at every learning rate tried "
+                                "(0.0001, 0.0003, 0.001, 0.003, 0.01)")  # walked down: lower rates diverge less
+
+
+def test_a_given_learning_rate_is_used_as_it_is(monkeypatch, make_settings):
+    monkeypatch.setattr(lr_sweep, "_Sweep", lambda *a, **k: pytest.fail("no sweep for a given rate"))
+    result = run_trial(make_settings(learning_rate=3e-3, epochs=1))
+    assert result["learning_rate"] == 3e-3 and result["lr_choice"] == {"rate": 3e-3, "how": "given", "seconds": 0.0}
+
+
+def test_a_scheduler_sees_the_winners_first_evaluation_once(make_settings):
+    seen = []
+    result = run_trial(make_settings(learning_rate=None, epochs=3), report=lambda entry: seen.append(entry) and None)
+    assert result["status"] == "ok", result["reason"]
+    assert [e["epoch"] for e in seen] == [1, 2, 3] and seen == result["history"]
