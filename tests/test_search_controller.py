@@ -130,30 +130,41 @@ def test_completed_trials_carry_the_design_attributes(tmp_path):
 
 
 def test_baselines_run_first_and_once_per_study(tmp_path):
-    study, control = make(tmp_path, baselines=True, budget=8)
+    study, control = make(tmp_path, baselines=True, budget=12)
     fakes.run_serially(control)
     trials = study.get_trials(deepcopy=False)
     assert [t.user_attrs.get("baseline") for t in trials[:6]] == list(BASELINES)
     assert [t.user_attrs["spec"] for t in trials[:6]] == [parse_spec(PRESETS[n]).to_dict() for n in BASELINES]
     assert all(t.state == TrialState.COMPLETE for t in trials[:6])
-    assert [t.user_attrs.get("baseline") for t in trials[6:]] == [None, None]
+    assert [t.user_attrs.get("baseline") for t in trials[6:]] == [None] * 6
 
-    study, again = make(tmp_path, baselines=True, budget=10)
+    study, again = make(tmp_path, baselines=True, budget=14)
     fakes.run_serially(again)
     names = [t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)]
-    assert sum(name is not None for name in names) == 6 and len(names) == 10
+    assert sum(name is not None for name in names) == 6 and len(names) == 14
+
+
+@pytest.mark.parametrize("budget, baselines", [(2, 1), (5, 2), (8, 4), (20, 6), ("30m", 6)])
+def test_baselines_take_at_most_half_a_trial_budget_so_a_study_always_searches(tmp_path, budget, baselines):
+    study, control = make(tmp_path, baselines=True, budget=budget)
+    assert control.plan.baselines == list(BASELINES[:baselines])
+    queued = [t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)]
+    assert queued == list(BASELINES[:baselines])
 
 
 def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
-    study, control = make(tmp_path, baselines=True, budget=2)
-    fakes.run_serially(control)
-    last = study.trials[2]
-    assert last.user_attrs["baseline"] == "prefix" and last.state == TrialState.WAITING  # left queued
+    """Baselines queued beyond the budget (by a run with a larger one, or an older autopelt that queued all six)
+    wait in the study, and run first when a later run allows more trials."""
+    study, control = make(tmp_path, baselines=True, budget=12)  # queues all six
+    study2, small = make(tmp_path, baselines=True, budget=2)
+    fakes.run_serially(small)
+    assert [t.state for t in study2.trials[:3]] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.WAITING]
+    assert study2.trials[2].user_attrs["baseline"] == BASELINES[2]  # left queued
 
-    study, again = make(tmp_path, baselines=True, budget=6)
+    study, again = make(tmp_path, baselines=True, budget=8)
     fakes.run_serially(again)
-    done = {t.user_attrs.get("baseline") for t in states(study, TrialState.COMPLETE)}
-    assert done == set(BASELINES) and len(states(study, TrialState.COMPLETE)) == 6
+    done = [t.user_attrs.get("baseline") for t in states(study, TrialState.COMPLETE)]
+    assert set(done[:6]) == set(BASELINES) and done[6:] == [None, None]
 
 
 def test_a_baseline_queued_twice_runs_once(tmp_path):

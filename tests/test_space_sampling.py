@@ -83,7 +83,10 @@ def test_specs_are_plain_json_in_the_design_format(space, draws):
         for entry in spec["methods"]:
             check_entry(entry, num_layers)
         assert len(set(families(spec))) == len(families(spec)), f"one entry per family: {spec}"
-        assert isinstance(train["learning_rate"], float) and train["learning_rate"] > 0
+        if train["learning_rate"] == "auto":  # the baselines' rates for the drawn methods, times lr_scale
+            assert isinstance(train["lr_scale"], float) and train["lr_scale"] > 0
+        else:
+            assert isinstance(train["learning_rate"], float) and train["learning_rate"] > 0
         assert json.loads(json.dumps(train)) == train
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import optuna
 
-from autopelt.delta.presets import preset_learning_rate
 from autopelt.search.claims import baseline_covered
 from autopelt.study.record import queued_baseline
 
 
 def baseline_hparams(name: str, epochs: int) -> dict:
-    return {"learning_rate": preset_learning_rate(name), "epochs": epochs}
+    """A baseline keeps its paper structure; its learning rate is chosen for this task, model and budget by the
+    trial itself (None: a sweep, autopelt.train.lr_sweep), and recorded with how it was chosen."""
+    return {"learning_rate": None, "epochs": epochs}
 
 
 def enqueue_missing(study: optuna.Study, names: list[str]) -> list[str]:

@@ -23,11 +23,12 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
-from autopelt.search import claims, recovery
+from autopelt.search import claims, learning_rates, recovery
 from autopelt.search.baselines import baseline_hparams, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
 from autopelt.study import record
+from autopelt.study.record import read_all
 from autopelt.train.settings import TrialSettings
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,11 @@ class Controller:
             if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")
             return PRESETS[baseline], baseline_hparams(baseline, self.plan.epochs)
-        return self.plan.space.sample(trial, self.plan.num_layers)
+        spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
+        hparams, lr_from = learning_rates.resolve(spec, hparams, learning_rates.measured(read_all(self.study)))
+        if lr_from:
+            record.write(trial, record.attrs(lr_from=lr_from))
+        return spec, hparams
 
     def trial_settings(self, spec: dict, hparams: dict, out_dir) -> TrialSettings:
         """Everything a trial of this search trains with: the study's task, model, data and seed, the delta, and

@@ -117,7 +117,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         param_limit=param_limit, epochs=epochs,
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
-        baselines=list(BASELINES) if options.baselines else [],
+        baselines=baselines_for(budget) if options.baselines else [],
         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
     )
 
@@ -231,6 +231,16 @@ def _local_gpus() -> int:
     import torch
 
     return torch.cuda.device_count()
+
+
+def baselines_for(budget: Budget) -> list[str]:
+    """The study's baselines: all of them, or on a trial budget at most half of it (the first ones), so that a
+    study always searches."""
+    from autopelt.delta.presets import BASELINES
+
+    if isinstance(budget, TimeBudget):
+        return list(BASELINES)
+    return list(BASELINES[: max(1, budget.trials // 2)])
 
 
 def study_name_for(task: str, model: str, space, k: int | None, multi_objective: bool) -> str:

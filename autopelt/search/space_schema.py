@@ -23,9 +23,11 @@ from autopelt.delta.spec import ADAPTER_PRESETS, METHODS
 
 NAMED_PLACEMENTS = {"all": None, "upper_half": ("top", 0.5), "lower_half": ("bottom", 0.5)}
 SHARED = ("gate", "layers")  # fields a space may draw once for every chosen method that has them
-TRAIN_FIELDS = {"learning_rate": POSITIVE_NUMBER, "epochs": POSITIVE_INT, "batch_size": POSITIVE_INT,
-                "weight_decay": NON_NEGATIVE_NUMBER, "warmup_ratio": PROBABILITY, "grad_clip": POSITIVE_NUMBER,
-                "max_length": POSITIVE_INT}  # names of autopelt.train.TrialSettings
+LEARNING_RATE = Kind("a positive number, or auto (the rates the study's baselines chose for the drawn methods, "
+                     "times lr_scale)", lambda v: v == "auto" or POSITIVE_NUMBER.accepts(v), ("int", "float"))
+TRAIN_FIELDS = {"learning_rate": LEARNING_RATE, "lr_scale": POSITIVE_NUMBER, "epochs": POSITIVE_INT,
+                "batch_size": POSITIVE_INT, "weight_decay": NON_NEGATIVE_NUMBER, "warmup_ratio": PROBABILITY,
+                "grad_clip": POSITIVE_NUMBER, "max_length": POSITIVE_INT}  # TrialSettings' names, and lr_scale
 TRAIN_REQUIRED = ("learning_rate",)
 
 

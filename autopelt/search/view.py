@@ -41,7 +41,12 @@ class LiveView:
         if done or requeued:
             self.echo(f"resuming: {done} trained trial(s) kept, {requeued} interrupted trial(s) queued again")
         if queued_baselines:
-            self.echo(f"baselines queued: {', '.join(queued_baselines)}")
+            self.echo(f"baselines queued: {', '.join(queued_baselines)} — each keeps its paper structure and chooses "
+                      f"its learning rate by a sweep, about 1.5-2 trials of compute")
+        if isinstance(plan.budget, TrialBudget) and plan.baselines:
+            searched = max(plan.budget.trials - len(plan.baselines), 0)
+            self.echo(f"budget: {len(plan.baselines)} baseline trials + {searched} searched deltas; searched deltas "
+                      f"train at the rates the baselines chose for their methods, times a drawn lr_scale")
         self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {'dev ' + plan.metric[:8]:<14} "
                   f"{'best so far':<18} elapsed / ETA")
 
@@ -96,7 +101,7 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
         lines += [f"  {_trial_text(t, plan)}" for t in front]
     baselines = _baseline_lines(trials, plan)
     if baselines:
-        lines.append("baselines:")
+        lines.append(baseline_cost(trials))
         lines += baselines
     lines.append("next:")
     lines += [f"  {command}" for command in next_commands(plan)]
@@ -112,6 +117,18 @@ def next_commands(plan: SearchPlan) -> list[str]:
         f"autopelt dashboard {where}",
         f"autopelt report {where} --out {shlex.quote(plan.study_name)}.html",
     ]
+
+
+def baseline_cost(trials: list[TrialRecord]) -> str:
+    """What the baselines cost and what the search had: trials, wall time, the learning-rate sweeps' share."""
+    base = [t for t in trials if t.baseline and t.seconds]
+    searched = [t for t in trials if not t.baseline and t.seconds]
+    base_seconds, searched_seconds = sum(t.seconds for t in base), sum(t.seconds for t in searched)
+    sweeps = sum(float(t.lr_choice.get("seconds") or 0.0) for t in base)
+    share = 100 * base_seconds / (base_seconds + searched_seconds) if base_seconds + searched_seconds else 0.0
+    return (f"baselines: {len(base)} trials, {format_duration(base_seconds)} ({share:.0f}% of the trial time; "
+            f"{format_duration(sweeps)} of it choosing learning rates) · searched: {len(searched)} trials, "
+            f"{format_duration(searched_seconds)}")
 
 
 def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
@@ -133,7 +150,10 @@ def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
 
 
 def _trial_text(trial: TrialRecord, plan: SearchPlan) -> str:
-    head = f"#{trial.number} {_summary(trial)} ({_pct(trial)} params)"
+    rate = f", lr {trial.learning_rate:.2g}" if trial.learning_rate else ""
+    if rate and trial.lr_choice.get("how") == "sweep":
+        rate += f" swept from {len(trial.lr_choice.get('candidates') or {})}"
+    head = f"#{trial.number} {_summary(trial)} ({_pct(trial)} params{rate})"
     if trial.state == TrialState.COMPLETE:
         test = trial.test_value(plan.metric)
         tail = f", test {test:.4f}" if test is not None else ""

@@ -57,6 +57,9 @@ class TrialRecord:
     peak_memory_mb: float | None = None
     best_epoch: int | None = None
     precision: str | None = None  # what the trial computed in: fp32, bf16 or fp16
+    learning_rate: float | None = None  # the rate it trained at
+    lr_choice: dict = field(default_factory=dict)  # how: {"how": "given" | "sweep", "seconds", "candidates", ...}
+    lr_from: dict = field(default_factory=dict)  # a searched trial's rate: {"reference", "scale", "families"}
 
     @property
     def is_answer(self) -> bool:
@@ -118,7 +121,8 @@ def read(trial: FrozenTrial) -> TrialRecord:
         retry_of=_integer(a.get("retry_of")), intermediate=_intermediate(trial),
         train_seconds=_number(a.get("train_seconds")), examples_per_second=_number(a.get("examples_per_second")),
         peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
-        precision=_text(a.get("precision")),
+        precision=_text(a.get("precision")), learning_rate=_number(a.get("learning_rate")),
+        lr_choice=_mapping(a.get("lr_choice")), lr_from=_mapping(a.get("lr_from")),
     )
 
 
@@ -216,7 +220,9 @@ def trained(result: dict, fidelity: int, max_fidelity: int) -> dict:
     for key in ("gates", "extra_tests", "precision"):
         if result.get(key):
             values[key] = result[key]
-    for key in ("train_seconds", "examples_per_second", "peak_memory_mb", "best_epoch"):
+    if isinstance(result.get("lr_choice"), dict):
+        values["lr_choice"] = result["lr_choice"]
+    for key in ("train_seconds", "examples_per_second", "peak_memory_mb", "best_epoch", "learning_rate"):
         if isinstance(result.get(key), (int, float)):
             values[key] = result[key]
     return attrs(**values)

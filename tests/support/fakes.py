@@ -40,6 +40,9 @@ def script(out: Path, seconds_per_epoch: float = 0.0, trials: dict[int, dict] | 
     write_atomic(out / SCRIPT, json.dumps(body))  # several processes of one search may write it at once
 
 
+SWEPT_RATE = 1e-3  # the rate a fake trial "chooses" when given none
+
+
 def fake_trial(settings, report: Callable[[dict], None]) -> dict:
     """Train on the synthetic objective; leaves `fake_call.json` in the trial's folder (tests count them)."""
     out = Path(settings.out_dir)
@@ -51,7 +54,8 @@ def fake_trial(settings, report: Callable[[dict], None]) -> dict:
     mine = plan["trials"].get(str(int(out.name.rsplit("-", 1)[-1])), {})
     if mine.get("mode") == "raise":
         raise RuntimeError("the fake trial exploded")
-    quality, epochs = float(mine.get("quality", settings.learning_rate)), settings.epochs
+    rate = settings.learning_rate if settings.learning_rate is not None else SWEPT_RATE  # as a real trial chooses
+    quality, epochs = float(mine.get("quality", rate)), settings.epochs
     seconds = float(mine.get("seconds_per_epoch", plan["seconds_per_epoch"]))
     history = []
     for epoch in range(1, epochs + 1):
@@ -66,7 +70,8 @@ def fake_trial(settings, report: Callable[[dict], None]) -> dict:
         "status": "ok", "reason": None, "spec": settings.spec, "task": settings.task, "model": settings.model,
         "seed": settings.seed, "metric": "accuracy", "dev": {"accuracy": final}, "test": {"accuracy": final - 0.01},
         "dev_metric": final, "epochs_run": epochs, "best_epoch": epochs, "history": history, "gates": None,
-        "delta_dir": None, "train_seconds": epochs * seconds, "settings": settings.to_dict(),
+        "delta_dir": None, "train_seconds": epochs * seconds, "settings": settings.to_dict(), "learning_rate": rate,
+        "lr_choice": {"rate": rate, "how": "given" if settings.learning_rate is not None else "sweep", "seconds": 0.0},
     }
 
 
