@@ -19,7 +19,7 @@ import torch
 
 from autopelt import delta
 from autopelt.data import pad_batch, train_order
-from autopelt.delta.presets import preset_learning_rate
+from autopelt.delta.presets import PAPER_LEARNING_RATES
 from autopelt.models import default_model, load_model, load_tokenizer
 from autopelt.train import TrialSettings, run_trial
 from autopelt.train.trial_data import prepare_data
@@ -88,7 +88,7 @@ def method_accuracy(data_dir: str, seeds: int, epochs: int, threads: int, method
         for seed in range(seeds):
             settings = TrialSettings(task="rte", spec=delta.PRESETS[name], data_dir=data_dir, protocol=1000,
                                      seed=seed, epochs=epochs, threads=threads,
-                                     learning_rate=preset_learning_rate(name))
+                                     learning_rate=PAPER_LEARNING_RATES[name])
             result = run_trial(settings)
             if result["status"] != "ok":
                 print(f"| {name} | failed: {result['reason']} | | | |")

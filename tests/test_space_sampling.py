@@ -169,14 +169,14 @@ def test_delta_library_accepts_every_sampled_spec(space, draws):
 
 def test_unipelt_paper_default_replays_from_stable_parameter_names():
     params = {"methods": "apl", "lora.rank": 8, "adapter.bottleneck": 48, "prefix.length": 10, "gate": True,
-              "learning_rate": 5e-4}
+              "lr_scale": 1.0}
     spec, train = load_space("unipelt").sample(optuna.trial.FixedTrial(params), 12)
     assert spec == {"methods": [
         {"method": "lora", "rank": 8, "alpha": 16, "targets": ["query", "value"], "gate": True},
         {"method": "adapter", "placement": "pfeiffer", "bottleneck": 48, "gate": True},
         {"method": "prefix", "length": 10, "gate": True},
     ]}
-    assert train == {"learning_rate": 5e-4, "epochs": 3, "batch_size": 32}
+    assert train == {"learning_rate": "auto", "lr_scale": 1.0, "epochs": 3, "batch_size": 32}
 
 
 def test_adamix_never_mixes_a_family_already_in_the_spec():
