@@ -21,7 +21,7 @@ def test_a_trial_without_a_learning_rate_sweeps_and_records_how(make_settings):
     assert choice["how"] == "sweep" and result["learning_rate"] == choice["rate"]
     tried = {float(rate): first for rate, first in choice["candidates"].items()}
     assert set(lr_sweep.START) <= set(tried) and len(tried) <= lr_sweep.MAX_CANDIDATES
-    best = max(tried, key=lambda r: (tried[r]["dev_metric"], -tried[r]["dev_loss"]))
+    best = min(tried, key=lambda r: (tried[r]["dev_loss"], -tried[r]["dev_metric"]))
     assert choice["rate"] == best
     assert result["history"][0]["dev_metric"] == tried[best]["dev_metric"]  # the winner's own first evaluation
     assert choice["steps"] == result["history"][0]["step"] and choice["seconds"] > 0
@@ -43,13 +43,13 @@ def test_the_chosen_rate_trains_exactly_as_if_it_had_been_given(make_settings, t
 
 
 def _scripted_dev(monkeypatch, best_rate: float):
-    """Dev accuracy falls with the distance (in decades) of the run's rate from `best_rate`."""
+    """Dev loss grows with the distance (in decades) of the run's rate from `best_rate`."""
     real = loop.evaluate
 
     def scripted(model, features, task, settings, *args, **kwargs):
         metrics, gates = real(model, features, task, settings, *args, **kwargs)
         distance = abs(math.log10(settings.learning_rate) - math.log10(best_rate))
-        return {**metrics, task.metric: 0.9 - 0.1 * distance}, gates
+        return {**metrics, "loss": 0.3 + 0.1 * distance}, gates
 
     monkeypatch.setattr(loop, "evaluate", scripted)
 

@@ -2,7 +2,7 @@
 schedule, as a careful user would sweep, at a fraction of the cost.
 
 Each candidate rate trains from the same initial state, on the same batches, to the trial's first dev evaluation
-(the end of epoch 1 by default); the best (dev metric, then dev loss) goes on to the end from where it stands, so
+(the end of epoch 1 by default); the best (lowest dev loss) goes on to the end from where it stands, so
 its run is exactly the run a trial given that rate would make. Candidates start at a decade of rates where
 parameter-efficient methods usually learn and walk along a ladder of half-decades while the best one sits at an
 edge. A sweep of n candidates costs (n - 1) first-evaluation segments more than one trial.
@@ -129,11 +129,15 @@ class _Sweep:
         return lambda step, total, loss: self.on_step(done_before + step, planned, loss)
 
     def _score(self, rate: float) -> tuple[float, float]:
-        """Dev metric at the first evaluation, then dev loss (it separates rates that all still predict one class)."""
+        """Dev loss at the first evaluation (lower is better), then the dev metric. The loss, not the metric,
+        comes first: early in training several rates still predict one class and tie on the metric (prefix-tuning
+        on SST-2: 0.581, 0.582, 0.581, 0.581), while the loss already tells them apart (0.664 at 3e-4, the rate
+        that learns, against 0.679-0.688)."""
         entry = self.tried[rate][0].outcome.history[-1]
         if entry["dev_metric"] is None:
             return -math.inf, -math.inf
-        return entry["dev_metric"], -(entry["dev_loss"] if entry["dev_loss"] is not None else 0.0)
+        loss = entry["dev_loss"] if entry["dev_loss"] is not None else math.inf
+        return -loss, entry["dev_metric"]
 
     def _best(self) -> float:
         return max(self.tried, key=self._score)
