@@ -144,6 +144,21 @@ def test_baselines_run_first_and_once_per_study(tmp_path):
     assert sum(name is not None for name in names) == 6 and len(names) == 14
 
 
+def test_baselines_in_a_space_that_draws_them_carry_its_parameters_so_the_sampler_learns_from_them(tmp_path):
+    study, control = make(tmp_path, baselines=True, budget=12, space="default")
+    fakes.run_serially(control)
+    baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")]
+    assert len(baselines) == 6
+    for trial in baselines:
+        assert trial.params and trial.user_attrs["baseline_drawn"] is True, trial.user_attrs["baseline"]
+        replay = optuna.create_study()
+        replay.enqueue_trial(trial.params)
+        spec, _ = control.plan.space.sample(replay.ask(), control.plan.num_layers)
+        ordered = lambda s: sorted(parse_spec(s).to_dict()["methods"], key=lambda e: e["method"])
+        assert ordered(spec) == ordered(trial.user_attrs["spec"])
+    assert read(baselines[0]).baseline_drawn
+
+
 @pytest.mark.parametrize("budget, baselines", [(2, 1), (5, 2), (8, 4), (20, 6), ("30m", 6)])
 def test_baselines_take_at_most_half_a_trial_budget_so_a_study_always_searches(tmp_path, budget, baselines):
     study, control = make(tmp_path, baselines=True, budget=budget)

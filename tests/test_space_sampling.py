@@ -222,3 +222,25 @@ train: {learning_rate: 1e-3}
     assert seen == {("adapter", "houlsby"), ("adapter", "pfeiffer"), ("adapter", "ffn"), ("prefix", False),
                     ("prefix", True), ("bitfit", True), ("bitfit", False), ("adamix", "copy"),
                     ("adamix", "independent")}
+
+
+def test_the_default_space_draws_every_baseline_from_parameters_a_sampler_can_learn_from():
+    """The study queues its baselines with these parameters: replayed, they draw exactly the preset."""
+    from autopelt.delta.presets import BASELINES, PRESETS
+
+    space = load_space("default")
+    for name in BASELINES:
+        params = space.params_for(PRESETS[name], 6)
+        assert params is not None, name
+        study = optuna.create_study()
+        study.enqueue_trial(params)
+        spec, train = space.sample(study.ask(), 6)
+        ordered = lambda s: sorted(parse_spec(s).to_dict()["methods"], key=lambda e: e["method"])
+        assert ordered(spec) == ordered(PRESETS[name]), name
+        assert train.get("lr_scale", 1.0) == 1.0
+
+
+def test_a_spec_the_space_cannot_draw_has_no_parameters():
+    space = load_space("default")
+    assert space.params_for({"methods": [{"method": "lora", "rank": 3}]}, 6) is None  # rank 3 is not offered
+    assert load_space("lora").params_for({"methods": [{"method": "bitfit"}]}, 6) is None  # no bitfit there

@@ -6,6 +6,8 @@ They are queued as trials tagged with their preset's name (the `baseline` attrib
 
 from __future__ import annotations
 
+from typing import Callable
+
 import optuna
 
 from autopelt.search.claims import baseline_covered
@@ -18,10 +20,13 @@ def baseline_hparams(name: str, epochs: int) -> dict:
     return {"learning_rate": None, "epochs": epochs}
 
 
-def enqueue_missing(study: optuna.Study, names: list[str]) -> list[str]:
-    """Queue each baseline no trial stands for yet; the names queued."""
+def enqueue_missing(study: optuna.Study, names: list[str], params_of: Callable[[str], dict | None]) -> list[str]:
+    """Queue each baseline no trial stands for yet, with the search space's parameters that draw its preset when
+    the space can (`params_of`), so that the sampler learns from the baselines as from any trial; the names
+    queued."""
     trials = study.get_trials(deepcopy=False)
     missing = [name for name in names if not baseline_covered(name, trials)]
     for name in missing:
-        study.enqueue_trial({}, user_attrs=queued_baseline(name))
+        params = params_of(name)
+        study.enqueue_trial(params or {}, user_attrs=queued_baseline(name, drawn=params is not None))
     return missing

@@ -90,7 +90,9 @@ class Controller:
     def start(self) -> list[str]:
         """Fail and re-queue trials of dead controllers, then queue the baselines not run yet."""
         self._maintain(force=True)
-        return enqueue_missing(self.study, self.plan.baselines)
+        plan = self.plan
+        return enqueue_missing(self.study, plan.baselines,
+                               lambda name: plan.space.params_for(PRESETS[name], plan.num_layers))
 
     def running_trial_ids(self) -> list[int]:
         return [run.trial._trial_id for run in list(self.running.values())]
@@ -164,6 +166,8 @@ class Controller:
         if baseline:
             if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")
+            if record.is_drawn_baseline(trial):  # queued with the parameters that draw it: record them
+                self.plan.space.sample(trial, self.plan.num_layers)
             return PRESETS[baseline], baseline_hparams(baseline, self.plan.epochs)
         spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
         hparams, lr_from = learning_rates.resolve(spec, hparams, learning_rates.measured(read_all(self.study)))

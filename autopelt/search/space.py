@@ -54,6 +54,25 @@ class SearchSpace:
         self._place(entries, num_layers)
         return _plain({"methods": entries}), _plain(draw_fields(self.tree.train, trial))
 
+    def params_for(self, spec: dict, num_layers: int) -> dict | None:
+        """The parameters with which this space draws `spec` (as Optuna would record them), or None when it cannot
+        draw it. The study's baselines are queued with these, so the sampler learns from them like any trial."""
+        from autopelt.delta import parse_spec
+
+        wanted = parse_spec(spec).to_dict()
+        for combination in self._combinations():
+            replay = _Replay(wanted, combination, num_layers)
+            try:
+                drawn, _ = self.sample(replay, num_layers)
+            except (_NotDrawable, UserError):
+                continue
+            if _unordered(parse_spec(drawn).to_dict()) == _unordered(wanted):
+                return replay.params
+        return None
+
+    def _combinations(self) -> list[str | None]:
+        return [o.label for o in self.tree.combine.options] if isinstance(self.tree.combine, Choice) else [None]
+
     def _choose(self, trial) -> list[str]:
         if isinstance(self.tree.combine, Choice):
             return list(draw(self.tree.combine, trial)[0])
@@ -96,6 +115,70 @@ class SearchSpace:
                         target["layers"] = layer_indices(target["layers"], num_layers)
                     except ValueError as error:
                         raise UserError(f"{self.path}: {entry['method']}.layers: {error}") from None
+
+
+def _unordered(spec: dict) -> list[dict]:
+    """A spec's entries in a fixed order (the order of entries never changes the delta: inject.py)."""
+    return sorted(spec["methods"], key=lambda entry: entry["method"])
+
+
+class _NotDrawable(Exception):
+    pass
+
+
+class _Replay:
+    """An Optuna-like trial that answers each draw with the value a given spec holds (for `params_for`)."""
+
+    def __init__(self, spec: dict, combination: str | None, num_layers: int):
+        self.entries = {entry["method"]: entry for entry in spec["methods"]}
+        self.combination, self.num_layers, self.params = combination, num_layers, {}
+
+    def suggest_categorical(self, name: str, labels: list):
+        wanted = self._wanted(name, labels)
+        match = next((label for label in labels if label == wanted or str(label) == str(wanted)), _NotDrawable)
+        if match is _NotDrawable:
+            raise _NotDrawable(name)
+        self.params[name] = match
+        return match
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
+        return self._number(name, low, high)
+
+    def suggest_float(self, name: str, low: float, high: float, step=None, log: bool = False) -> float:
+        return self._number(name, low, high)
+
+    def _number(self, name: str, low, high):
+        value = 1.0 if name == "lr_scale" else self._field(name)
+        if not isinstance(value, (int, float)) or not low <= value <= high:
+            raise _NotDrawable(name)
+        self.params[name] = value
+        return value
+
+    def _wanted(self, name: str, labels: list):
+        if name == "methods":
+            return self.combination
+        if name.startswith("use."):
+            return name[4:] in self.entries
+        if name == "gate":
+            return next((e["gate"] for e in self.entries.values() if "gate" in e), False)
+        if name.split(".")[-1] == "layers":
+            layers = self._field(name) if "." in name else next(
+                (e["layers"] for e in self.entries.values() if "layers" in e), None)
+            return next((label for label in labels if layer_indices(label, self.num_layers) == layers), None)
+        value = self._field(name)
+        return "+".join(value) if isinstance(value, list) else value
+
+    def _field(self, name: str):
+        """`lora.rank` -> the lora entry's rank; `adapter.n`; `adamix.delta` -> its inner method;
+        `adamix.lora.rank` -> the rank of adamix's inner lora."""
+        method, *path = name.split(".")
+        entry = self.entries.get(method)
+        if entry is None:
+            raise _NotDrawable(name)
+        if method == "adamix" and path and path[0] != "delta" and len(path) > 1:
+            entry, path = entry["delta"], path[1:]
+        value = entry.get(path[-1]) if path else None
+        return value["method"] if isinstance(value, dict) and "method" in value else value
 
 
 def available_spaces() -> list[str]:

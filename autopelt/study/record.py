@@ -40,6 +40,7 @@ class TrialRecord:
     max_fidelity: int | None = None
     full_fidelity: bool = False  # trained to its last epoch: only such trials answer the study
     baseline: str | None = None  # the preset a baseline trial trains; None for a searched trial
+    baseline_drawn: bool = False  # a baseline queued with the space's parameters that draw it (samplers learn)
     dev: dict = field(default_factory=dict)  # {metric: value}
     test: dict = field(default_factory=dict)
     extra_tests: dict = field(default_factory=dict)  # {split: {metric: value}} (MNLI mismatched)
@@ -114,6 +115,7 @@ def read(trial: FrozenTrial) -> TrialRecord:
         params_pct=_number(a.get("params_pct")), hparams=_mapping(a.get("hparams")),
         fidelity=_integer(a.get("fidelity")), max_fidelity=_integer(a.get("max_fidelity")),
         full_fidelity=a.get("full_fidelity") is True, baseline=baseline_of(trial),
+        baseline_drawn=is_drawn_baseline(trial),
         dev=_mapping(a.get("dev")), test=_mapping(a.get("test")), extra_tests=_mapping(a.get("extra_tests")),
         gates=gate_table(a.get("gates")), result_dir=_text(a.get("result_dir")),
         fail_reason=_text(a.get("fail_reason")), stopped_by=_text(a.get("stopped_by")),
@@ -129,6 +131,11 @@ def read(trial: FrozenTrial) -> TrialRecord:
 def baseline_of(trial) -> str | None:
     """The preset a trial (live optuna.Trial or FrozenTrial) trains as a baseline, or None."""
     return _text(trial.user_attrs.get("baseline"))
+
+
+def is_drawn_baseline(trial) -> bool:
+    """A baseline (live optuna.Trial or FrozenTrial) queued with the space's parameters that draw it."""
+    return trial.user_attrs.get("baseline_drawn") is True
 
 
 def read_all(study) -> list[TrialRecord]:
@@ -242,15 +249,15 @@ def intermediate_values(values: dict[int, float]) -> dict:
     return attrs(intermediate={str(epoch): value for epoch, value in sorted(values.items())})
 
 
-def queued_baseline(name: str) -> dict:
-    return attrs(baseline=name)
+def queued_baseline(name: str, drawn: bool = False) -> dict:
+    return attrs(baseline=name, baseline_drawn=True) if drawn else attrs(baseline=name)
 
 
 def requeued(trial: FrozenTrial) -> dict:
     """A queued re-run of an interrupted trial: which one it replaces, and its baseline if it was one."""
     values = attrs(retry_of=trial.number)
-    baseline = read(trial).baseline
-    return {**values, **queued_baseline(baseline)} if baseline else values
+    old = read(trial)
+    return {**values, **queued_baseline(old.baseline, old.baseline_drawn)} if old.baseline else values
 
 
 def failure_reason(result: dict) -> str | None:
