@@ -1,0 +1,298 @@
+"""What the search is worth: autopelt's pick against random search, tuned LoRA and the baselines, at equal compute.
+
+On one task the script runs, each as `autopelt search` in a subprocess as a user would:
+  1. autopelt   the default: default space, TPE, ASHA, the baselines first (`--budget N` trials, default 20);
+  2. random     the same space and early stopping, drawn at random. It starts from a copy of study 1's
+                baselines (same trials, not run again) and gets the training seconds study 1 spent on its
+                searched trials;
+  3. tuned-lora LoRA r8 on query/value with only its learning rate searched (log-uniform 1e-4..1e-2, TPE,
+                ASHA, no baselines): the recipe a user reaches for with an HPO tool around peft. It gets all
+                the training seconds study 1 spent.
+  4. the baselines, as study 1 ran them (each its paper structure at the learning rate it swept).
+A wall-time budget is converted from training seconds as seconds / workers.
+
+Then every strategy's pick and every baseline is trained again with seeds 1..S on the same rows (the study's
+data seed) at the learning rate it trained with, and the script prints one table: test mean ± std over those
+seeds, stored params %, and the paired difference to autopelt's pick (mean ± std over seeds). It also prints
+the best dev metric against cumulative training seconds for strategies 1 and 2, and the targets of issue 10.
+Compute is counted in full-trial equivalents: one tuned-LoRA trial trained to its last epoch (median).
+
+Everything is kept in --work-dir (one SQLite file, trial outputs, re-runs); a second run with the same
+arguments reuses what finished and runs only what is missing.
+
+Usage:
+  python bench/search_value.py --data-dir ../shared/data/glue-full --task sst2 --work-dir /tmp/value-sst2
+  python bench/search_value.py --data-dir ../shared/data/own --task snli --text-columns premise,hypothesis \\
+      --label-column relation --label-names entailment,neutral,contradiction --work-dir /tmp/value-snli
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+STRATEGIES = ("autopelt", "random", "tuned-lora")
+TUNED_LORA_SPACE = """\
+# tuned LoRA: LoRA r8 alpha 16 on query/value, only the learning rate searched (bench/search_value.py)
+methods:
+  lora:
+    rank: {choice: [8]}
+    alpha: {choice: [16]}
+    targets: {choice: [[query, value]]}
+train:
+  learning_rate: {float: [1.0e-4, 1.0e-2], log: true}
+  epochs: %(epochs)d
+  batch_size: 32
+"""
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(args.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{work / 'studies.db'}"
+    print(f"studies in {storage}", flush=True)
+
+    run_study(args, work, storage, "autopelt", f"{args.trials}", [])
+    first = finished_trials(storage, study_name(args, "autopelt"))
+    spent = sum(seconds(t) for t in first)
+    baseline_spent = sum(seconds(t) for t in first if t.user_attrs.get("baseline"))
+    copy_baselines(storage, study_name(args, "autopelt"), study_name(args, "random"))
+    run_study(args, work, storage, "random", wall(spent - baseline_spent, args),
+              ["--sampler", "random", "--no-baselines"])  # it has study 1's
+    space = work / "tuned-lora.yaml"
+    space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs})
+    run_study(args, work, storage, "tuned-lora", wall(spent, args), ["--space", str(space), "--no-baselines"])
+
+    studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
+    full = full_trial_seconds(studies["tuned-lora"])
+    picks = pick_and_baselines(studies)
+    reruns = rerun_all(picks, args, work)
+    print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns, full)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--model", help="base model (default: autopelt's)")
+    parser.add_argument("--k", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=20, help="trial budget of study 1 (autopelt as a user runs it)")
+    parser.add_argument("--seeds", type=int, default=5, help="re-train picks and baselines with seeds 1..N")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cpus-per-trial", type=int, default=1)
+    parser.add_argument("--text-columns")
+    parser.add_argument("--label-column")
+    parser.add_argument("--label-names")
+    parser.add_argument("--work-dir", required=True, help="studies, trial outputs and re-runs are kept here")
+    parser.add_argument("--verbose", action="store_true", help="show each search's own output")
+    return parser.parse_args()
+
+
+def study_name(args, strategy: str) -> str:
+    return f"value-{args.task}-{strategy}"
+
+
+def wall(training_seconds: float, args) -> str:
+    return f"{max(1, round(training_seconds / args.workers))}s"
+
+
+def run_study(args, work: Path, storage: str, strategy: str, budget: str, flags: list[str]) -> None:
+    if (work / f"{strategy}.done").exists():
+        print(f"{strategy}: done before, kept", flush=True)
+        return
+    name = study_name(args, strategy)
+    command = [sys.executable, "-m", "autopelt.cli", "search", "--task", args.task, "--data-dir", args.data_dir,
+               "--k", str(args.k), "--epochs", str(args.epochs), "--budget", budget, "--storage", storage,
+               "--study-name", name, "--out", str(work / name), "--workers", str(args.workers),
+               "--cpus-per-trial", str(args.cpus_per_trial), *flags]
+    for flag in ("model", "text_columns", "label_column", "label_names"):
+        if getattr(args, flag):
+            command += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    print(f"$ autopelt {' '.join(command[3:])}", flush=True)
+    subprocess.run(command, check=True, stdout=None if args.verbose else subprocess.DEVNULL)
+    (work / f"{strategy}.done").write_text(budget)
+
+
+def finished_trials(storage: str, name: str) -> list:
+    """The study's trials that ended (complete, stopped early, failed), in the order they ended."""
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=storage)
+    return sorted((t for t in study.get_trials(deepcopy=False) if t.datetime_complete),
+                  key=lambda t: t.datetime_complete)
+
+
+def seconds(trial) -> float:
+    return (trial.datetime_complete - trial.datetime_start).total_seconds()
+
+
+def copy_baselines(storage: str, source: str, target: str) -> None:
+    """Create `target` with `source`'s attributes and its finished baseline trials (once)."""
+    import optuna
+
+    if target in optuna.get_all_study_names(storage):
+        return
+    old = optuna.load_study(study_name=source, storage=storage)
+    new = optuna.create_study(study_name=target, storage=storage, directions=old.directions)
+    for key, value in old.user_attrs.items():
+        new.set_user_attr(key, value)
+    new.set_metric_names(old.metric_names)
+    for trial in finished_trials(storage, source):
+        if trial.user_attrs.get("baseline") and trial.state == optuna.trial.TrialState.COMPLETE:
+            new.add_trial(optuna.trial.create_trial(
+                state=trial.state, values=trial.values, params=trial.params, distributions=trial.distributions,
+                user_attrs=trial.user_attrs, intermediate_values=trial.intermediate_values))
+
+
+def full_trial_seconds(trials: list) -> float:
+    """The median wall time of a tuned-LoRA trial trained to its last epoch: one full-trial equivalent."""
+    from autopelt.study.record import read
+
+    full = [seconds(t) for t in trials if read(t).full_fidelity and t.state.name == "COMPLETE"]
+    return statistics.median(full) if full else float("nan")
+
+
+def pick_and_baselines(studies: dict) -> dict:
+    """{label: TrialRecord}: each strategy's pick (the study's own rule) and every baseline of study 1."""
+    from autopelt.study import answers
+    from autopelt.study.record import read
+
+    out = {}
+    for name, trials in studies.items():
+        best = answers.best(r for r in map(read, trials) if r.full_fidelity)  # what `autopelt export` would take
+        if best is not None:
+            out[f"{name} pick"] = best
+    for record in (read(t) for t in studies["autopelt"]):
+        if record.baseline and record.full_fidelity:
+            out[f"baseline {record.baseline}"] = record
+    return out
+
+
+def rerun_all(picks: dict, args, work: Path) -> dict:
+    """{label: {seed: (dev, test)}}: each delta trained again with seeds 1..S at its own learning rate."""
+    from autopelt.export.export import trial_outputs
+
+    jobs = []
+    for label, record in picks.items():
+        result, _ = trial_outputs(record)
+        settings = dict(result["settings"])
+        split_seed = settings.get("data_seed")
+        split_seed = settings["seed"] if split_seed is None else split_seed
+        for seed in range(1, args.seeds + 1):
+            out = work / "reruns" / label.replace(" ", "-") / f"seed-{seed}"
+            jobs.append((label, seed, {**settings, "seed": seed, "data_seed": split_seed,
+                                       "learning_rate": result["learning_rate"], "threads": args.cpus_per_trial,
+                                       "out_dir": str(out)}))
+    reruns: dict = {label: {} for label in picks}
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for (label, seed, _), scores in zip(jobs, pool.map(rerun, [job[2] for job in jobs])):
+            reruns[label][seed] = scores
+    return reruns
+
+
+def rerun(settings: dict) -> tuple[float, float]:
+    """(dev, test) of one re-run; a run that finished before is read back, not trained again."""
+    out = Path(settings["out_dir"])
+    done = out / "result.json"
+    if done.exists():
+        result = json.loads(done.read_text())
+    else:
+        from autopelt.train import TrialSettings, run_trial
+
+        result = run_trial(TrialSettings.from_dict(settings))
+    if result["status"] != "ok":
+        raise SystemExit(f"re-run in {out} failed: {result.get('reason')}")
+    metric = result["metric"]
+    return result["dev"][metric], result["test"][metric]
+
+
+def metric_of(storage: str, name: str) -> str:
+    import optuna
+
+    from autopelt.study.record import read_study
+
+    return read_study(optuna.load_study(study_name=name, storage=storage)).metric
+
+
+def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, full: float) -> None:
+    print()
+    print(f"## {args.task} · K={args.k} · {args.epochs} epochs · test {metric}, seeds 1-{args.seeds} on the "
+          f"study's rows")
+    print()
+    print("| strategy | trials (complete / stopped early / failed) | training seconds | full-trial equivalents |")
+    print("|---|---|---:|---:|")
+    for name, trials in studies.items():
+        own = [t for t in trials if not (name == "random" and t.user_attrs.get("baseline"))]
+        states = [t.state.name for t in own]
+        spent = sum(seconds(t) for t in own)
+        print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED')} / {states.count('FAIL')} | "
+              f"{spent:.0f} | {spent / full:.1f} |")
+    print(f"(one full trial: {full:.0f} s, the median tuned-LoRA trial trained to its last epoch; "
+          f"random also had study 1's {sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} "
+          f"baselines)")
+    print()
+    reference = reruns.get("autopelt pick", {})
+    print(f"| delta | what | lr | params % | study dev | test mean ± std | paired Δ to autopelt's pick |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    means = {}
+    for label, record in picks.items():
+        tests = [reruns[label][s][1] for s in sorted(reruns[label])]
+        means[label] = statistics.fmean(tests)
+        diffs = [reruns[label][s][1] - reference[s][1] for s in sorted(reruns[label]) if s in reference]
+        delta = "–" if label == "autopelt pick" or not diffs else f"{100 * statistics.fmean(diffs):+.1f} ± " \
+                                                                  f"{100 * _std(diffs):.1f}"
+        print(f"| {label} | {record.summary or '–'} | {record.learning_rate or float('nan'):.2g} | "
+              f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
+              f"{100 * record.values[0]:.1f} | {100 * means[label]:.1f} ± {100 * _std(tests):.1f} | {delta} |")
+    print()
+    for name in ("autopelt", "random"):
+        print(f"best dev against cumulative training seconds, {name}: {curve(studies[name], name)}")
+    print()
+    print_targets(means)
+
+
+def curve(trials: list, name: str) -> str:
+    from autopelt.study.record import read
+
+    points, spent, best = [], 0.0, None
+    for trial in trials:
+        record = read(trial)
+        spent += seconds(trial) if not (name == "random" and record.baseline) else 0.0
+        if trial.state.name == "COMPLETE" and record.full_fidelity and (best is None or trial.values[0] > best):
+            best = trial.values[0]
+        points.append(f"{spent:.0f}s→{best:.3f}" if best is not None else f"{spent:.0f}s→–")
+    return ", ".join(points)
+
+
+def print_targets(means: dict) -> None:
+    pick = means.get("autopelt pick")
+    if pick is None:
+        print("target: autopelt picked nothing")
+        return
+    baselines = {k: v for k, v in means.items() if k.startswith("baseline ")}
+    rivals = {"tuned LoRA": means.get("tuned-lora pick"), "UniPELT(APL)": means.get("baseline unipelt_apl"),
+              "the best baseline": max(baselines.values()) if baselines else None}
+    for name, value in rivals.items():
+        if value is not None:
+            gap = 100 * (pick - value)
+            print(f"target: autopelt's pick beats {name} by ≥ 1 point: {gap:+.1f} points → "
+                  f"{'met' if gap >= 1 else 'missed'}")
+    if means.get("random pick") is not None:
+        gap = 100 * (pick - means["random pick"])
+        print(f"target: autopelt's pick is not below random search: {gap:+.1f} points → "
+              f"{'met' if gap >= 0 else 'missed'}")
+
+
+def _std(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+if __name__ == "__main__":
+    main()

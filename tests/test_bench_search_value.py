@@ -1,0 +1,36 @@
+"""bench/search_value.py end to end on the tiny model: three searches, the baselines, re-runs over seeds, one table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "search_value.py"
+
+
+def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, sst2_dir):
+    command = [sys.executable, str(BENCH), "--data-dir", str(sst2_dir), "--task", "sst2", "--model",
+               str(tiny_model_dir), "--k", "24", "--epochs", "1", "--trials", "4", "--seeds", "2",
+               "--workers", "1", "--work-dir", str(tmp_path / "work")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for line in ("| autopelt |", "| random |", "| tuned-lora |", "| autopelt pick |", "| tuned-lora pick |",
+                 "| baseline unipelt_apl |", "| baseline lora |", "best dev against cumulative training seconds, random"):
+        assert line in out, out
+    assert "target: autopelt's pick beats tuned LoRA by ≥ 1 point" in out
+    # the random study starts from study 1's baselines instead of training them again
+    import optuna
+    storage = f"sqlite:///{tmp_path / 'work' / 'studies.db'}"
+    random = optuna.load_study(study_name="value-sst2-random", storage=storage)
+    first = optuna.load_study(study_name="value-sst2-autopelt", storage=storage)
+    copied = [t.user_attrs["baseline"] for t in random.trials if t.user_attrs.get("baseline")]
+    assert copied == [t.user_attrs["baseline"] for t in first.trials if t.user_attrs.get("baseline")] == \
+        ["unipelt_apl", "lora"]
+    # a second run reuses the searches and the re-runs: the same table, nothing trained again
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "done before, kept" in again.stdout
+    assert again.stdout.split("## ")[1] == out.split("## ")[1]
