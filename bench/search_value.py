@@ -71,7 +71,7 @@ def main() -> None:
 
     studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
     full = full_trial_seconds(studies["tuned-lora"])
-    picks = pick_and_baselines(studies)
+    picks = pick_and_baselines(studies, args.rerun_baselines)
     reruns = rerun_all(picks, args, work)
     print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns, full)
 
@@ -85,6 +85,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--trials", type=int, default=20, help="trial budget of study 1 (autopelt as a user runs it)")
     parser.add_argument("--seeds", type=int, default=5, help="re-train picks and baselines with seeds 1..N")
+    parser.add_argument("--rerun-baselines", choices=("all", "best"), default="all",
+                        help="re-train every baseline, or only UniPELT(APL) and the single method best on dev")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cpus-per-trial", type=int, default=1)
     parser.add_argument("--text-columns")
@@ -159,8 +161,9 @@ def full_trial_seconds(trials: list) -> float:
     return statistics.median(full) if full else float("nan")
 
 
-def pick_and_baselines(studies: dict) -> dict:
-    """{label: TrialRecord}: each strategy's pick (the study's own rule) and every baseline of study 1."""
+def pick_and_baselines(studies: dict, baselines: str = "all") -> dict:
+    """{label: TrialRecord}: each strategy's pick (the study's own rule) and the baselines of study 1 (all, or
+    UniPELT(APL) and the best single method on dev)."""
     from autopelt.study import answers
     from autopelt.study.record import read
 
@@ -169,9 +172,12 @@ def pick_and_baselines(studies: dict) -> dict:
         best = answers.best(r for r in map(read, trials) if r.full_fidelity)  # what `autopelt export` would take
         if best is not None:
             out[f"{name} pick"] = best
-    for record in (read(t) for t in studies["autopelt"]):
-        if record.baseline and record.full_fidelity:
-            out[f"baseline {record.baseline}"] = record
+    ran = [r for r in map(read, studies["autopelt"]) if r.baseline and r.full_fidelity]
+    if baselines == "best":
+        single = answers.best(r for r in ran if r.baseline != "unipelt_apl")
+        ran = [r for r in ran if r.baseline == "unipelt_apl" or r is single]
+    for record in ran:
+        out[f"baseline {record.baseline}"] = record
     return out
 
 
