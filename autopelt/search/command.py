@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--multi-objective", action="store_true",
                       help="optimise dev metric and stored params %% together (Pareto front)")
     what.add_argument("--no-baselines", dest="baselines", action="store_false",
-                      help="do not run UniPELT and the single methods at paper defaults first")
+                      help="do not run UniPELT and the single methods first (paper structure, learning rate swept)")
     what.add_argument("--sampler", choices=("tpe", "random"), default="tpe",
                       help="how deltas are drawn: Optuna's TPE (default) or uniformly at random")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
