@@ -228,18 +228,23 @@ def metric_of(storage: str, name: str) -> str:
 
 
 def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, full: float) -> None:
+    from autopelt.study.record import read
+
     print()
     print(f"## {args.task} · K={args.k} · {args.epochs} epochs · test {metric}, seeds 1-{args.seeds} on the "
           f"study's rows")
     print()
-    print("| strategy | trials (complete / stopped early / failed) | training seconds | full-trial equivalents |")
+    print("| strategy | trials (complete / stopped early / cut by the deadline / failed) | training seconds | "
+          "full-trial equivalents |")
     print("|---|---|---:|---:|")
     for name, trials in studies.items():
         own = [t for t in trials if not (name == "random" and t.user_attrs.get("baseline"))]
         states = [t.state.name for t in own]
+        timed = sum(read(t).stopped_by == "time budget" for t in own)  # pruned at the deadline
+        interrupted = sum(read(t).fail_reason == "interrupted" for t in own)  # cut in its first epoch
         spent = sum(seconds(t) for t in own)
-        print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED')} / {states.count('FAIL')} | "
-              f"{spent:.0f} | {spent / full:.1f} |")
+        print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "
+              f"{states.count('FAIL') - interrupted} | {spent:.0f} | {spent / full:.1f} |")
     print(f"(one full trial: {full:.0f} s, the median tuned-LoRA trial trained to its last epoch; "
           f"random also had study 1's {sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} "
           f"baselines)")
