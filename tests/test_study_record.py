@@ -125,6 +125,7 @@ def test_new_trials_hold_the_attributes_old_ones_hold(old_url, tmp_path):
     new.enqueue_trial({"lora.rank": 64, "learning_rate": 0.5})  # #2 over --max-params
     new.enqueue_trial({"lora.rank": 1, "learning_rate": 0.5})  # #3 NaN
     new.enqueue_trial({"lora.rank": 1, "learning_rate": 0.5})  # #4 stopped early
+    new.enqueue_trial({"lora.rank": 1, "learning_rate": 0.5})  # #5 interrupted (queued: a drawn one may be refused)
     fakes.run_serially(control, stop_after=3)
     ticket = control.next_trial()
     control.report(ticket.number, {"epoch": 1, "dev_metric": 0.25})
