@@ -9,11 +9,13 @@ from torch import nn
 
 from autopelt.delta.modules.gate import Gate
 from autopelt.delta.modules.mixture import MixtureLinear
-from autopelt.delta.modules.stack import base_linear
+from autopelt.delta.modules.stack import AdditiveMerge
 
 
-class LoRALinear(nn.Module):
+class LoRALinear(AdditiveMerge, nn.Module):
     """Wraps a frozen nn.Linear (`base_layer`); `lora_A`/`lora_B` may be linears or AdaMix mixtures."""
+
+    cannot_merge = "a gated LoRA depends on its input and cannot be merged into the weights"
 
     def __init__(self, base_layer: nn.Module, lora_A: nn.Module, lora_B: nn.Module, scaling: float,
                  dropout: float = 0.0, gate: Gate | None = None):
@@ -37,19 +39,6 @@ class LoRALinear(nn.Module):
     def can_merge(self) -> bool:
         return self.gate is None  # an additive update folds in whatever wraps the linear under it
 
-    def merge(self) -> None:
-        if self.gate is not None:
-            raise ValueError("a gated LoRA depends on its input and cannot be merged into the weights")
-        if not self.merged:
-            with torch.no_grad():
-                base_linear(self).weight += self.delta_weight()
-            self.merged = True
-
-    def unmerge(self) -> None:
-        if self.merged:
-            with torch.no_grad():
-                base_linear(self).weight -= self.delta_weight()
-            self.merged = False
 
 
 class DoRALinear(LoRALinear):

@@ -3,6 +3,7 @@ wrapper holding what it wraps as `base_layer`."""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 
@@ -22,3 +23,24 @@ def merged_below(module: nn.Module) -> bool:
             return False
         layer = layer.base_layer
     return True
+
+
+class AdditiveMerge:
+    """`merge`/`unmerge` for a wrapper whose update adds `delta_weight()` to the base linear's weight (LoRA, VeRA);
+    the wrapper says when it `can_merge` and, in `cannot_merge`, why not."""
+
+    cannot_merge = "this delta cannot be merged into the weights"
+
+    def merge(self) -> None:
+        if not self.can_merge():
+            raise ValueError(self.cannot_merge)
+        if not self.merged:
+            with torch.no_grad():
+                base_linear(self).weight += self.delta_weight()
+            self.merged = True
+
+    def unmerge(self) -> None:
+        if self.merged:
+            with torch.no_grad():
+                base_linear(self).weight -= self.delta_weight()
+            self.merged = False

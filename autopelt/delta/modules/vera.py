@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autopelt.delta.modules.gate import Gate
-from autopelt.delta.modules.stack import base_linear, merged_below
+from autopelt.delta.modules.stack import AdditiveMerge, merged_below
 
 
 def kaiming_uniform(shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
@@ -34,8 +34,10 @@ class SharedProjections(nn.Module):
         self.register_buffer("B", kaiming_uniform((out_features, rank), generator), persistent=False)
 
 
-class VeRALinear(nn.Module):
+class VeRALinear(AdditiveMerge, nn.Module):
     """Wraps a linear site. b starts at zero (a new VeRA is the identity), d at `d_initial`."""
+
+    cannot_merge = "a gated VeRA, or one over an unmerged delta, cannot be merged into the weights"
 
     def __init__(self, base_layer: nn.Module, projections: SharedProjections, in_features: int, out_features: int,
                  d_initial: float, dropout: float = 0.0, gate: Gate | None = None):
@@ -69,16 +71,3 @@ class VeRALinear(nn.Module):
     def can_merge(self) -> bool:
         return self.gate is None and merged_below(self)  # a DoRA under it normalises the weight it would change
 
-    def merge(self) -> None:
-        if not self.can_merge():
-            raise ValueError("a gated VeRA, or one over an unmerged delta, cannot be merged into the weights")
-        if not self.merged:
-            with torch.no_grad():
-                base_linear(self).weight += self.delta_weight()
-            self.merged = True
-
-    def unmerge(self) -> None:
-        if self.merged:
-            with torch.no_grad():
-                base_linear(self).weight -= self.delta_weight()
-            self.merged = False
