@@ -1,21 +1,24 @@
 """What the search is worth: autopelt's pick against random search, tuned LoRA and the baselines, at equal compute.
 
-On one task the script runs, each as `autopelt search` in a subprocess as a user would:
-  1. autopelt   the default: default space, TPE, ASHA, the baselines first (`--budget N` trials, default 20);
+Compute is counted in full-trial equivalents: the seconds of one LoRA r8 trial trained to its last epoch, measured
+first on the task itself by a calibration study (one such trial per worker, side by side as the searches run
+them; the median). Every strategy gets the same budget, --equivalents full trials' worth of training seconds
+(default 20), as a wall time of seconds / workers. On one task the script runs, each as `autopelt search` in a
+subprocess as a user would:
+  1. autopelt   the default: default space, TPE, ASHA, the baselines first, `--budget <that wall time>`, so the
+                baselines' cost is inside the budget;
   2. random     the same space and early stopping, drawn at random. It starts from a copy of study 1's
                 baselines (same trials, not run again) and gets the training seconds study 1 spent on its
                 searched trials;
   3. tuned-lora LoRA r8 on query/value with only its learning rate searched (log-uniform 1e-4..1e-2, TPE,
-                ASHA, no baselines): the recipe a user reaches for with an HPO tool around peft. It gets all
-                the training seconds study 1 spent.
+                ASHA, no baselines): the recipe a user reaches for with an HPO tool around peft. It gets the
+                whole budget.
   4. the baselines, as study 1 ran them (each its paper structure at the learning rate it swept).
-A wall-time budget is converted from training seconds as seconds / workers.
 
 Then every strategy's pick and every baseline is trained again with seeds 1..S on the same rows (the study's
 data seed) at the learning rate it trained with, and the script prints one table: test mean ± std over those
 seeds, stored params %, and the paired difference to autopelt's pick (mean ± std over seeds). It also prints
 the best dev metric against cumulative training seconds for strategies 1 and 2, and the targets of issue 10.
-Compute is counted in full-trial equivalents: one tuned-LoRA trial trained to its last epoch (median).
 
 Everything is kept in --work-dir (one SQLite file, trial outputs, re-runs); a second run with the same
 arguments reuses what finished and runs only what is missing.
@@ -37,6 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 STRATEGIES = ("autopelt", "random", "tuned-lora")
+CALIBRATION = "calibration"
 TUNED_LORA_SPACE = """\
 # tuned LoRA: LoRA r8 alpha 16 on query/value, only the learning rate searched (bench/search_value.py)
 methods:
@@ -58,19 +62,25 @@ def main() -> None:
     storage = f"sqlite:///{work / 'studies.db'}"
     print(f"studies in {storage}", flush=True)
 
-    run_study(args, work, storage, "autopelt", f"{args.trials}", [])
+    space = work / "tuned-lora.yaml"
+    space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs})
+    run_study(args, work, storage, CALIBRATION, str(args.workers),
+              ["--space", str(space), "--no-baselines", "--no-early-stopping"])
+    full = full_trial_seconds(finished_trials(storage, study_name(args, CALIBRATION)))
+    budget = args.equivalents * full
+    print(f"one full trial: {full:.0f} s; the budget of each strategy: {args.equivalents:g} of them, "
+          f"{budget:.0f} training seconds, {wall(budget, args)} of wall time on {args.workers} workers", flush=True)
+
+    run_study(args, work, storage, "autopelt", wall(budget, args), [])
     first = finished_trials(storage, study_name(args, "autopelt"))
     spent = sum(seconds(t) for t in first)
     baseline_spent = sum(seconds(t) for t in first if t.user_attrs.get("baseline"))
     copy_baselines(storage, study_name(args, "autopelt"), study_name(args, "random"))
     run_study(args, work, storage, "random", wall(spent - baseline_spent, args),
               ["--sampler", "random", "--no-baselines"])  # it has study 1's
-    space = work / "tuned-lora.yaml"
-    space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs})
-    run_study(args, work, storage, "tuned-lora", wall(spent, args), ["--space", str(space), "--no-baselines"])
+    run_study(args, work, storage, "tuned-lora", wall(budget, args), ["--space", str(space), "--no-baselines"])
 
     studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
-    full = full_trial_seconds(studies["tuned-lora"])
     picks = pick_and_baselines(studies, args.rerun_baselines)
     reruns = rerun_all(picks, args, work)
     print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns, full)
@@ -83,7 +93,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", help="base model (default: autopelt's)")
     parser.add_argument("--k", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--trials", type=int, default=20, help="trial budget of study 1 (autopelt as a user runs it)")
+    parser.add_argument("--equivalents", type=float, default=20,
+                        help="each strategy's budget, in full LoRA trials' worth of training seconds")
     parser.add_argument("--seeds", type=int, default=5, help="re-train picks and baselines with seeds 1..N")
     parser.add_argument("--rerun-baselines", choices=("all", "best"), default="all",
                         help="re-train every baseline, or only UniPELT(APL) and the single method best on dev")
@@ -154,7 +165,8 @@ def copy_baselines(storage: str, source: str, target: str) -> None:
 
 
 def full_trial_seconds(trials: list) -> float:
-    """The median wall time of a tuned-LoRA trial trained to its last epoch: one full-trial equivalent."""
+    """The median wall time of the calibration's LoRA trials (each trained to its last epoch): one full-trial
+    equivalent."""
     from autopelt.study.record import read
 
     full = [seconds(t) for t in trials if read(t).full_fidelity and t.state.name == "COMPLETE"]
@@ -245,7 +257,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         spent = sum(seconds(t) for t in own)
         print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "
               f"{states.count('FAIL') - interrupted} | {spent:.0f} | {spent / full:.1f} |")
-    print(f"(one full trial: {full:.0f} s, the median tuned-LoRA trial trained to its last epoch; "
+    print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration, trained to its last epoch; "
           f"random also had study 1's {sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} "
           f"baselines)")
     print()

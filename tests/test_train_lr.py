@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -42,26 +43,62 @@ def test_the_chosen_rate_trains_exactly_as_if_it_had_been_given(make_settings, t
     assert all(torch.equal(saved_auto[k], saved_given[k]) for k in saved_auto)
 
 
-def _scripted_dev(monkeypatch, best_rate: float):
-    """Dev loss grows with the distance (in decades) of the run's rate from `best_rate`."""
+def _scripted_dev(monkeypatch, table):
+    """Each run's evaluations say what `table(rate)` gives: (dev metric above predicting one class, dev loss)."""
     real = loop.evaluate
 
     def scripted(model, features, task, settings, *args, **kwargs):
         metrics, gates = real(model, features, task, settings, *args, **kwargs)
-        distance = abs(math.log10(settings.learning_rate) - math.log10(best_rate))
-        return {**metrics, "loss": 0.3 + 0.1 * distance}, gates
+        above, loss = table(settings.learning_rate)
+        floor = lr_sweep.one_class_metric(SimpleNamespace(task=task, dev=features))
+        return {**metrics, task.metric: floor + above, "loss": loss}, gates
 
     monkeypatch.setattr(loop, "evaluate", scripted)
+
+
+def _valley(best_rate: float):
+    """Every rate learns; the loss grows with the distance (in decades) from `best_rate`."""
+    def table(rate):
+        distance = abs(math.log10(rate) - math.log10(best_rate))
+        return 0.3 - 0.1 * distance, 0.3 + 0.1 * distance
+    return table
 
 
 @pytest.mark.parametrize("best, tried", [(3e-4, {1e-4, 3e-4, 1e-3, 3e-3, 1e-2}), (3e-3, {1e-3, 3e-3, 1e-2}),
                                          (3e-2, {1e-3, 3e-3, 1e-2, 3e-2, 1e-1})])
 def test_the_sweep_walks_the_ladder_while_the_best_rate_is_at_an_edge(monkeypatch, make_settings, best, tried):
-    _scripted_dev(monkeypatch, best)
+    _scripted_dev(monkeypatch, _valley(best))
     result = run_trial(make_settings(learning_rate=None, epochs=2))
     assert result["status"] == "ok", result["reason"]
     assert {float(r) for r in result["lr_choice"]["candidates"]} == tried
-    assert result["learning_rate"] == best
+    assert result["learning_rate"] == best and "backed_off_from" not in result["lr_choice"]
+
+
+def test_when_no_rate_has_learned_the_sweep_walks_down(monkeypatch, make_settings):
+    """Prefix-tuning on SST-2 after one epoch: 1e-3, 3e-3 and 1e-2 predict one class, the loss is lowest at 3e-3
+    (inside), and only 3e-4 has begun to learn (the measured dev losses)."""
+    measured = {1e-4: (0.0, 0.685), 3e-4: (0.05, 0.664), 1e-3: (0.0, 0.688), 3e-3: (0.0, 0.679), 1e-2: (0.0, 0.680)}
+    _scripted_dev(monkeypatch, measured.__getitem__)
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "ok", result["reason"]
+    assert {float(r) for r in result["lr_choice"]["candidates"]} == set(measured)
+    assert result["learning_rate"] == 3e-4
+
+
+def test_the_sweep_backs_off_from_a_rate_next_to_one_that_collapsed(monkeypatch, make_settings):
+    """The adapter on SST-2 after one epoch: 1e-2 has the lowest loss, but 3e-2 collapsed to one class; 3e-3 is
+    continued, and its trial is the one a run given 3e-3 makes."""
+    measured = {1e-3: (0.036, 0.567), 3e-3: (0.189, 0.457), 1e-2: (0.222, 0.398), 3e-2: (0.0, 0.680)}
+    _scripted_dev(monkeypatch, measured.__getitem__)
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "ok", result["reason"]
+    assert {float(r) for r in result["lr_choice"]["candidates"]} == set(measured)
+    assert result["learning_rate"] == 3e-3 and result["lr_choice"]["backed_off_from"] == 1e-2
+    assert result["history"][0]["dev_loss"] == 0.457
+
+    measured[3e-2] = (0.1, 0.5)  # the rung above learned: nothing to back off from
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["learning_rate"] == 1e-2 and "backed_off_from" not in result["lr_choice"]
 
 
 def test_a_rate_whose_loss_diverges_loses_and_every_rate_diverging_fails_the_trial(monkeypatch, make_settings):

@@ -5,7 +5,15 @@ Each candidate rate trains from the same initial state, on the same batches, to 
 (the end of epoch 1 by default); the best (lowest dev loss) goes on to the end from where it stands, so
 its run is exactly the run a trial given that rate would make. Candidates start at a decade of rates where
 parameter-efficient methods usually learn and walk along a ladder of half-decades while the best one sits at an
-edge. A sweep of n candidates costs (n - 1) first-evaluation segments more than one trial.
+edge, or downwards while none has learned anything (beaten predicting one class on dev). A sweep of n candidates
+costs (n - 1) first-evaluation segments more than one trial.
+
+Two failure modes of ranking by the first evaluation, measured on SST-2 (K=1000, 3 epochs) and handled here:
+- prefix-tuning shows nothing by the end of epoch 1 at 1e-3, 3e-3 and 1e-2 (all predict one class), while 3e-4
+  learns (71.3 on test): when no candidate has learned, the sweep walks down;
+- the fastest rate early can sit on the edge of stability: the adapter's 1e-2 led after epoch 1 (3e-2 collapsed
+  to one class), ended 3.9 points below 3e-3 and collapsed in one of five seeds. When the rung above the best
+  did not learn, the sweep takes the rung below, if that one learned.
 
 (A learning-rate range test, one run with a rising rate, was tried first: on SST-2 with all-MiniLM-L6-v2 its loss
 curve stays within noise of its start until the rate is already past the best one, and the rate it suggested
@@ -19,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -28,6 +37,7 @@ from autopelt.train.loop import NonFiniteLoss, Training, TrainOutcome, train
 LADDER = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # half-decades
 START = (1e-3, 3e-3, 1e-2)
 MAX_CANDIDATES = 5
+LEARNED_MARGIN = 0.01  # a candidate has learned when its dev metric beats predicting one class by this much
 
 
 @dataclass
@@ -37,11 +47,14 @@ class LearningRateChoice:
     seconds: float = 0.0  # spent on the candidates that lost
     candidates: dict[str, dict] = field(default_factory=dict)  # rate -> its first evaluation
     steps: int = 0  # of each candidate before the choice
+    backed_off_from: float | None = None  # the best rate at the first evaluation, when the rung above it collapsed
 
     def to_dict(self) -> dict:
         out = {"rate": self.rate, "how": self.how, "seconds": round(self.seconds, 3)}
         if self.how == "sweep":
             out.update(candidates=self.candidates, steps=self.steps)
+        if self.backed_off_from is not None:
+            out["backed_off_from"] = self.backed_off_from
         return out
 
 
@@ -70,6 +83,7 @@ class _Sweep:
         self.rng = devices.rng_state(device)
         self.tried: dict[float, tuple[Training, dict, float]] = {}  # rate -> (run, its state, seconds)
         self.steps_done = 0
+        self.floor = one_class_metric(data)
 
     def run(self) -> tuple[Training, LearningRateChoice]:
         for rate in START:
@@ -80,28 +94,42 @@ class _Sweep:
                 break
             self._try(rate)
         best = self._best()
-        if self._score(best)[0] == -math.inf:
+        if self._score(best)[1] == -math.inf:
             rates = ", ".join(f"{rate:g}" for rate in sorted(self.tried))
             raise NonFiniteLoss(f"the loss became non-finite at every learning rate tried ({rates})")
+        best, backed_off_from = self._back_off(best)
         winner, state, _ = self.tried[best]
         winner.restore(state)
         first = {f"{rate:g}": {"dev_metric": run.outcome.history[-1]["dev_metric"],
                               "dev_loss": run.outcome.history[-1]["dev_loss"]}
                  for rate, (run, _, _) in sorted(self.tried.items())}
         lost = sum(seconds for rate, (_, _, seconds) in self.tried.items() if rate != best)
-        return winner, LearningRateChoice(best, "sweep", lost, first, winner.outcome.steps)
+        return winner, LearningRateChoice(best, "sweep", lost, first, winner.outcome.steps, backed_off_from)
 
     def _next(self) -> float | None:
-        """The rung beyond the edge where the best rate sits (below the lowest when every rate failed); None when
-        the best is inside the rates tried, or the ladder ends."""
+        """The rung beyond the edge where the best rate sits; below the lowest when every rate failed, or when
+        none has learned and the best is not at the top; None when the best learned inside the rates tried, or the
+        ladder ends."""
         tried, best = sorted(self.tried), self._best()
-        if best == tried[0] or self._score(best)[0] == -math.inf:
+        failed = all(self._score(rate)[1] == -math.inf for rate in tried)
+        learned = any(self._learned(rate) for rate in tried)
+        if failed or best == tried[0] or (not learned and best != tried[-1]):
             index = LADDER.index(tried[0]) - 1
         elif best == tried[-1]:
             index = LADDER.index(tried[-1]) + 1
         else:
             return None
         return LADDER[index] if 0 <= index < len(LADDER) else None
+
+    def _back_off(self, best: float) -> tuple[float, float | None]:
+        """(the rate to continue, the best one if that is not it): one rung below the best when the rung above
+        the best was tried and did not learn (the best sits on the edge of stability) and the rung below learned."""
+        index = LADDER.index(best)
+        above = LADDER[index + 1] if index + 1 < len(LADDER) else None
+        below = LADDER[index - 1] if index > 0 else None
+        if above in self.tried and not self._learned(above) and below in self.tried and self._learned(below):
+            return below, best
+        return best, None
 
     def _try(self, rate: float) -> None:
         started = time.perf_counter()
@@ -128,16 +156,31 @@ class _Sweep:
         planned = max(len(self.tried) + 1, len(START)) * first + run.total - first
         return lambda step, total, loss: self.on_step(done_before + step, planned, loss)
 
-    def _score(self, rate: float) -> tuple[float, float]:
-        """Dev loss at the first evaluation (lower is better), then the dev metric. The loss, not the metric,
-        comes first: early in training several rates still predict one class and tie on the metric (prefix-tuning
-        on SST-2: 0.581, 0.582, 0.581, 0.581), while the loss already tells them apart (0.664 at 3e-4, the rate
-        that learns, against 0.679-0.688)."""
+    def _learned(self, rate: float) -> bool:
+        """The candidate's first evaluation is finite and beats predicting one class (any, for regression)."""
+        metric = self.tried[rate][0].outcome.history[-1]["dev_metric"]
+        return metric is not None and (self.floor is None or metric > self.floor + LEARNED_MARGIN)
+
+    def _score(self, rate: float) -> tuple[bool, float, float]:
+        """Whether it learned, then dev loss at the first evaluation (lower is better), then the dev metric. The
+        loss comes before the metric: early in training several rates still predict one class and tie on the
+        metric (prefix-tuning on SST-2: 0.581, 0.582, 0.581, 0.581), while the loss already tells them apart
+        (0.664 at 3e-4, the rate that learns, against 0.679-0.688)."""
         entry = self.tried[rate][0].outcome.history[-1]
         if entry["dev_metric"] is None:
-            return -math.inf, -math.inf
+            return False, -math.inf, -math.inf
         loss = entry["dev_loss"] if entry["dev_loss"] is not None else math.inf
-        return -loss, entry["dev_metric"]
+        return self._learned(rate), -loss, entry["dev_metric"]
 
     def _best(self) -> float:
         return max(self.tried, key=self._score)
+
+
+def one_class_metric(data) -> float | None:
+    """The dev metric of predicting one class for every row, for the best such class (the majority class for
+    accuracy); None for regression or unlabelled dev rows."""
+    task, labels = data.task, data.dev.labels
+    if task.regression or labels is None or len(labels) == 0:
+        return None
+    return max(task.compute_metrics(np.full(len(labels), label, dtype=np.int64), labels)[task.metric]
+               for label in range(task.num_labels))
