@@ -194,11 +194,16 @@ def pick_and_baselines(studies: dict, baselines: str = "all") -> dict:
 
 
 def rerun_all(picks: dict, args, work: Path) -> dict:
-    """{label: {seed: (dev, test)}}: each delta trained again with seeds 1..S at its own learning rate."""
+    """{label: {seed: (dev, test)}}: each delta trained again with seeds 1..S at its own learning rate. A trial
+    that is two things (autopelt's pick is often one of its baselines) is trained once and reported under both."""
     from autopelt.export.export import trial_outputs
 
-    jobs = []
+    jobs, same = [], {}  # same: label -> the first label of the same trial
     for label, record in picks.items():
+        first = next((other for other, seen in picks.items() if seen.result_dir == record.result_dir), label)
+        if first != label:
+            same[label] = first
+            continue
         result, _ = trial_outputs(record)
         settings = dict(result["settings"])
         split_seed = settings.get("data_seed")
@@ -212,6 +217,8 @@ def rerun_all(picks: dict, args, work: Path) -> dict:
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for (label, seed, _), scores in zip(jobs, pool.map(rerun, [job[2] for job in jobs])):
             reruns[label][seed] = scores
+    for label, first in same.items():
+        reruns[label] = reruns[first]
     return reruns
 
 
