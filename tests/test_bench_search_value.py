@@ -15,7 +15,7 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     command = [sys.executable, str(BENCH), "--data-dir", str(sst2_dir), "--task", "sst2", "--model",
                str(tiny_model_dir), "--k", "24", "--epochs", "1", "--equivalents", "8", "--seeds", "2",
                "--workers", "1", "--work-dir", str(tmp_path / "work")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     for line in ("| autopelt |", "| random |", "| tuned-lora |", "| autopelt pick |", "| tuned-lora pick |",
@@ -32,6 +32,6 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     ran = [t.user_attrs["baseline"] for t in first.trials if t.user_attrs.get("baseline") and t.state.name == "COMPLETE"]
     assert copied == ran and "unipelt_apl" in ran
     # a second run reuses the searches and the re-runs: the same table, nothing trained again
-    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0 and "done before, kept" in again.stdout
     assert again.stdout.split("## ")[1] == out.split("## ")[1]
