@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +13,24 @@ from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "search_value.py"
 
 
+def run_bench(command: list[str], timeout: float = 1200) -> subprocess.CompletedProcess:
+    """The bench in a process group of its own, so that a timeout also ends the searches it started."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
 def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, sst2_dir):
     command = [sys.executable, str(BENCH), "--data-dir", str(sst2_dir), "--task", "sst2", "--model",
                str(tiny_model_dir), "--k", "24", "--epochs", "1", "--equivalents", "8", "--seeds", "2",
                "--workers", "1", "--work-dir", str(tmp_path / "work")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    done = run_bench(command)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     for line in ("| autopelt |", "| random |", "| tuned-lora |", "| autopelt pick |", "| tuned-lora pick |",
@@ -32,6 +47,6 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     ran = [t.user_attrs["baseline"] for t in first.trials if t.user_attrs.get("baseline") and t.state.name == "COMPLETE"]
     assert copied == ran and "unipelt_apl" in ran
     # a second run reuses the searches and the re-runs: the same table, nothing trained again
-    again = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    again = run_bench(command)
     assert again.returncode == 0 and "done before, kept" in again.stdout
     assert again.stdout.split("## ")[1] == out.split("## ")[1]

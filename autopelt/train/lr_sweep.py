@@ -93,16 +93,14 @@ class _Sweep:
             if rate is None:
                 break
             self._try(rate)
-        best = self._best()
-        if self._score(best)[1] == -math.inf:
+        if not any(self._finite(rate) for rate in self.tried):
             rates = ", ".join(f"{rate:g}" for rate in sorted(self.tried))
             raise NonFiniteLoss(f"the loss became non-finite at every learning rate tried ({rates})")
-        best, backed_off_from = self._back_off(best)
+        best, backed_off_from = self._back_off(self._best())
         winner, state, _ = self.tried[best]
         winner.restore(state)
-        first = {f"{rate:g}": {"dev_metric": run.outcome.history[-1]["dev_metric"],
-                              "dev_loss": run.outcome.history[-1]["dev_loss"]}
-                 for rate, (run, _, _) in sorted(self.tried.items())}
+        first = {f"{rate:g}": {key: self._first(rate)[key] for key in ("dev_metric", "dev_loss")}
+                 for rate in sorted(self.tried)}
         lost = sum(seconds for rate, (_, _, seconds) in self.tried.items() if rate != best)
         return winner, LearningRateChoice(best, "sweep", lost, first, winner.outcome.steps, backed_off_from)
 
@@ -111,7 +109,7 @@ class _Sweep:
         none has learned and the best is not at the top; None when the best learned inside the rates tried, or the
         ladder ends."""
         tried, best = sorted(self.tried), self._best()
-        failed = all(self._score(rate)[1] == -math.inf for rate in tried)
+        failed = not any(self._finite(rate) for rate in tried)
         learned = any(self._learned(rate) for rate in tried)
         if failed or best == tried[0] or (not learned and best != tried[-1]):
             index = LADDER.index(tried[0]) - 1
@@ -156,18 +154,26 @@ class _Sweep:
         planned = max(len(self.tried) + 1, len(START)) * first + run.total - first
         return lambda step, total, loss: self.on_step(done_before + step, planned, loss)
 
+    def _first(self, rate: float) -> dict:
+        """The candidate's first evaluation (`dev_metric` None: its loss became non-finite)."""
+        return self.tried[rate][0].outcome.history[-1]
+
+    def _finite(self, rate: float) -> bool:
+        return self._first(rate)["dev_metric"] is not None
+
     def _learned(self, rate: float) -> bool:
         """The candidate's first evaluation is finite and beats predicting one class (any, for regression)."""
-        metric = self.tried[rate][0].outcome.history[-1]["dev_metric"]
-        return metric is not None and (self.floor is None or metric > self.floor + LEARNED_MARGIN)
+        if not self._finite(rate):
+            return False
+        return self.floor is None or self._first(rate)["dev_metric"] > self.floor + LEARNED_MARGIN
 
     def _score(self, rate: float) -> tuple[bool, float, float]:
         """Whether it learned, then dev loss at the first evaluation (lower is better), then the dev metric. The
         loss comes before the metric: early in training several rates still predict one class and tie on the
         metric (prefix-tuning on SST-2: 0.581, 0.582, 0.581, 0.581), while the loss already tells them apart
         (0.664 at 3e-4, the rate that learns, against 0.679-0.688)."""
-        entry = self.tried[rate][0].outcome.history[-1]
-        if entry["dev_metric"] is None:
+        entry = self._first(rate)
+        if not self._finite(rate):
             return False, -math.inf, -math.inf
         loss = entry["dev_loss"] if entry["dev_loss"] is not None else math.inf
         return self._learned(rate), -loss, entry["dev_metric"]

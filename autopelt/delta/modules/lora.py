@@ -40,7 +40,6 @@ class LoRALinear(AdditiveMerge, nn.Module):
         return self.gate is None  # an additive update folds in whatever wraps the linear under it
 
 
-
 class DoRALinear(LoRALinear):
     """DoRA (Liu et al. 2024): y = m / ||W + s·B·A|| ⊙ (W + s·B·A)·x + bias, the norm taken per output feature (a row
     of W) and, as the paper's section 4.3 and peft do, held constant for the gradient. `magnitude` starts at ||W||,

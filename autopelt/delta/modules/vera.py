@@ -70,4 +70,3 @@ class VeRALinear(AdditiveMerge, nn.Module):
 
     def can_merge(self) -> bool:
         return self.gate is None and merged_below(self)  # a DoRA under it normalises the weight it would change
-
