@@ -132,7 +132,7 @@ def test_unknown_space_name_lists_the_available_ones():
         load_space("nope")
     message = str(caught.value)
     assert "'nope'" in message and "\n" not in message
-    assert {"default", "lora", "adapters", "unipelt", "adamix", "tiny"} <= set(available_spaces())
+    assert {"default", "all", "lora", "adapters", "unipelt", "adamix", "tiny"} <= set(available_spaces())
     for name in available_spaces():
         assert name in message
 

@@ -76,13 +76,28 @@ def test_the_sweep_walks_the_ladder_while_the_best_rate_is_at_an_edge(monkeypatc
 
 def test_when_no_rate_has_learned_the_sweep_walks_down(monkeypatch, make_settings):
     """Prefix-tuning on SST-2 after one epoch: 1e-3, 3e-3 and 1e-2 predict one class, the loss is lowest at 3e-3
-    (inside), and only 3e-4 has begun to learn (the measured dev losses)."""
+    (inside), and only 3e-4 has begun to learn (the measured dev losses). The midpoints around 3e-3 are tried first
+    and learn nothing either (assumed here: 1e-3 to 1e-2 all predict one class)."""
     measured = {1e-4: (0.0, 0.685), 3e-4: (0.05, 0.664), 1e-3: (0.0, 0.688), 3e-3: (0.0, 0.679), 1e-2: (0.0, 0.680)}
+    _scripted_dev(monkeypatch, lambda rate: measured.get(rate, (0.0, 0.685)))
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "ok", result["reason"]
+    tried = sorted(float(r) for r in result["lr_choice"]["candidates"])
+    assert tried == [3e-4, 1e-3, 1.7e-3, 3e-3, 5.5e-3, 1e-2]  # the midpoints, to two digits
+    assert result["learning_rate"] == 3e-4
+
+
+def test_when_no_rate_has_learned_the_sweep_tries_between_the_rungs_first(monkeypatch, make_settings):
+    """LoRA on SNLI after one epoch: 1e-3, 3e-3 and 1e-2 predict one class (dev losses 1.0967, 1.0966, 1.0986,
+    measured), while a narrow band between 3e-3 and 1e-2 learns (a full run at 5.55e-3: 0.453 on dev after one
+    epoch, one class 0.35). The midpoint above the best finds it, and the sweep stops there."""
+    upper = 5.5e-3  # the geometric midpoint, to two digits
+    measured = {1e-3: (-0.004, 1.0967), 3e-3: (0.0, 1.0966), 1e-2: (-0.005, 1.0986), upper: (0.10, 1.08)}
     _scripted_dev(monkeypatch, measured.__getitem__)
     result = run_trial(make_settings(learning_rate=None, epochs=2))
     assert result["status"] == "ok", result["reason"]
     assert {float(r) for r in result["lr_choice"]["candidates"]} == set(measured)
-    assert result["learning_rate"] == 3e-4
+    assert result["learning_rate"] == upper and "backed_off_from" not in result["lr_choice"]
 
 
 def test_the_sweep_backs_off_from_a_rate_next_to_one_that_collapsed(monkeypatch, make_settings):
@@ -118,7 +133,7 @@ def test_a_rate_whose_loss_diverges_loses_and_every_rate_diverging_fails_the_tri
     result = run_trial(make_settings(learning_rate=None, epochs=2))
     assert result["status"] == "failed"
     assert result["reason"] == ("the loss became non-finite at every learning rate tried "
-                                "(0.0001, 0.0003, 0.001, 0.003, 0.01)")  # walked down: lower rates diverge less
+                                "(3e-05, 0.0001, 0.0003, 0.001, 0.003, 0.01)")  # walked down: lower rates diverge less
 
 
 def test_a_given_learning_rate_is_used_as_it_is(monkeypatch, make_settings):
