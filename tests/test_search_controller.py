@@ -22,6 +22,7 @@ from autopelt.errors import UserError
 from autopelt.search import claims, controller as controller_module
 from autopelt.search.controller import DONE, Controller
 from autopelt.search.plan import SearchOptions, prepare
+from autopelt.search import recovery
 from autopelt.search.recovery import Owner, host_id
 from autopelt.search.resume import open_study
 from autopelt.study import answers
@@ -218,6 +219,30 @@ def test_trials_of_a_dead_controller_are_failed_as_interrupted_and_run_again(tmp
     assert retry.state == TrialState.COMPLETE and retry.params == first.params
     # budget 3: the live controller's running trial holds one claim
     assert len(states(study, TrialState.COMPLETE)) == 2
+
+
+def test_a_trial_asked_but_never_marked_holds_the_search_open_until_it_is_recovered(tmp_path, monkeypatch):
+    """A controller killed between ask() and marking the trial leaves a RUNNING trial with no owner, which only its
+    age shows to be orphaned. A search whose last claim it holds waits for that instead of ending a trial short."""
+    monkeypatch.setattr(recovery, "GRACE_SECONDS", 3600.0)
+    monkeypatch.setattr(controller_module, "MAINTENANCE_SECONDS", 0.0)
+    study, _ = make(tmp_path, budget=2)
+    orphan = study.ask()  # the kill came before the controller attribute was written
+    study, control = make(tmp_path, budget=2)
+    assert control.requeued == 0  # too young to tell yet
+
+    asked_at = study.trials[orphan.number].datetime_start.timestamp()
+
+    def trial_then_a_second_of_grace_left(settings, report):
+        result = fakes.fake_trial(settings, report)  # then the budget is spoken for, the orphan holding a claim
+        monkeypatch.setattr(recovery, "GRACE_SECONDS", time.time() - asked_at + 1.0)
+        return result
+
+    fakes.run_serially(control, trial_then_a_second_of_grace_left)
+    assert len(states(study, TrialState.COMPLETE, TrialState.PRUNED)) == 2  # the budget, exactly
+    assert not states(study, TrialState.RUNNING, TrialState.WAITING)
+    first = study.trials[orphan.number]
+    assert first.state == TrialState.FAIL and first.user_attrs["fail_reason"] == claims.INTERRUPTED
 
 
 def test_a_controller_leaves_trials_it_never_finished_to_the_next_run(tmp_path):

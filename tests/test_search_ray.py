@@ -77,7 +77,7 @@ def test_a_search_end_to_end_records_failures_and_goes_on(tmp_path, ray_address)
     assert len(calls(tmp_path)) == 10  # every trial that trained or failed ran once; nothing else ran
     assert all(call["device"] == "cpu" and call["threads"] == 1 for call in calls(tmp_path))
     finished = by_state(study, TrialState.COMPLETE, TrialState.FAIL)  # early-stopped trials are cut short
-    assert len(finished) >= 8
+    assert len(finished) == 10 - len(by_state(study, TrialState.PRUNED))  # how many ASHA stops varies by draw
     for trial in finished:
         assert (Path(trial.user_attrs["result_dir"]) / "result.json").is_file()
 

@@ -11,7 +11,9 @@ other `budget` alive below it when it was checked (a trial's state only moves WA
 finished, and these never failed), so it was refused. At least `budget` do as long as one process runs:
 a process keeps asking while trials that hold a claim may still fail, and only a process with nothing
 running leaves the remaining claims to live trials of other processes (a crashed process's trials are
-failed as interrupted and re-queued by the next process that starts, see `recovery.py`).
+failed as interrupted and re-queued by the next process that starts, see `recovery.py`; a trial it asked
+but never marked as its own shows that only by its age, and a process waits for that rather than leave it
+the claim).
 Trials refused here, and deltas over the parameter budget, are recorded as FAIL with a reason and never
 count.
 """

@@ -111,8 +111,11 @@ class Controller:
         self._maintain()
         while True:
             budget = self.plan.budget.trials if isinstance(self.plan.budget, TrialBudget) else None
-            if budget is not None and claims.budget_spoken_for(self.study.get_trials(deepcopy=False), budget):
-                return WAIT if self.running else DONE
+            if budget is not None:
+                trials = self.study.get_trials(deepcopy=False)
+                if claims.budget_spoken_for(trials, budget):
+                    # an unmarked claim may be a killed controller's: wait until recovery can tell (its age)
+                    return WAIT if self.running or recovery.unmarked(trials) else DONE
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
             if budget is not None and not claims.admitted(trial.number, trials, budget):

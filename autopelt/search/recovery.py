@@ -110,6 +110,12 @@ def interrupted_trials(study: optuna.Study, own: Iterable[int] = ()) -> list[Fro
     return [t for t in running if _gone(t, stale, orphan_before)]
 
 
+def unmarked(trials: Iterable[FrozenTrial]) -> bool:
+    """Whether a RUNNING trial has no controller yet: asked a moment ago by a live one, or by one killed before it
+    marked the trial, which only the trial's age reveals (GRACE_SECONDS)."""
+    return any(t.state == TrialState.RUNNING and read(t).controller is None for t in trials)
+
+
 def _gone(trial: FrozenTrial, stale: set[int], orphan_before: float) -> bool:
     owner = read(trial).controller
     if owner is None:  # died between ask and marking the trial: only its age tells
