@@ -19,10 +19,9 @@ from support import fakes
 from autopelt.delta import parse_spec
 from autopelt.delta.presets import BASELINES, PRESETS
 from autopelt.errors import UserError
-from autopelt.search import claims, controller as controller_module
+from autopelt.search import claims, controller as controller_module, recovery
 from autopelt.search.controller import DONE, Controller
 from autopelt.search.plan import SearchOptions, prepare
-from autopelt.search import recovery
 from autopelt.search.recovery import Owner, host_id
 from autopelt.search.resume import open_study
 from autopelt.study import answers

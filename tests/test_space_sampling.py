@@ -190,6 +190,14 @@ def test_adamix_never_mixes_a_family_already_in_the_spec():
     assert any(inner == "lora" and "adapter" in others for inner, others in pairs)
 
 
+def test_the_default_space_is_all_without_prompt_tuning():
+    """Two near-copies of one file: this keeps them in step."""
+    full, default = load_space("all").tree, load_space("default").tree
+    assert "prompt" in full.methods and "prompt" not in default.methods
+    assert {k: v for k, v in full.methods.items() if k != "prompt"} == dict(default.methods)
+    assert (full.combine, full.shared, full.train) == (default.combine, default.shared, default.train)
+
+
 def test_named_space_and_root_link_are_the_same_file():
     via_link = load_space(Path(__file__).resolve().parents[1] / "search_spaces" / "default.yaml")
     by_name = load_space("default")

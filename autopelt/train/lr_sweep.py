@@ -88,8 +88,7 @@ class _Sweep:
         self.tried: dict[float, tuple[Training, dict, float]] = {}  # rate -> (run, its state, seconds)
         self.steps_done = 0
         self.floor = one_class_metric(data)
-        self.midpoints: list[float] = []  # to try, around the first best that learned nothing
-        self.refined = False
+        self.midpoints: list[float] | None = None  # to try, around the first best inside that learned nothing
 
     def run(self) -> tuple[Training, LearningRateChoice]:
         for rate in START:
@@ -117,13 +116,10 @@ class _Sweep:
         tried, best = sorted(self.tried), self._best()
         failed = not any(self._finite(rate) for rate in tried)
         learned = any(self._learned(rate) for rate in tried)
-        if learned:
-            self.midpoints = []  # those left: a rate that learns is found
-        elif not (self.refined or failed) and tried[0] < best < tried[-1]:
-            self.refined = True
+        if self.midpoints is None and not (learned or failed) and tried[0] < best < tried[-1]:
             below, above = self._neighbours(best)
             self.midpoints = [_two_digits(math.sqrt(best * above)), _two_digits(math.sqrt(best * below))]
-        if self.midpoints:
+        if self.midpoints and not learned:
             return self.midpoints.pop(0)
         if failed or best == tried[0] or (not learned and best != tried[-1]):
             index = LADDER.index(tried[0]) - 1
