@@ -257,7 +257,7 @@ def test_a_controller_leaves_trials_it_never_finished_to_the_next_run(tmp_path):
 
 
 def test_early_stopped_trials_are_pruned_and_never_best(tmp_path):
-    study, control = make(tmp_path, budget=2)
+    study, control = make(tmp_path, trials={1: {"quality": 0.5}}, budget=2)  # below the pruned trial's 0.99
     stopped = control.next_trial()
     control.report(stopped.number, {"epoch": 1, "dev_metric": 0.99})
     control.stop_early(stopped.number)
