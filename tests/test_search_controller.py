@@ -182,6 +182,35 @@ def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
     assert set(done[:6]) == set(BASELINES) and done[6:] == [None, None]
 
 
+def test_the_best_two_baselines_run_again_at_twice_and_half_their_rate_once_per_study(tmp_path):
+    # the fake baselines all "sweep" to SWEPT_RATE; LoRA (trial 1) and the adapter (trial 2) score best
+    study, control = make(tmp_path, trials={1: {"quality": 0.9}, 2: {"quality": 0.8}}, baselines=True, budget=14,
+                          space="default")
+    fakes.run_serially(control)
+    trials = read_all(study)
+    assert [t.baseline for t in trials[:6]] == list(BASELINES) and BASELINES[1:3] == ("lora", "adapter")
+    refined = [t for t in trials if t.refines]
+    assert [t.number for t in refined] == [6, 7, 8, 9]  # right after the baselines; half of the 8 left
+    assert [(t.refines["baseline"], t.refines["factor"]) for t in refined] == \
+        [("lora", 2.0), ("lora", 0.5), ("adapter", 2.0), ("adapter", 0.5)]
+    assert [t.learning_rate for t in refined] == pytest.approx([2 * fakes.SWEPT_RATE, fakes.SWEPT_RATE / 2] * 2)
+    assert [t.spec for t in refined] == [trials[1].spec] * 2 + [trials[2].spec] * 2
+    assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
+
+    study, again = make(tmp_path, baselines=True, budget=16, space="default")
+    fakes.run_serially(again)
+    assert sum(1 for t in read_all(study) if t.refines) == 4 and len(study.trials) == 16
+
+
+def test_no_refinement_without_baselines_or_where_the_space_has_no_lr_scale(tmp_path):
+    study, control = make(tmp_path / "fake", baselines=True, budget=12)  # fake_space: a learning_rate range
+    fakes.run_serially(control)
+    assert not any(t.refines for t in read_all(study))
+    study, control = make(tmp_path / "default", budget=6, space="default")
+    fakes.run_serially(control)
+    assert not any(t.refines for t in read_all(study))
+
+
 def test_a_baseline_queued_twice_runs_once(tmp_path):
     study, control = make(tmp_path, budget=3)
     study.enqueue_trial({}, user_attrs={"baseline": "lora"})

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
-from autopelt.search import claims, learning_rates, recovery
+from autopelt.search import claims, learning_rates, recovery, refine
 from autopelt.search.baselines import baseline_hparams, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
@@ -84,6 +84,7 @@ class Controller:
         self._failures_in_row = 0
         self._last_maintenance = 0.0
         self._multi = len(study.directions) > 1
+        self._refinements_settled = not plan.baselines  # queued, or found queued, by this process
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -116,6 +117,7 @@ class Controller:
                 if claims.budget_spoken_for(trials, budget):
                     # an unmarked claim may be a killed controller's: wait until recovery can tell (its age)
                     return WAIT if self.running or recovery.unmarked(trials) else DONE
+            self._queue_refinements(budget)
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
             if budget is not None and not claims.admitted(trial.number, trials, budget):
@@ -130,6 +132,22 @@ class Controller:
                 return ticket
             if self.error:
                 return DONE
+
+    def _queue_refinements(self, budget: int | None) -> None:
+        """Once every baseline has finished: the best two again at other rates (refine.py), once per study; on a
+        trial budget, at most half of what it leaves."""
+        if self._refinements_settled:
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        if refine.queued(trials):
+            self._refinements_settled = True
+        if self._refinements_settled or not refine.due(trials, self.plan.baselines):
+            return
+        self._refinements_settled = True
+        counts = claims.tally(trials)
+        room = None if budget is None else max(0, budget - counts.trained - counts.running) // 2
+        if refine.enqueue(self.study, trials, room):
+            log.info("queued the best baselines again at other learning rates")
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's

@@ -61,6 +61,7 @@ class TrialRecord:
     learning_rate: float | None = None  # the rate it trained at
     lr_choice: dict = field(default_factory=dict)  # how: {"how": "given" | "sweep", "seconds", "candidates", ...}
     lr_from: dict = field(default_factory=dict)  # a searched trial's rate: {"reference", "scale", "families"}
+    refines: dict = field(default_factory=dict)  # {"baseline", "factor"}: that baseline's delta at factor x its rate
 
     @property
     def is_answer(self) -> bool:
@@ -125,6 +126,7 @@ def read(trial: FrozenTrial) -> TrialRecord:
         peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
         precision=_text(a.get("precision")), learning_rate=_number(a.get("learning_rate")),
         lr_choice=_mapping(a.get("lr_choice")), lr_from=_mapping(a.get("lr_from")),
+        refines=_mapping(a.get("refines")),
     )
 
 
@@ -255,8 +257,8 @@ def queued_baseline(name: str, drawn: bool = False) -> dict:
 
 def requeued(trial: FrozenTrial) -> dict:
     """A queued re-run of an interrupted trial: which one it replaces, and its baseline if it was one."""
-    values = attrs(retry_of=trial.number)
     old = read(trial)
+    values = attrs(retry_of=trial.number, refines=old.refines) if old.refines else attrs(retry_of=trial.number)
     return {**values, **queued_baseline(old.baseline, old.baseline_drawn)} if old.baseline else values
 
 
