@@ -86,14 +86,17 @@ def _print_table(results: dict, methods: list[str], seeds: list[int], grid: list
     print("|---|" + "---:|" * len(grid) + "---|---:|---|---:|---|")
     for method in methods:
         sweep = {lr: statistics.mean(_accuracy(results[(method, lr, s)]) for s in seeds) for lr in grid}
-        chosen = [results[(method, None, s)] for s in seeds]
+        cells = "".join(f" {sweep[lr]:.1f} |" for lr in grid)
+        chosen = [results[(method, None, s)] for s in seeds if (method, None, s) in results]
+        if not chosen:  # --rates without auto: the fixed rates only
+            print(f"| {method} |{cells} – | – | – | – | – |")
+            continue
         accuracies = [_accuracy(r) for r in chosen if r["status"] == "ok"]  # a failed trial has no accuracy
         accuracy = statistics.mean(accuracies) if accuracies else float("nan")
         spread = f" ± {statistics.stdev(accuracies):.1f}" if len(accuracies) > 1 else ""
         spread += f" ({len(chosen) - len(accuracies)} failed)" if len(accuracies) < len(chosen) else ""
         rates = ", ".join(f"{r['learning_rate']:.2g}" if r.get("learning_rate") else "failed" for r in chosen)
         seconds = statistics.mean((r.get("lr_choice") or {}).get("seconds", 0.0) for r in chosen)
-        cells = "".join(f" {sweep[lr]:.1f} |" for lr in grid)
         if sweep:
             best_lr = max(sweep, key=sweep.get)
             gap = sweep[best_lr] - accuracy

@@ -61,11 +61,12 @@ train:
 def main() -> None:
     args = parse_args()
     work = Path(args.work_dir).resolve()
+    source = reusable(Path(args.reuse).resolve()) if args.reuse else None  # before anything is written
     work.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{work / 'studies.db'}"
     print(f"studies in {storage}", flush=True)
-    if args.reuse:
-        reuse(args, Path(args.reuse).resolve(), work, storage)
+    if source:
+        reuse(args, source, work, storage)
 
     space = work / "tuned-lora.yaml"
     space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs})
@@ -140,12 +141,16 @@ def run_study(args, work: Path, storage: str, strategy: str, budget: str, flags:
     (work / f"{strategy}.done").write_text(budget)
 
 
+def reusable(source: Path) -> Path:
+    if not (source / f"{CALIBRATION}.done").exists() or not (source / "tuned-lora.done").exists():
+        raise SystemExit(f"--reuse {source}: no finished calibration and tuned-LoRA study there; run it first")
+    return source
+
+
 def reuse(args, source: Path, work: Path, storage: str) -> None:
     """Copy the strategies that run none of autopelt's own search code from `source`, once."""
     import optuna
 
-    if not (source / f"{CALIBRATION}.done").exists() or not (source / "tuned-lora.done").exists():
-        raise SystemExit(f"--reuse {source}: no finished calibration and tuned-LoRA study there; run it first")
     for strategy in (CALIBRATION, "tuned-lora"):
         if (work / f"{strategy}.done").exists():
             continue

@@ -50,3 +50,16 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     again = run_bench(command)
     assert again.returncode == 0 and "done before, kept" in again.stdout
     assert again.stdout.split("## ")[1] == out.split("## ")[1]
+
+    # --reuse: a new work dir takes the calibration and tuned LoRA (with its re-runs) and runs the rest
+    elsewhere = [*command[:-1], str(tmp_path / "work2")]
+    reused = run_bench([*elsewhere, "--reuse", str(tmp_path / "work")])
+    assert reused.returncode == 0, reused.stderr[-3000:]
+    assert "calibration: copied from" in reused.stdout and "tuned-lora: copied from" in reused.stdout
+    row = lambda text: next(line for line in text.splitlines() if line.startswith("| tuned-lora pick |"))
+    assert row(reused.stdout).split("|")[:7] == row(out).split("|")[:7]  # the paired Δ is to a new pick
+    assert "| autopelt pick |" in reused.stdout
+
+    missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--reuse", str(tmp_path / "nothing")])
+    assert missing.returncode != 0 and "no finished calibration and tuned-LoRA study there" in missing.stderr
+    assert not (tmp_path / "work3").exists()  # nothing written
