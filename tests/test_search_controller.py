@@ -196,6 +196,7 @@ def test_the_best_two_baselines_run_again_at_twice_and_half_their_rate_once_per_
     assert [t.learning_rate for t in refined] == pytest.approx([2 * fakes.SWEPT_RATE, fakes.SWEPT_RATE / 2] * 2)
     assert [t.spec for t in refined] == [trials[1].spec] * 2 + [trials[2].spec] * 2
     assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
+    assert refined[1].label == f"#7 [lora ×0.5 lr] {trials[1].summary}"
 
     study, again = make(tmp_path, baselines=True, budget=16, space="default")
     fakes.run_serially(again)

@@ -53,7 +53,7 @@ def test_an_old_study_reads_as_records(old_url):
     assert tie.dev == {"accuracy": 0.8} and tie.test_value("accuracy") == pytest.approx(0.79)
     assert tie.hparams["quality"] == 0.8 and tie.params == {"lora.rank": 1, "quality": 0.8}
     assert tie.result_dir.endswith("trial-00004") and set(tie.controller) == {"host", "pid", "start"}
-    assert tie.seconds is not None and tie.train_seconds == 0.0 and tie.baseline is None
+    assert tie.seconds is not None and tie.train_seconds == 0.0 and tie.baseline is None and tie.refines == {}
     assert records[1].baseline == "adapter" and records[1].label == "#1 [adapter] adapter b48"
     assert records[5].fail_reason == "dev metric is nan (not a finite number)" and not records[5].full_fidelity
     assert records[7].fail_reason.startswith("over parameter budget") and records[7].fidelity is None

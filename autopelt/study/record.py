@@ -83,9 +83,14 @@ class TrialRecord:
 
     @property
     def label(self) -> str:
-        """`#9 lora r8 + prefix L10`, or `#0 [unipelt_apl] ...` for a baseline."""
+        """`#9 lora r8 + prefix L10`, `#0 [unipelt_apl] ...` for a baseline, `#7 [lora ×2 lr] lora r8` for a
+        baseline's delta at another rate (refine.py)."""
         summary = self.summary or "?"
-        return f"#{self.number} [{self.baseline}] {summary}" if self.baseline else f"#{self.number} {summary}"
+        if self.baseline:
+            return f"#{self.number} [{self.baseline}] {summary}"
+        if self.refines.get("baseline") and is_finite_number(self.refines.get("factor")):
+            return f"#{self.number} [{self.refines['baseline']} ×{self.refines['factor']:g} lr] {summary}"
+        return f"#{self.number} {summary}"
 
     @property
     def fidelity_text(self) -> str:
