@@ -203,6 +203,26 @@ def test_the_best_two_baselines_run_again_at_twice_and_half_their_rate_once_per_
     assert sum(1 for t in read_all(study) if t.refines) == 4 and len(study.trials) == 16
 
 
+def test_a_refinement_stays_in_the_spaces_lr_scale_range_and_records_the_factor_it_gets():
+    from optuna.distributions import FloatDistribution
+
+    from autopelt.search import refine
+    from autopelt.study.record import TrialRecord
+
+    def baseline(number, name, dev, rate):
+        return TrialRecord(number, TrialState.COMPLETE, (dev,), {"lr_scale": 1.0},
+                           {"lr_scale": FloatDistribution(0.3, 3.0, log=True)}, spec=PRESETS[name], baseline=name,
+                           baseline_drawn=True, full_fidelity=True, learning_rate=rate)
+
+    records = [baseline(0, "unipelt_apl", 0.84, 1e-3), baseline(1, "lora", 0.80, 3e-3),
+               baseline(2, "adapter", 0.83, 3e-3), baseline(3, "prefix", 0.70, 1.7e-3)]
+    reference = (3e-3 * 3e-3 * 1.7e-3) ** (1 / 3)  # UniPELT's families: adapter, LoRA, prefix
+    queue = refine.refinements(records)
+    assert [q["refines"]["baseline"] for q in queue] == ["unipelt_apl", "unipelt_apl", "adapter", "adapter"]
+    assert [q["params"]["lr_scale"] for q in queue] == pytest.approx([2e-3 / reference, 0.3, 2.0, 0.5])
+    assert [q["refines"]["factor"] for q in queue] == [2.0, float(f"{0.3 * reference / 1e-3:.2g}"), 2.0, 0.5]
+
+
 def test_no_refinement_without_baselines_or_where_the_space_has_no_lr_scale(tmp_path):
     study, control = make(tmp_path / "fake", baselines=True, budget=12)  # fake_space: a learning_rate range
     fakes.run_serially(control)

@@ -56,10 +56,11 @@ def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[d
         if reference is None:
             continue
         bounds = base.distributions[SCALE]
-        for factor in FACTORS:
+        for factor in FACTORS:  # within the space's lr_scale range: the factor recorded is the one it gets
             scale = min(max(factor * base.learning_rate / reference, bounds.low), bounds.high)
             queue.append({"params": {**base.params, SCALE: scale},
-                          "refines": {"baseline": base.baseline, "factor": factor}})
+                          "refines": {"baseline": base.baseline,
+                                      "factor": float(f"{scale * reference / base.learning_rate:.2g}")}})
     return queue
 
 
