@@ -75,6 +75,7 @@ def test_over_budget_deltas_are_recorded_and_never_train(tmp_path):
     trial_fn = CountingTrial()
     # LoRA on MiniLM's query and value: 9,216 stored parameters per rank, + 770 for the head
     study, control = make(tmp_path, budget=6, max_params="40k")
+    study.enqueue_trial({"lora.rank": 64, "learning_rate": 0.5})  # at least one over budget, whatever TPE draws
     fakes.run_serially(control, trial_fn)
 
     assert len(trial_fn.specs) == 6 == len(states(study, TrialState.COMPLETE))

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.search import learning_rates
 from autopelt.search.claims import covers
-from autopelt.study import record
+from autopelt.study import answers, record
 from autopelt.study.record import TrialRecord
 
 BEST = 2  # baselines refined
@@ -47,11 +47,10 @@ def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[d
     its rate, best baseline first."""
     records = list(records)
     rates = learning_rates.measured(records)
-    baselines = sorted((r for r in records if r.baseline and r.baseline_drawn and r.is_answer and r.learning_rate
-                        and isinstance(r.distributions.get(SCALE), FloatDistribution)),
-                       key=lambda r: r.values[0], reverse=maximize)
+    drawn = [r for r in records if r.baseline and r.baseline_drawn and r.learning_rate
+             and isinstance(r.distributions.get(SCALE), FloatDistribution)]
     queue = []
-    for base in baselines[:BEST]:
+    for base in answers.ranked(drawn, maximize)[:BEST]:  # the study's one rule for "best"
         reference, _ = learning_rates.reference_rate(base.spec, rates)
         if reference is None:
             continue
@@ -66,9 +65,7 @@ def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[d
 
 def enqueue(study: optuna.Study, trials: list[FrozenTrial], limit: int | None = None) -> int:
     """Queue the refinements of `trials`' baselines, at most `limit`; how many."""
-    from autopelt.study.answers import maximizes
-
-    queue = refinements((record.read(t) for t in trials), maximizes(study))[:limit]
+    queue = refinements((record.read(t) for t in trials), answers.maximizes(study))[:limit]
     for item in queue:
         study.enqueue_trial(item["params"], user_attrs=record.attrs(refines=item["refines"]))
     return len(queue)
