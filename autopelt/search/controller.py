@@ -139,15 +139,14 @@ class Controller:
         if self._refinements_settled:
             return
         trials = self.study.get_trials(deepcopy=False)
-        if refine.queued(trials):
-            self._refinements_settled = True
-        if self._refinements_settled or not refine.due(trials, self.plan.baselines):
-            return
+        if not refine.queued(trials):  # by no process yet
+            if not refine.due(trials, self.plan.baselines):
+                return
+            counts = claims.tally(trials)
+            room = None if budget is None else max(0, budget - counts.trained - counts.running) // 2
+            if refine.enqueue(self.study, trials, room):
+                log.info("queued the best baselines again at other learning rates")
         self._refinements_settled = True
-        counts = claims.tally(trials)
-        room = None if budget is None else max(0, budget - counts.trained - counts.running) // 2
-        if refine.enqueue(self.study, trials, room):
-            log.info("queued the best baselines again at other learning rates")
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's
