@@ -183,18 +183,29 @@ def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
     assert set(done[:6]) == set(BASELINES) and done[6:] == [None, None]
 
 
-def test_the_best_two_baselines_run_again_at_twice_and_half_their_rate_once_per_study(tmp_path):
+def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_study(tmp_path):
     # the fake baselines all "sweep" to SWEPT_RATE; LoRA (trial 1) and the adapter (trial 2) score best
     study, control = make(tmp_path, trials={1: {"quality": 0.9}, 2: {"quality": 0.8}}, baselines=True, budget=14,
                           space="default")
+    stoppable, next_trial = {}, control.next_trial
+
+    def spy():
+        ticket = next_trial()
+        if not isinstance(ticket, str):
+            stoppable[ticket.number] = ticket.stoppable
+        return ticket
+
+    control.next_trial = spy
     fakes.run_serially(control)
     trials = read_all(study)
     assert [t.baseline for t in trials[:6]] == list(BASELINES) and BASELINES[1:3] == ("lora", "adapter")
     refined = [t for t in trials if t.refines]
     assert [t.number for t in refined] == [6, 7, 8, 9]  # right after the baselines; half of the 8 left
+    # 2x is clipped to the default space's lr_scale range (0.3-1.5) around the families' rate, here the swept one
     assert [(t.refines["baseline"], t.refines["factor"]) for t in refined] == \
-        [("lora", 2.0), ("lora", 0.5), ("adapter", 2.0), ("adapter", 0.5)]
-    assert [t.learning_rate for t in refined] == pytest.approx([2 * fakes.SWEPT_RATE, fakes.SWEPT_RATE / 2] * 2)
+        [("lora", 1.5), ("lora", 0.5), ("adapter", 1.5), ("adapter", 0.5)]
+    assert [t.learning_rate for t in refined] == pytest.approx([1.5 * fakes.SWEPT_RATE, fakes.SWEPT_RATE / 2] * 2)
+    assert [stoppable[n] for n in range(14)] == [False] * 10 + [True] * 4  # neither baselines nor refinements
     assert [t.spec for t in refined] == [trials[1].spec] * 2 + [trials[2].spec] * 2
     assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
     assert refined[1].label == f"#7 [lora ×0.5 lr] {trials[1].summary}"

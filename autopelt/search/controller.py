@@ -45,7 +45,8 @@ class SearchStopped(RuntimeError):
 @dataclass(frozen=True)
 class Ticket:
     """One trial to run: the settings it trains with (to_dict/from_dict carry them to a worker), and whether a
-    scheduler may stop it early (never a baseline: it is what every searched delta is compared with)."""
+    scheduler may stop it early: never a baseline (it is what every searched delta is compared with) nor a
+    refinement (a few trials whose first epoch ranks rates poorly: refine.py)."""
 
     number: int
     settings: TrialSettings
@@ -180,7 +181,7 @@ class Controller:
         record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
                                            hparams))
         self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
-        return Ticket(trial.number, settings, stoppable=baseline is None)
+        return Ticket(trial.number, settings, stoppable=baseline is None and not record.is_refinement(trial))
 
     def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
         if baseline:

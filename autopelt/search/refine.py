@@ -4,8 +4,10 @@ At this budget the learning rate decides more than the method (README): on SST-2
 and 82.8 at 2e-3, and LoRA on SNLI learns only from about 3.7e-3 up to 6.6e-3. A baseline's rate comes from a
 sweep that compares candidates half a decade apart after one epoch, so the best deltas the study knows may sit
 one step off their best rate. The first searched trials therefore are the best baselines' own deltas (by dev
-metric) at 2x and 0.5x their rate, drawn through the space like any other delta: the sampler learns from them,
-and early stopping may end them.
+metric) at 2x and 0.5x their rate, drawn through the space like any other delta, so the sampler learns from
+them. Early stopping never ends them: on SST-2 it stopped UniPELT(APL) at 2x (2e-3) after epoch 1 (dev 0.750
+against the baseline's 0.789 there), and UniPELT at 2e-3 trained to the end tests 80.4 over seeds 1-5 against
+78.0 at the 1e-3 its sweep chose. There are at most four of them, so they cost at most four full trials.
 
 They are queued once per study, when every baseline has finished, and only where the space can say them: it
 draws the baselines' presets (they were queued with its parameters) and its learning rate is `auto` with an

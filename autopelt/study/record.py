@@ -140,6 +140,11 @@ def baseline_of(trial) -> str | None:
     return _text(trial.user_attrs.get("baseline"))
 
 
+def is_refinement(trial) -> bool:
+    """A trial (live optuna.Trial or FrozenTrial) that re-runs a baseline's delta at another rate (refine.py)."""
+    return bool(_mapping(trial.user_attrs.get("refines")))
+
+
 def is_drawn_baseline(trial) -> bool:
     """A baseline (live optuna.Trial or FrozenTrial) queued with the space's parameters that draw it."""
     return trial.user_attrs.get("baseline_drawn") is True
