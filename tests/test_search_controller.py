@@ -201,14 +201,17 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert [t.baseline for t in trials[:6]] == list(BASELINES) and BASELINES[1:3] == ("lora", "adapter")
     refined = [t for t in trials if t.refines]
     assert [t.number for t in refined] == [6, 7, 8, 9]  # right after the baselines; half of the 8 left
-    # 2x is clipped to the default space's lr_scale range (0.3-1.5) around the families' rate, here the swept one
-    assert [(t.refines["baseline"], t.refines["factor"]) for t in refined] == \
-        [("lora", 1.5), ("lora", 0.5), ("adapter", 1.5), ("adapter", 0.5)]
-    assert [t.learning_rate for t in refined] == pytest.approx([1.5 * fakes.SWEPT_RATE, fakes.SWEPT_RATE / 2] * 2)
+    # 2x is clipped to the default space's lr_scale range (0.3-1.5) around the families' rate, here the swept one;
+    # then half the batch size (the baselines': 32) at the rate / sqrt(2)
+    assert [(t.refines["baseline"], t.refines["factor"], t.refines.get("batch_size")) for t in refined] == \
+        [("lora", 1.5, None), ("lora", 0.71, 16), ("adapter", 1.5, None), ("adapter", 0.71, 16)]
+    assert [t.learning_rate for t in refined] == pytest.approx([1.5 * fakes.SWEPT_RATE, fakes.SWEPT_RATE / 2 ** 0.5] * 2)
+    assert [t.hparams.get("batch_size") for t in refined] == [32, 16] * 2
     assert [stoppable[n] for n in range(14)] == [False] * 10 + [True] * 4  # neither baselines nor refinements
     assert [t.spec for t in refined] == [trials[1].spec] * 2 + [trials[2].spec] * 2
     assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
-    assert refined[1].label == f"#7 [lora ×0.5 lr] {trials[1].summary}"
+    assert refined[0].label == f"#6 [lora ×1.5 lr] {trials[1].summary}"
+    assert refined[1].label == f"#7 [lora ×0.71 lr, batch 16] {trials[1].summary}"
 
     study, again = make(tmp_path, baselines=True, budget=16, space="default")
     fakes.run_serially(again)
@@ -216,23 +219,28 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
 
 
 def test_a_refinement_stays_in_the_spaces_lr_scale_range_and_records_the_factor_it_gets():
-    from optuna.distributions import FloatDistribution
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     from autopelt.search import refine
     from autopelt.study.record import TrialRecord
 
-    def baseline(number, name, dev, rate):
-        return TrialRecord(number, TrialState.COMPLETE, (dev,), {"lr_scale": 1.0},
-                           {"lr_scale": FloatDistribution(0.3, 3.0, log=True)}, spec=PRESETS[name], baseline=name,
+    def baseline(number, name, dev, rate, batches=(16, 32)):
+        return TrialRecord(number, TrialState.COMPLETE, (dev,), {"lr_scale": 1.0, "batch_size": 32},
+                           {"lr_scale": FloatDistribution(0.3, 3.0, log=True),
+                            "batch_size": CategoricalDistribution(batches)}, spec=PRESETS[name], baseline=name,
                            baseline_drawn=True, full_fidelity=True, learning_rate=rate)
 
     records = [baseline(0, "unipelt_apl", 0.84, 1e-3), baseline(1, "lora", 0.80, 3e-3),
-               baseline(2, "adapter", 0.83, 3e-3), baseline(3, "prefix", 0.70, 1.7e-3)]
-    reference = (3e-3 * 3e-3 * 1.7e-3) ** (1 / 3)  # UniPELT's families: adapter, LoRA, prefix
+               baseline(2, "adapter", 0.83, 6e-3, batches=(8, 32)), baseline(3, "prefix", 0.70, 1.7e-3)]
+    reference = (3e-3 * 6e-3 * 1.7e-3) ** (1 / 3)  # UniPELT's families: adapter, LoRA, prefix
     queue = refine.refinements(records)
-    assert [q["refines"]["baseline"] for q in queue] == ["unipelt_apl", "unipelt_apl", "adapter", "adapter"]
-    assert [q["params"]["lr_scale"] for q in queue] == pytest.approx([2e-3 / reference, 0.3, 2.0, 0.5])
-    assert [q["refines"]["factor"] for q in queue] == [2.0, float(f"{0.3 * reference / 1e-3:.2g}"), 2.0, 0.5]
+    assert [q["refines"]["baseline"] for q in queue] == ["unipelt_apl", "unipelt_apl", "adapter"]
+    # UniPELT's half batch at 1e-3 / sqrt(2) falls below lr_scale's 0.3; the space draws no batch of 16 for the
+    # adapter (its choices here: 8, 32), so it gets the higher rate only
+    assert [q["params"]["lr_scale"] for q in queue] == pytest.approx([2e-3 / reference, 0.3, 2.0])
+    assert [q["params"]["batch_size"] for q in queue] == [32, 16, 32]
+    assert [q["refines"]["factor"] for q in queue] == [2.0, float(f"{0.3 * reference / 1e-3:.2g}"), 2.0]
+    assert [q["refines"].get("batch_size") for q in queue] == [None, 16, None]
 
 
 def test_no_refinement_without_baselines_or_where_the_space_has_no_lr_scale(tmp_path):

@@ -25,10 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from autopelt.errors import UserError
-from autopelt.search.space_schema import layer_indices, method_fields, nested_field
+from autopelt.train.settings import TrialSettings
+from autopelt.search.space_schema import TRAIN_FIELDS, layer_indices, method_fields, nested_field
 from autopelt.search.space_tree import Choice, Parser, SpaceError, Tree, draw, draw_fields, free_mixtures, read_yaml
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
+# what a baseline trains with for a training field a space may draw (batch_size, weight_decay, ...): the defaults
+# (search/baselines.py sets only the rate and the epochs)
+BASELINE_TRAINING = {f.name: f.default for f in dataclasses.fields(TrialSettings)
+                     if f.name in TRAIN_FIELDS and f.name not in ("learning_rate", "epochs")}
 FORMAT_VERSION = 1  # part of the fingerprint: bump when the meaning of a file changes
 
 
@@ -127,7 +132,8 @@ class _NotDrawable(Exception):
 
 
 class _Replay:
-    """An Optuna-like trial that answers each draw with the value a given spec holds (for `params_for`)."""
+    """An Optuna-like trial that answers each draw with the value a given spec holds, and each training field
+    with what a baseline trains with (for `params_for`)."""
 
     def __init__(self, spec: dict, combination: str | None, num_layers: int):
         self.entries = {entry["method"]: entry for entry in spec["methods"]}
@@ -148,13 +154,18 @@ class _Replay:
         return self._number(name, low, high)
 
     def _number(self, name: str, low, high):
-        value = 1.0 if name == "lr_scale" else self._field(name)
+        if name == "lr_scale":
+            value = 1.0
+        else:
+            value = BASELINE_TRAINING[name] if name in BASELINE_TRAINING else self._field(name)
         if not isinstance(value, (int, float)) or not low <= value <= high:
             raise _NotDrawable(name)
         self.params[name] = value
         return value
 
     def _wanted(self, name: str, labels: list):
+        if name in BASELINE_TRAINING:
+            return BASELINE_TRAINING[name]
         if name == "methods":
             return self.combination
         if name.startswith("use."):

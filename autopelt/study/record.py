@@ -61,7 +61,8 @@ class TrialRecord:
     learning_rate: float | None = None  # the rate it trained at
     lr_choice: dict = field(default_factory=dict)  # how: {"how": "given" | "sweep", "seconds", "candidates", ...}
     lr_from: dict = field(default_factory=dict)  # a searched trial's rate: {"reference", "scale", "families"}
-    refines: dict = field(default_factory=dict)  # {"baseline", "factor"}: that baseline's delta at factor x its rate
+    refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"]}: that baseline's delta at
+    #                                              factor x its rate (and that batch size)
 
     @property
     def is_answer(self) -> bool:
@@ -89,7 +90,9 @@ class TrialRecord:
         if self.baseline:
             return f"#{self.number} [{self.baseline}] {summary}"
         if self.refines.get("baseline") and is_finite_number(self.refines.get("factor")):
-            return f"#{self.number} [{self.refines['baseline']} ×{self.refines['factor']:g} lr] {summary}"
+            batch = self.refines.get("batch_size")
+            batch = f", batch {batch}" if isinstance(batch, int) else ""
+            return f"#{self.number} [{self.refines['baseline']} ×{self.refines['factor']:g} lr{batch}] {summary}"
         return f"#{self.number} {summary}"
 
     @property
