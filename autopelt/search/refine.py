@@ -62,20 +62,21 @@ def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[d
         reference, _ = learning_rates.reference_rate(base.spec, rates)
         if reference is None:
             continue
-        bounds = base.distributions[SCALE]
-
-        def at(factor: float, **params) -> dict:
-            """Within the space's lr_scale range: the factor recorded is the one the trial gets."""
-            scale = min(max(factor * base.learning_rate / reference, bounds.low), bounds.high)
-            return {"params": {**base.params, **params, SCALE: scale},
-                    "refines": {"baseline": base.baseline, **params,
-                                "factor": float(f"{scale * reference / base.learning_rate:.2g}")}}
-
-        queue.append(at(FACTOR))
+        queue.append(_again(base, reference, FACTOR))
         half = _half_batch(base)
-        if half is not None:
-            queue.append(at((half / base.params[BATCH]) ** 0.5, **{BATCH: half}))  # the square-root rule
+        if half is not None:  # the square-root rule
+            queue.append(_again(base, reference, (half / base.params[BATCH]) ** 0.5, **{BATCH: half}))
     return queue
+
+
+def _again(base: TrialRecord, reference: float, factor: float, **params) -> dict:
+    """The baseline's delta at `factor` times its rate, within the space's lr_scale range around its families'
+    `reference` rate: the factor recorded is the one the trial gets."""
+    bounds = base.distributions[SCALE]
+    scale = min(max(factor * base.learning_rate / reference, bounds.low), bounds.high)
+    return {"params": {**base.params, **params, SCALE: scale},
+            "refines": {"baseline": base.baseline, **params,
+                        "factor": float(f"{scale * reference / base.learning_rate:.2g}")}}
 
 
 def _half_batch(base: TrialRecord) -> int | None:
