@@ -313,7 +313,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
                                                                   f"{100 * _std(diffs):.1f}"
         print(f"| {label} | {record.summary or '–'} | {record.learning_rate or float('nan'):.2g} | "
               f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
-              f"{100 * record.values[0]:.1f} | {100 * means[label]:.1f} ± {100 * _std(tests):.1f} | {delta} |")
+              f"{100 * study_dev(record, studies):.1f} | {100 * means[label]:.1f} ± {100 * _std(tests):.1f} | {delta} |")
     print()
     for name in ("autopelt", "random"):
         print(f"best dev against cumulative training seconds, {name}: {curve(studies[name], name)}")
@@ -321,16 +321,31 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print_targets(means)
 
 
+def study_dev(record, studies: dict) -> float:
+    """The dev metric the study picked by: a finalist's mean over its seeds (autopelt/search/confirm.py)."""
+    from autopelt.study import answers
+    from autopelt.study.record import read
+
+    for trials in studies.values():
+        records = [read(t) for t in trials]
+        if any(r.result_dir == record.result_dir for r in records):
+            return answers.dev_score(record, answers.seed_devs(records))
+    return record.values[0]
+
+
 def curve(trials: list, name: str) -> str:
     from autopelt.study.record import read
 
-    points, spent, best = [], 0.0, None
-    for trial in trials:
+    from autopelt.study import answers
+
+    points, spent, seen = [], 0.0, []
+    for trial in trials:  # the answer's dev as the study stood after each trial (a finalist's: its mean over seeds)
         record = read(trial)
+        seen.append(record)
         spent += seconds(trial) if not (name == "random" and record.baseline) else 0.0
-        if trial.state.name == "COMPLETE" and record.full_fidelity and (best is None or trial.values[0] > best):
-            best = trial.values[0]
-        points.append(f"{spent:.0f}s→{best:.3f}" if best is not None else f"{spent:.0f}s→–")
+        best = answers.best(seen)
+        dev = answers.dev_score(best, answers.seed_devs(seen)) if best else None
+        points.append(f"{spent:.0f}s→{dev:.3f}" if dev is not None else f"{spent:.0f}s→–")
     return ", ".join(points)
 
 

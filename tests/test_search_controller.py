@@ -6,6 +6,7 @@ else (the model config that counts deltas, the presets, the study) is the real s
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import time
@@ -131,7 +132,7 @@ def test_completed_trials_carry_the_design_attributes(tmp_path):
 
 
 def test_baselines_run_first_and_once_per_study(tmp_path):
-    study, control = make(tmp_path, baselines=True, budget=12)
+    study, control = make(tmp_path, baselines=True, budget=12, finalists=0)
     fakes.run_serially(control)
     trials = study.get_trials(deepcopy=False)
     assert [t.user_attrs.get("baseline") for t in trials[:6]] == list(BASELINES)
@@ -139,7 +140,7 @@ def test_baselines_run_first_and_once_per_study(tmp_path):
     assert all(t.state == TrialState.COMPLETE for t in trials[:6])
     assert [t.user_attrs.get("baseline") for t in trials[6:]] == [None] * 6
 
-    study, again = make(tmp_path, baselines=True, budget=14)
+    study, again = make(tmp_path, baselines=True, budget=14, finalists=0)
     fakes.run_serially(again)
     names = [t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)]
     assert sum(name is not None for name in names) == 6 and len(names) == 14
@@ -186,7 +187,7 @@ def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
 def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_study(tmp_path):
     # the fake baselines all "sweep" to SWEPT_RATE; LoRA (trial 1) and the adapter (trial 2) score best
     study, control = make(tmp_path, trials={1: {"quality": 0.9}, 2: {"quality": 0.8}}, baselines=True, budget=14,
-                          space="default")
+                          space="default", finalists=0)
     stoppable, next_trial = {}, control.next_trial
 
     def spy():
@@ -213,7 +214,7 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert refined[0].label == f"#6 [lora ×1.5 lr] {trials[1].summary}"
     assert refined[1].label == f"#7 [lora ×0.71 lr, batch 16] {trials[1].summary}"
 
-    study, again = make(tmp_path, baselines=True, budget=16, space="default")
+    study, again = make(tmp_path, baselines=True, budget=16, space="default", finalists=0)
     fakes.run_serially(again)
     assert sum(1 for t in read_all(study) if t.refines) == 4 and len(study.trials) == 16
 
@@ -371,7 +372,8 @@ def test_multi_objective_records_stored_params_and_a_pareto_front(tmp_path):
 
 
 def test_resuming_a_study_made_for_another_task_is_refused_and_changes_nothing(tmp_path):
-    make(tmp_path, budget=1, study_name="mine")
+    study, control = make(tmp_path, budget=1, study_name="mine")  # held: a collected engine checkpoints its WAL
+    gc.collect()  # the same for earlier tests' engines, before the bytes are read
     before = (tmp_path / "study.db").read_bytes()
     with pytest.raises(UserError, match="study 'mine' .* was made for task 'rte' \\(now 'mrpc'\\)"):
         open_study(prepare(search_options(tmp_path, task="mrpc", study_name="mine")))
@@ -468,3 +470,92 @@ def test_a_search_on_your_own_data_without_a_data_dir_is_one_line(tmp_path, monk
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--data-dir" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+class Tickets:
+    """Wraps a controller's next_trial: every ticket it hands out, by trial number."""
+
+    def __init__(self, control):
+        self.seen, self._next = {}, control.next_trial
+        control.next_trial = self
+
+    def __call__(self):
+        ticket = self._next()
+        if not isinstance(ticket, str):
+            self.seen[ticket.number] = ticket
+        return ticket
+
+
+def test_the_best_trials_run_again_with_the_next_seed_and_the_best_mean_dev_answers(tmp_path):
+    # 8 trials leave room for 2 finalists (a third of them, at most 3): #0 (0.9) and #1 (0.8) again as #6 and #7,
+    # where #0 scores 0.5 with seed 1000 (mean 0.7) and #1 0.8 (mean 0.8): #1 answers
+    qualities = {0: 0.9, 1: 0.8, 2: 0.5, 3: 0.5, 4: 0.5, 5: 0.5, 6: 0.5, 7: 0.8}
+    study, control = make(tmp_path, trials={n: {"quality": q} for n, q in qualities.items()}, budget=8)
+    tickets = Tickets(control)
+    assert control.plan.finalists == 2
+    assert fakes.run_serially(control) == 8 and control.next_trial() == DONE
+    trials = read_all(study)
+    finalists = [t for t in trials if t.confirms]
+    assert [(t.number, t.confirms) for t in finalists] == [(6, {"trial": 0, "seed": 1000}), (7, {"trial": 1, "seed": 1000})]
+    for final in finalists:
+        original = trials[final.confirms["trial"]]
+        settings, first = tickets.seen[final.number].settings, tickets.seen[original.number].settings
+        assert settings.seed == 1000 and settings.data_seed == 0 and first.seed == 0  # same rows, another seed
+        assert settings.spec == first.spec and settings.learning_rate == original.learning_rate
+        assert settings.batch_size == first.batch_size and not tickets.seen[final.number].stoppable
+        assert not final.is_answer and final.label.startswith(f"#{final.number} [#{original.number} again, seed 1000]")
+    assert answers.seed_devs(trials) == {0: pytest.approx([0.9, 0.5]), 1: pytest.approx([0.8, 0.8])}
+    assert [t.number for t in answers.ranked(trials)][:2] == [1, 0]  # finalists first, by their mean
+    assert answers.best(trials).number == 1
+
+    from autopelt.search.view import summary_lines
+
+    text = "\n".join(summary_lines(study, control.plan, 1.0))
+    assert "best: #1 " in text and "dev accuracy 0.8000 (mean of 0.8000, 0.8000)" in text
+    assert "finalists, trained again with seed 1000" in text
+
+
+def test_a_larger_budget_searches_on_and_ends_with_finalists_of_its_own(tmp_path):
+    study, control = make(tmp_path, trials={9: {"quality": 0.99}}, budget=8)
+    fakes.run_serially(control)
+    study, again = make(tmp_path, trials={9: {"quality": 0.99}}, budget=14)
+    fakes.run_serially(again)
+    trials = read_all(study)
+    # 14 leave room for 3: 3 more drawn (#8-#10), then the best 3 not trained again yet, #9 first
+    assert len(trials) == 14 and [t.number for t in trials if t.confirms] == [6, 7, 11, 12, 13]
+    assert trials[11].confirms["trial"] == 9
+    assert answers.best(trials).number == 9
+
+
+def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials(tmp_path):
+    from autopelt.search import confirm
+
+    study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.2} for n in range(7)}, budget="1h")
+    assert control.plan.finalists == 3
+    assert fakes.run_serially(control, stop_after=4) == 4
+    seconds = confirm.seconds_per_trial(study.get_trials(deepcopy=False))
+    room = confirm.time_room(study.get_trials(deepcopy=False), 3, 1)
+    assert seconds >= 0.6 and room == pytest.approx(3.5 * seconds)
+    control.started = time.monotonic() - (3600 - room + 0.1)  # inside the room: the best three again, then done
+    assert fakes.run_serially(control) == 3 and control.next_trial() == DONE
+    trials = read_all(study)
+    assert [t.confirms.get("trial") for t in trials[4:]] == [t.number for t in answers.ranked(trials[:4])[:3]]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+
+
+def test_without_finalists_or_an_answer_to_confirm_the_budget_is_all_search(tmp_path):
+    study, control = make(tmp_path, budget=6, finalists=0)
+    assert fakes.run_serially(control) == 6 and not any(t.confirms for t in read_all(study))
+
+    study, control = make(tmp_path / "stopped", budget=6)  # room for 2; the first 4 stopped early: no answer
+    for _ in range(4):
+        ticket = control.next_trial()
+        control.report(ticket.number, {"epoch": 1, "dev_metric": 0.5})
+        control.stop_early(ticket.number)
+    assert fakes.run_serially(control) == 2 and control.next_trial() == DONE
+    assert not any(t.confirms for t in read_all(study)) and len(study.trials) == 6
+
+
+def test_finalists_must_be_a_whole_number(tmp_path):
+    with pytest.raises(UserError, match="--finalists"):
+        prepare(search_options(tmp_path, finalists=-1, budget=8))

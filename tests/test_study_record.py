@@ -115,7 +115,7 @@ def test_new_trials_hold_the_attributes_old_ones_hold(old_url, tmp_path):
     fakes.script(tmp_path / "out", trials={3: {"mode": "nan"}})
     options = SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/new.db", out=str(tmp_path / "out"),
                             space=str(fakes.SPACE), data_dir=str(GLUE_DIR), budget=4, max_params="300k",
-                            cpus_per_trial=1, baselines=False)
+                            cpus_per_trial=1, baselines=False, finalists=0)
     plan = prepare(options)
     new = open_study(plan)
     control = Controller(new, plan)

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="do not run UniPELT and the single methods first (paper structure, learning rate swept)")
     what.add_argument("--sampler", choices=("tpe", "random"), default="tpe",
                       help="how deltas are drawn: Optuna's TPE (default) or uniformly at random")
+    what.add_argument("--finalists", type=int,
+                      help="at the end, train the best N trials again with another seed (--seed + 1000), inside the budget, and "
+                           "answer with the best mean dev; 0: none (default: 3, or --workers if more)")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
                       help="train every trial to its last epoch (no ASHA)")
 
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, ray_address=args.ray_address,
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
-        precision=args.precision, custom_task=custom_task_fields(args),
+        precision=args.precision, custom_task=custom_task_fields(args), finalists=args.finalists,
     )
     try:
         outcome = run_search(options)

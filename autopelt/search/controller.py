@@ -2,7 +2,7 @@
 what happened; it never trains anything itself.
 
 A trial's way through it: ask -> claim (exact trial budget, claims.py) -> draw a delta from the space, or
-the preset of a queued baseline -> count its parameters and refuse it if over --max-params (FAIL, draw
+the preset of a queued baseline, or a finalist's own delta (confirm.py) -> count its parameters and refuse it if over --max-params (FAIL, draw
 again: over-budget deltas never cost compute) -> its TrialSettings, built here and nowhere else, in a Ticket
 for the runner -> report per evaluation (intermediate values) -> finish (COMPLETE / FAIL), stop_early
 (PRUNED), or crash (FAIL). What it writes is the study record of autopelt/study/record.py.
@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
-from autopelt.search import claims, learning_rates, recovery, refine
+from autopelt.search import claims, confirm, learning_rates, recovery, refine
 from autopelt.search.baselines import baseline_hparams, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
@@ -45,8 +45,8 @@ class SearchStopped(RuntimeError):
 @dataclass(frozen=True)
 class Ticket:
     """One trial to run: the settings it trains with (to_dict/from_dict carry them to a worker), and whether a
-    scheduler may stop it early: never a baseline (it is what every searched delta is compared with) nor a
-    refinement (a few trials whose first epoch ranks rates poorly: refine.py)."""
+    scheduler may stop it early: never a baseline (it is what every searched delta is compared with), a
+    refinement (a few trials whose first epoch ranks rates poorly: refine.py) or a finalist (confirm.py)."""
 
     number: int
     settings: TrialSettings
@@ -55,6 +55,7 @@ class Ticket:
 
 WAIT = "wait"  # nothing to start now; ask again later (a running trial may still free budget)
 DONE = "done"  # nothing more to start in this process
+_ASK = "ask"  # a queued finalist waits to be asked
 
 
 @dataclass
@@ -86,6 +87,7 @@ class Controller:
         self._last_maintenance = 0.0
         self._multi = len(study.directions) > 1
         self._refinements_settled = not plan.baselines  # queued, or found queued, by this process
+        self._nothing_to_confirm = False  # the finalists' turn came and no trial answered the study
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -119,9 +121,17 @@ class Controller:
                     # an unmarked claim may be a killed controller's: wait until recovery can tell (its age)
                     return WAIT if self.running or recovery.unmarked(trials) else DONE
             self._queue_refinements(budget)
+            final = self._finalists(budget)
+            if final in (WAIT, DONE):
+                return final
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
-            if budget is not None and not claims.admitted(trial.number, trials, budget):
+            finalist = bool(record.confirms(trial))
+            if final == _ASK and not finalist:  # queued before the finalists, and now too late
+                self._fail(trial, claims.BUDGET_REACHED)
+                continue
+            limit = budget if finalist or budget is None else budget - self._trial_room(budget)
+            if budget is not None and not claims.admitted(trial.number, trials, limit):
                 self._fail(trial, claims.BUDGET_REACHED)
                 return WAIT
             baseline = record.baseline_of(trial)
@@ -144,10 +154,45 @@ class Controller:
             if not refine.due(trials, self.plan.baselines):
                 return
             counts = claims.tally(trials)
-            room = None if budget is None else max(0, budget - counts.trained - counts.running) // 2
+            room = None if budget is None else \
+                max(0, budget - self._trial_room(budget) - counts.trained - counts.running) // 2
             if refine.enqueue(self.study, trials, room):
                 log.info("queued the best baselines again at other learning rates")
         self._refinements_settled = True
+
+    def _trial_room(self, budget: int) -> int:
+        """Trials of a trial budget kept for the finalists (none once there was nothing to confirm)."""
+        if self._nothing_to_confirm:
+            return 0
+        return confirm.trial_room(budget, self.plan.finalists, len(self.plan.baselines))
+
+    def _finalists(self, budget: int | None) -> str | None:
+        """The search's last step (confirm.py). None: not there yet, draw on; _ASK: a queued finalist waits to
+        be asked; WAIT or DONE: what next_trial answers."""
+        if self.plan.finalists <= 0 or self._nothing_to_confirm:
+            return None
+        trials = self.study.get_trials(deepcopy=False)
+        if budget is not None:
+            room = self._trial_room(budget)
+            counts = claims.tally(trials)
+            if room <= 0 or counts.trained + counts.running < budget - room:
+                return None
+        else:
+            room = confirm.time_room(trials, self.plan.finalists, self.plan.options.workers)
+            if room is None or self.time_left() is None or self.time_left() > room:
+                return None
+        if not confirm.queued(trials):
+            if self.running:  # they may be finalists (other processes' trials are not waited for)
+                return WAIT
+            count = self.plan.finalists if budget is None else self._trial_room(budget)
+            if not confirm.enqueue(self.study, trials, count, confirm.seed_for(self.plan.options.seed)):
+                self._nothing_to_confirm = True  # no trial answers the study, or the best were trained again
+                return None
+            log.info("queued the best trials again with seed %d", confirm.seed_for(self.plan.options.seed))
+            trials = self.study.get_trials(deepcopy=False)
+        if confirm.waiting(trials):
+            return _ASK
+        return WAIT if self.running else DONE
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's
@@ -177,13 +222,22 @@ class Controller:
         self._rejections_in_row = 0
         max_fidelity = int(plan.options.epochs or hparams.get("epochs") or plan.epochs)
         hparams = {**hparams, "epochs": max_fidelity}
-        settings = self.trial_settings(spec.to_dict(), hparams, plan.out_dir / f"trial-{trial.number:05d}")
+        seed = record.confirms(trial).get("seed")
+        settings = self.trial_settings(spec.to_dict(), hparams, plan.out_dir / f"trial-{trial.number:05d}",
+                                       seed=seed if isinstance(seed, int) else None)
         record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
                                            hparams))
         self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
-        return Ticket(trial.number, settings, stoppable=baseline is None and not record.is_refinement(trial))
+        stoppable = baseline is None and not record.is_refinement(trial) and not record.confirms(trial)
+        return Ticket(trial.number, settings, stoppable=stoppable)
 
     def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
+        again = record.confirms(trial).get("trial")
+        if again is not None:
+            original = next((t for t in self.study.get_trials(deepcopy=False) if t.number == again), None)
+            if original is None:
+                raise UserError(f"trial {again}, queued as a finalist, is not in the study")
+            return confirm.settings_of(record.read(original))
         if baseline:
             if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")
@@ -196,14 +250,15 @@ class Controller:
             record.write(trial, record.attrs(lr_from=lr_from))
         return spec, hparams
 
-    def trial_settings(self, spec: dict, hparams: dict, out_dir) -> TrialSettings:
-        """Everything a trial of this search trains with: the study's task, model, data and seed, the delta, and
-        the training hyper-parameters drawn for it (names of TrialSettings). The train/dev rows come from the
-        study's seed (`data_seed`), so every trial sees the same ones."""
+    def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None) -> TrialSettings:
+        """Everything a trial of this search trains with: the study's task, model, data and seed (a finalist's
+        own `seed`), the delta, and the training hyper-parameters drawn for it (names of TrialSettings). The
+        train/dev rows come from the study's seed (`data_seed`), so every trial sees the same ones."""
         plan = self.plan
         return TrialSettings(
             task=plan.task, spec=spec, custom_task=plan.options.custom_task, model=plan.model, data_dir=plan.data_dir,
-            protocol=plan.options.k or "full", seed=plan.options.seed, data_seed=plan.options.seed,
+            protocol=plan.options.k or "full", seed=plan.options.seed if seed is None else seed,
+            data_seed=plan.options.seed,
             precision=plan.options.precision, out_dir=str(out_dir), **hparams,
         )
 

@@ -46,6 +46,7 @@ class SearchOptions:
     sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
     precision: str = "auto"  # of every trial: auto (bf16 where the trial's device runs it natively), fp32, bf16, fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
+    finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
 
 
 @dataclass
@@ -70,6 +71,7 @@ class SearchPlan:
     cpus_per_trial: float
     data_dir: str | None  # absolute: Ray workers run elsewhere
     gpus_per_trial: float = 0
+    finalists: int = 0  # the best trials trained again with another seed at the end of the search (confirm.py)
 
     @property
     def num_layers(self) -> int:
@@ -108,6 +110,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     model_config = load_config(model, task.num_labels)
     gpus_per_trial = _gpus_per_trial(options)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
+    baselines = baselines_for(budget) if options.baselines else []
+    finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
     if data_dir is None:  # last: the slowest check (online, the task is downloaded here, once, for every trial)
         _check_hub_data(task)
@@ -117,8 +121,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
         param_limit=param_limit, epochs=epochs,
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
-        baselines=baselines_for(budget) if options.baselines else [],
-        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
+        baselines=baselines, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
+        finalists=finalists,
     )
 
 
@@ -135,8 +139,20 @@ def _check_numbers(options: SearchOptions) -> None:
         raise UserError("--k must be a positive number of training examples")
     if options.sampler not in ("tpe", "random"):
         raise UserError(f"--sampler must be tpe or random, not {options.sampler!r}")
+    if options.finalists is not None and (isinstance(options.finalists, bool) or not isinstance(options.finalists, int)
+                                          or options.finalists < 0):
+        raise UserError(f"--finalists must be a whole number, 0 or more, not {options.finalists!r}")
     if options.precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")
+
+
+def _finalists(options: SearchOptions, budget: Budget, baselines: int) -> int:
+    """How many of the best trials the search trains again at its end: as asked, else a whole number of rounds
+    on the workers (at least 3); on a trial budget no more than it has room for (confirm.trial_room)."""
+    from autopelt.search import confirm
+
+    count = confirm.default_count(options.workers) if options.finalists is None else options.finalists
+    return count if isinstance(budget, TimeBudget) else confirm.trial_room(budget.trials, count, baselines)
 
 
 def _task(name: str, custom: dict | None):

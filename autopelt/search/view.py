@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.models import model_name
+from autopelt.search import confirm
 from autopelt.search.budget import TrialBudget, format_duration
 from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
 from autopelt.search.plan import SearchPlan
@@ -67,8 +68,9 @@ class LiveView:
                   f"{outcome:<14} {self._best():<18} {format_duration(elapsed)} / {self._eta(elapsed)}")
 
     def _best(self) -> str:
-        best = answers.best(read_all(self.study))
-        return f"{best.values[0]:.4f} (#{best.number})" if best else "-"
+        trials = read_all(self.study)
+        best = answers.best(trials)
+        return f"{answers.dev_score(best, answers.seed_devs(trials)):.4f} (#{best.number})" if best else "-"
 
     def _eta(self, elapsed: float) -> str:
         budget = self.plan.budget
@@ -94,7 +96,11 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     if rejected:
         lines.append(f"{rejected} delta(s) over --max-params {plan.param_limit} were recorded as FAIL, never trained")
     best = answers.best(trials)
-    lines.append(f"best: {_trial_text(best, plan)}" if best else "best: no trial completed yet")
+    devs = answers.seed_devs(trials)
+    lines.append(f"best: {_trial_text(best, plan, devs)}" if best else "best: no trial completed yet")
+    if devs:
+        lines.append(f"finalists, trained again with seed {confirm.seed_for(plan.options.seed)}; the best mean dev answers:")
+        lines += [f"  {_trial_text(t, plan, devs)}" for t in answers.ranked(trials)[:len(devs)]]
     front = answers.pareto_front(trials) if len(study.directions) > 1 else []
     if front:
         lines.append(f"Pareto front (dev {plan.metric} up, stored params % down), {len(front)} trial(s):")
@@ -122,13 +128,17 @@ def next_commands(plan: SearchPlan) -> list[str]:
 def baseline_cost(trials: list[TrialRecord]) -> str:
     """What the baselines cost and what the search had: trials, wall time, the learning-rate sweeps' share."""
     base = [t for t in trials if t.baseline and t.seconds]
-    searched = [t for t in trials if not t.baseline and t.seconds]
+    final = [t for t in trials if t.confirms and t.seconds]
+    searched = [t for t in trials if not t.baseline and not t.confirms and t.seconds]
     base_seconds, searched_seconds = sum(t.seconds for t in base), sum(t.seconds for t in searched)
+    final_seconds = sum(t.seconds for t in final)
+    total = base_seconds + searched_seconds + final_seconds
     sweeps = sum(float(t.lr_choice.get("seconds") or 0.0) for t in base)
-    share = 100 * base_seconds / (base_seconds + searched_seconds) if base_seconds + searched_seconds else 0.0
-    return (f"baselines: {len(base)} trials, {format_duration(base_seconds)} ({share:.0f}% of the trial time; "
+    share = 100 * base_seconds / total if total else 0.0
+    text = (f"baselines: {len(base)} trials, {format_duration(base_seconds)} ({share:.0f}% of the trial time; "
             f"{format_duration(sweeps)} of it choosing learning rates) · searched: {len(searched)} trials, "
             f"{format_duration(searched_seconds)}")
+    return text + (f" · finalists again: {len(final)} trials, {format_duration(final_seconds)}" if final else "")
 
 
 def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
@@ -149,7 +159,7 @@ def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
     return lines
 
 
-def _trial_text(trial: TrialRecord, plan: SearchPlan) -> str:
+def _trial_text(trial: TrialRecord, plan: SearchPlan, devs: dict[int, list[float]] | None = None) -> str:
     rate = f", lr {trial.learning_rate:.2g}" if trial.learning_rate else ""
     if rate and trial.lr_choice.get("how") == "sweep":
         rate += f" swept from {len(trial.lr_choice.get('candidates') or {})}"
@@ -157,6 +167,10 @@ def _trial_text(trial: TrialRecord, plan: SearchPlan) -> str:
     if trial.state == TrialState.COMPLETE:
         test = trial.test_value(plan.metric)
         tail = f", test {test:.4f}" if test is not None else ""
+        seeds = (devs or {}).get(trial.number)
+        if seeds:
+            each = ", ".join(f"{value:.4f}" for value in seeds)
+            return f"{head}: dev {plan.metric} {sum(seeds) / len(seeds):.4f} (mean of {each}){tail} (seed {plan.options.seed})"
         return f"{head}: dev {plan.metric} {trial.values[0]:.4f}{tail}"
     return f"{head}: {_outcome(trial)}"
 
@@ -165,6 +179,8 @@ def _summary(trial: TrialRecord) -> str:
     text = trial.summary or "?"
     if trial.baseline:
         text = f"[{trial.baseline}] {text}"
+    elif trial.confirms:
+        text = f"[#{trial.confirms.get('trial')} again] {text}"
     return text if len(text) <= SUMMARY_WIDTH else text[: SUMMARY_WIDTH - 1] + "…"
 
 

@@ -4,6 +4,10 @@ Only answer trials count (`TrialRecord.is_answer`: COMPLETE at full fidelity wit
 has the best dev metric; ties, common at chance level, go to the smaller delta (fewer stored parameters), then
 to the earlier trial. The search's summary, `autopelt export`, the report and the dashboard launcher all call
 `best`, so they name the same trial.
+
+Finalists come first. A search ends by training its best few trials again with another seed (confirm.py): one
+seed's dev metric picks the luckiest of deltas a point apart, not the best. A finalist's dev metric is then the
+mean over its seeds, and finalists rank before every other trial, whose single seed would otherwise win on luck.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from optuna.trial import TrialState
+
+from autopelt.numbers import is_finite_number
 from autopelt.study.record import TrialRecord
 
 
@@ -21,13 +28,34 @@ def maximizes(study) -> bool:
     return study.directions[0] == StudyDirection.MAXIMIZE
 
 
+def seed_devs(records: Iterable[TrialRecord]) -> dict[int, list[float]]:
+    """{trial number: its dev metric and those of its finished confirmations, seed by seed} for every answer trial
+    that has at least one (confirm.py); other trials are absent."""
+    records = list(records)
+    again: dict[int, list[float]] = {}
+    for r in records:
+        trial = r.confirms.get("trial")
+        if isinstance(trial, int) and r.state == TrialState.COMPLETE and r.full_fidelity and r.values \
+                and is_finite_number(r.values[0]):
+            again.setdefault(trial, []).append(float(r.values[0]))
+    return {r.number: [float(r.values[0]), *again[r.number]] for r in records if r.is_answer and r.number in again}
+
+
+def dev_score(record: TrialRecord, devs: dict[int, list[float]]) -> float:
+    """The dev metric ranked by: the mean over seeds for a finalist (`seed_devs`), else the trial's own."""
+    seeds = devs.get(record.number)
+    return sum(seeds) / len(seeds) if seeds else float(record.values[0])
+
+
 def ranked(records: Iterable[TrialRecord], maximize: bool = True) -> list[TrialRecord]:
-    """Answer trials, best first."""
+    """Answer trials, best first: finalists by their mean dev over seeds, then the rest by their dev."""
+    records = list(records)
+    devs = seed_devs(records)
     sign = 1 if maximize else -1
 
     def key(record: TrialRecord) -> tuple:
         size = record.params_pct if record.params_pct is not None else math.inf
-        return -sign * record.values[0], size, record.number
+        return record.number not in devs, -sign * dev_score(record, devs), size, record.number
 
     return sorted((r for r in records if r.is_answer), key=key)
 

@@ -63,13 +63,15 @@ class TrialRecord:
     lr_from: dict = field(default_factory=dict)  # a searched trial's rate: {"reference", "scale", "families"}
     refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"]}: that baseline's delta at
     #                                              factor x its rate (and that batch size)
+    confirms: dict = field(default_factory=dict)  # {"trial", "seed"}: that trial's delta, rate and batch again
+    #                                               with another training seed (confirm.py); never an answer
 
     @property
     def is_answer(self) -> bool:
         """COMPLETE, trained to full fidelity, with a finite dev metric: a trial that answers the study.
         Early-stopped and failed trials appear in histories and counts, never as an answer."""
         return self.state == TrialState.COMPLETE and self.full_fidelity and bool(self.values) \
-            and is_finite_number(self.values[0])
+            and is_finite_number(self.values[0]) and not self.confirms
 
     @property
     def dev_value(self) -> float | None:
@@ -87,6 +89,8 @@ class TrialRecord:
         """`#9 lora r8 + prefix L10`, `#0 [unipelt_apl] ...` for a baseline, `#7 [lora ×2 lr] lora r8` for a
         baseline's delta at another rate (refine.py)."""
         summary = self.summary or "?"
+        if is_finite_number(self.confirms.get("trial")):
+            return f"#{self.number} [#{self.confirms['trial']} again, seed {self.confirms.get('seed')}] {summary}"
         if self.baseline:
             return f"#{self.number} [{self.baseline}] {summary}"
         if self.refines.get("baseline") and is_finite_number(self.refines.get("factor")):
@@ -134,7 +138,7 @@ def read(trial: FrozenTrial) -> TrialRecord:
         peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
         precision=_text(a.get("precision")), learning_rate=_number(a.get("learning_rate")),
         lr_choice=_mapping(a.get("lr_choice")), lr_from=_mapping(a.get("lr_from")),
-        refines=_mapping(a.get("refines")),
+        refines=_mapping(a.get("refines")), confirms=_mapping(a.get("confirms")),
     )
 
 
@@ -146,6 +150,12 @@ def baseline_of(trial) -> str | None:
 def is_refinement(trial) -> bool:
     """A trial (live optuna.Trial or FrozenTrial) that re-runs a baseline's delta at another rate (refine.py)."""
     return bool(_mapping(trial.user_attrs.get("refines")))
+
+
+def confirms(trial) -> dict:
+    """{"trial", "seed"} of a trial (live optuna.Trial or FrozenTrial) that trains a finalist again (confirm.py);
+    else {}."""
+    return _mapping(trial.user_attrs.get("confirms"))
 
 
 def is_drawn_baseline(trial) -> bool:
@@ -271,7 +281,11 @@ def queued_baseline(name: str, drawn: bool = False) -> dict:
 def requeued(trial: FrozenTrial) -> dict:
     """A queued re-run of an interrupted trial: which one it replaces, and its baseline if it was one."""
     old = read(trial)
-    values = attrs(retry_of=trial.number, refines=old.refines) if old.refines else attrs(retry_of=trial.number)
+    values = attrs(retry_of=trial.number)
+    if old.refines:
+        values["refines"] = old.refines
+    if old.confirms:
+        values["confirms"] = old.confirms
     return {**values, **queued_baseline(old.baseline, old.baseline_drawn)} if old.baseline else values
 
 
