@@ -203,3 +203,21 @@ def test_protocol_text():
     assert protocol_text({"name": "full"}) == "full"
     assert protocol_text({"name": "k-shot", "k": 100}) == "k-shot (k=100)"
     assert protocol_text(None) == "?" and protocol_text("full") == "full"
+
+
+def test_finalists_rank_first_by_their_mean_dev_and_show_it():
+    from autopelt.study import answers
+    from autopelt.study.record import TrialRecord
+
+    def trial(number, dev, **fields):
+        return TrialRecord(number=number, state=TrialState.COMPLETE, values=(dev,), full_fidelity=True,
+                           params_pct=0.3, summary=f"delta {number}", **fields)
+
+    # #0 and #1 were trained again (#3, #4); #2, better on its one seed, was not
+    records = [trial(0, 0.90), trial(1, 0.80), trial(2, 0.88), trial(3, 0.60, confirms={"trial": 0, "seed": 1000}),
+               trial(4, 0.84, confirms={"trial": 1, "seed": 1000})]
+    assert answers.seed_devs(records) == {0: [0.90, 0.60], 1: [0.80, 0.84]}
+    assert [r.number for r in answers.ranked(records)] == [1, 0, 2]  # a re-run is never an answer itself
+    rows = top_trials(records, "accuracy")
+    assert [(r.number, round(r.dev, 4)) for r in rows] == [(1, 0.82), (0, 0.75), (2, 0.88)]
+    assert rows[0].note.startswith("finalist: mean dev of 2 seeds (0.8000, 0.8400)") and "finalist" not in rows[2].note

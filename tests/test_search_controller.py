@@ -516,9 +516,10 @@ def test_the_best_trials_run_again_with_the_next_seed_and_the_best_mean_dev_answ
 
 
 def test_a_larger_budget_searches_on_and_ends_with_finalists_of_its_own(tmp_path):
-    study, control = make(tmp_path, trials={9: {"quality": 0.99}}, budget=8)
+    qualities = {n: {"quality": 0.99 if n in (9, 11) else 0.5} for n in range(14)}  # #11: #9 again
+    study, control = make(tmp_path, trials=qualities, budget=8)
     fakes.run_serially(control)
-    study, again = make(tmp_path, trials={9: {"quality": 0.99}}, budget=14)
+    study, again = make(tmp_path, trials=qualities, budget=14)
     fakes.run_serially(again)
     trials = read_all(study)
     # 14 leave room for 3: 3 more drawn (#8-#10), then the best 3 not trained again yet, #9 first
@@ -559,3 +560,17 @@ def test_without_finalists_or_an_answer_to_confirm_the_budget_is_all_search(tmp_
 def test_finalists_must_be_a_whole_number(tmp_path):
     with pytest.raises(UserError, match="--finalists"):
         prepare(search_options(tmp_path, finalists=-1, budget=8))
+
+
+def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_running_trial(tmp_path):
+    from autopelt.search import confirm
+
+    study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
+    fakes.run_serially(control, stop_after=3)
+    running = control.next_trial()  # a searched trial another worker is still training
+    room = confirm.time_room(study.get_trials(deepcopy=False), control.plan.finalists, 1)
+    control.started = time.monotonic() - (3600 - room + 0.1)
+    ticket = control.next_trial()
+    assert not isinstance(ticket, str) and ticket.settings.seed == 1000 and not ticket.stoppable
+    assert read_all(study)[ticket.number].confirms["trial"] in {0, 1, 2}
+    control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))

@@ -147,3 +147,11 @@ def test_an_attribute_name_the_record_does_not_know_is_refused():
     assert record.attrs(fidelity=2, fail_reason="x") == {"fidelity": 2, "fail_reason": "x"}
     with pytest.raises(KeyError, match="'fidelty' is not a trial attribute"):
         record.attrs(fidelty=2)
+
+
+def test_an_interrupted_finalist_runs_again_as_a_finalist():
+    frozen = create_trial(state=TrialState.FAIL, user_attrs={"confirms": {"trial": 3, "seed": 1000},
+                                                             "fail_reason": "interrupted"})
+    frozen.number = 7
+    assert record.requeued(frozen) == {"retry_of": 7, "confirms": {"trial": 3, "seed": 1000}}
+    assert record.read(frozen).confirms == {"trial": 3, "seed": 1000} and not record.read(frozen).is_answer

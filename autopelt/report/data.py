@@ -131,8 +131,20 @@ def baseline_comparison(trials: Iterable[TrialRecord], metric: str, maximize: bo
 
 
 def top_trials(trials: Iterable[TrialRecord], metric: str, maximize: bool = True, limit: int = 10) -> list[Row]:
-    """The best answer trials, best first (the ranking of autopelt/study/answers.py)."""
-    return [row(t, metric) for t in answers.ranked(trials, maximize)[:limit]]
+    """The best answer trials, best first (the ranking of autopelt/study/answers.py); a finalist with its mean dev
+    over seeds, the one it was ranked by."""
+    trials = list(trials)
+    devs = answers.seed_devs(trials)
+    rows = []
+    for trial in answers.ranked(trials, maximize)[:limit]:
+        entry = row(trial, metric)
+        seeds = devs.get(trial.number)
+        if seeds:
+            each = ", ".join(f"{value:.4f}" for value in seeds)
+            note = f"finalist: mean dev of {len(seeds)} seeds ({each})"
+            entry = replace(entry, dev=answers.dev_score(trial, devs), note=f"{note}; {entry.note}" if entry.note else note)
+        rows.append(entry)
+    return rows
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,18 @@ One seed's dev metric picks the luckiest delta, not the best. On SST-2 K=1000 (R
 within about a point of each other and one seed's dev moves by ±1.5: the study's best dev, the adapter at 1.5x
 its rate (86.1), tested 78.4 over seeds 1-5, below tuned LoRA's 79.4. Over ten deltas trained with five seeds,
 one seed's dev ranks their test accuracy with Spearman's rho 0.29, the mean dev of two seeds with 0.74
-(`bench/dev_ranks_test.py`). So the budget keeps room for the finalists: when the rest of it is spent and no
-other trial is running, the best `finalists` answer trials (`answers.ranked`) are queued once more, each with
+(`bench/dev_ranks_test.py`). So the budget keeps room for the finalists: when the rest of it is spent (on a
+trial budget, once this process's trials have finished, so they can be finalists), the best `finalists` answer
+trials (`answers.ranked`) are queued once more, each with
 its own delta, learning rate and batch size, the study's rows, and training seed `--seed` + 1000 (far from the
 1, 2, 3, ... of `autopelt export --reseed` and of a user's seed sweep, so that re-running the answer with those
 shares no run with its selection). They are never stopped early, and the answer is the finalist with the best
 mean dev (answers.py).
 
 The room: on a trial budget, `finalists` trials of it; on a wall-time budget, enough time for them to train on
-the workers, in rounds, after the trials still running finish (half a round): measured from the study's own
-trials trained to the end (their wall time without a learning-rate sweep). Until a trial has finished there is
-no measure, and the search runs on.
+the workers in rounds, plus half a round for the trials still running when it begins (a worker takes a finalist
+when it is free): measured from the study's own trials trained to the end (their wall time without a
+learning-rate sweep). Until a trial has finished there is no measure, and the search runs on.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Iterable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autopelt.errors import UserError
 from autopelt.search.claims import ALIVE
-
 from autopelt.study import answers, record
 from autopelt.study.record import TrialRecord
 
@@ -41,12 +42,13 @@ def seed_for(study_seed: int) -> int:
 
 
 def default_count(workers: int) -> int:
+    """--finalists when not given: 3, rounded up to whole rounds of the workers (4 on 2 workers)."""
     return workers * math.ceil(PER_WORKER / workers)
 
 
 def trial_room(budget: int, finalists: int, baselines: int) -> int:
     """Finalists a trial budget keeps room for: at most a third of what the baselines leave, so a study of 20
-    trials still searches (6 baselines, 4 finalists, and up to 4 refinements leave 6 drawn deltas)."""
+    trials still searches (6 baselines, 3 finalists and up to 4 refinements leave 7 drawn deltas)."""
     return max(0, min(finalists, (budget - baselines) // 3))
 
 
@@ -104,5 +106,5 @@ def settings_of(original: TrialRecord) -> tuple[dict, dict]:
     """(spec, hparams) a finalist trains with again: the trial's own, at the learning rate it trained at (a
     baseline's sweep is not run twice)."""
     if not original.spec or original.learning_rate is None:
-        raise ValueError(f"trial {original.number} recorded no delta or learning rate to train again")
+        raise UserError(f"trial {original.number} recorded no delta or learning rate to train again")
     return original.spec, {**original.hparams, "learning_rate": original.learning_rate}

@@ -182,8 +182,8 @@ class Controller:
             if room is None or self.time_left() is None or self.time_left() > room:
                 return None
         if not confirm.queued(trials):
-            if self.running:  # they may be finalists (other processes' trials are not waited for)
-                return WAIT
+            if self.running and budget is not None:  # they may be finalists; on a wall-time budget the
+                return WAIT  # finalists start at once (other processes' trials are never waited for)
             count = self.plan.finalists if budget is None else self._trial_room(budget)
             if not confirm.enqueue(self.study, trials, count, confirm.seed_for(self.plan.options.seed)):
                 self._nothing_to_confirm = True  # no trial answers the study, or the best were trained again

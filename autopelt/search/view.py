@@ -44,10 +44,14 @@ class LiveView:
         if queued_baselines:
             self.echo(f"baselines queued: {', '.join(queued_baselines)} — each keeps its paper structure and chooses "
                       f"its learning rate by a sweep, about 1.5-2 trials of compute")
+        final = f" + {plan.finalists} finalists" if plan.finalists else ""
         if isinstance(plan.budget, TrialBudget) and plan.baselines:
-            searched = max(plan.budget.trials - len(plan.baselines), 0)
-            self.echo(f"budget: {len(plan.baselines)} baseline trials + {searched} searched deltas; searched deltas "
-                      f"train at the rates the baselines chose for their methods, times a drawn lr_scale")
+            searched = max(plan.budget.trials - len(plan.baselines) - plan.finalists, 0)
+            self.echo(f"budget: {len(plan.baselines)} baseline trials + {searched} searched deltas{final}; searched "
+                      f"deltas train at the rates the baselines chose for their methods, times a drawn lr_scale")
+        if plan.finalists:
+            self.echo(f"at the end: the best {plan.finalists} trials again with seed "
+                      f"{confirm.seed_for(plan.options.seed)}, inside the budget; the best mean dev answers")
         self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {'dev ' + plan.metric[:8]:<14} "
                   f"{'best so far':<18} elapsed / ETA")
 
