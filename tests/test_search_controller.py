@@ -496,7 +496,8 @@ def test_the_best_trials_run_again_with_the_next_seed_and_the_best_mean_dev_answ
     assert fakes.run_serially(control) == 8 and control.next_trial() == DONE
     trials = read_all(study)
     finalists = [t for t in trials if t.confirms]
-    assert [(t.number, t.confirms) for t in finalists] == [(6, {"trial": 0, "seed": 1000}), (7, {"trial": 1, "seed": 1000})]
+    assert [(t.number, t.confirms) for t in finalists] == [(6, {"trial": 0, "seed": 1000}),
+                                                           (7, {"trial": 1, "seed": 1000})]
     for final in finalists:
         original = trials[final.confirms["trial"]]
         settings, first = tickets.seen[final.number].settings, tickets.seen[original.number].settings

@@ -26,6 +26,7 @@ from support import fakes
 from autopelt.delta.presets import BASELINES
 from autopelt.search import claims
 from autopelt.search.run import SearchOptions, run_search
+from autopelt.study.record import read_all
 
 ray = pytest.importorskip("ray")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -42,7 +43,8 @@ def ray_address():
 
 def options(tmp_path: Path, **changes) -> SearchOptions:
     base = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
-            "cpus_per_trial": 1, "space": str(fakes.SPACE), "data_dir": str(GLUE_DIR), "baselines": False}
+            "cpus_per_trial": 1, "space": str(fakes.SPACE), "data_dir": str(GLUE_DIR), "baselines": False,
+            "finalists": 0}
     return SearchOptions(**{**base, **changes})
 
 
@@ -109,6 +111,16 @@ def test_asha_stops_a_bad_trial_early_and_best_ignores_it(tmp_path, ray_address)
     assert len(by_state(study, TrialState.COMPLETE)) == 3
     assert outcome.best.number == 3 and outcome.best.fidelity == 9
     assert any("stopped " in line and f"#{pruned.number}" in line for line in lines)
+
+
+def test_finalists_train_the_best_trial_again_on_a_ray_worker_with_their_own_seed(tmp_path, ray_address):
+    qualities = {0: {"quality": 0.7}, 1: {"quality": 0.9}, 2: {"quality": 0.6}, 3: {"quality": 0.88}}
+    outcome, lines = search(tmp_path, 0.0, qualities, budget=4, workers=1, finalists=1, early_stopping=False)
+    records = read_all(outcome.study)
+    assert [r.confirms for r in records] == [{}, {}, {}, {"trial": 1, "seed": 1000}]
+    assert [call["seed"] for call in calls(tmp_path)] == [0, 0, 0, 1000]
+    assert outcome.best.number == 1  # the answer is the confirmed trial, never its re-run
+    assert any("finalist" in line for line in lines)
 
 
 def test_over_budget_samples_never_train(tmp_path, ray_address):

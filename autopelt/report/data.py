@@ -142,7 +142,8 @@ def top_trials(trials: Iterable[TrialRecord], metric: str, maximize: bool = True
         if seeds:
             each = ", ".join(f"{value:.4f}" for value in seeds)
             note = f"finalist: mean dev of {len(seeds)} seeds ({each})"
-            entry = replace(entry, dev=answers.dev_score(trial, devs), note=f"{note}; {entry.note}" if entry.note else note)
+            note = f"{note}; {entry.note}" if entry.note else note
+            entry = replace(entry, dev=answers.dev_score(trial, devs), note=note)
         rows.append(entry)
     return rows
 

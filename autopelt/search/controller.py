@@ -2,10 +2,10 @@
 what happened; it never trains anything itself.
 
 A trial's way through it: ask -> claim (exact trial budget, claims.py) -> draw a delta from the space, or
-the preset of a queued baseline, or a finalist's own delta (confirm.py) -> count its parameters and refuse it if over --max-params (FAIL, draw
-again: over-budget deltas never cost compute) -> its TrialSettings, built here and nowhere else, in a Ticket
-for the runner -> report per evaluation (intermediate values) -> finish (COMPLETE / FAIL), stop_early
-(PRUNED), or crash (FAIL). What it writes is the study record of autopelt/study/record.py.
+the preset of a queued baseline, or a finalist's own delta (confirm.py) -> count its parameters and refuse it
+if over --max-params (FAIL, draw again: over-budget deltas never cost compute) -> its TrialSettings, built
+here and nowhere else, in a Ticket for the runner -> report per evaluation (intermediate values) -> finish
+(COMPLETE / FAIL), stop_early (PRUNED), or crash (FAIL). What it writes is the study record of autopelt/study/record.py.
 """
 
 from __future__ import annotations

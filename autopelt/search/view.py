@@ -103,7 +103,8 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     devs = answers.seed_devs(trials)
     lines.append(f"best: {_trial_text(best, plan, devs)}" if best else "best: no trial completed yet")
     if devs:
-        lines.append(f"finalists, trained again with seed {confirm.seed_for(plan.options.seed)}; the best mean dev answers:")
+        again = confirm.seed_for(plan.options.seed)
+        lines.append(f"finalists, trained again with seed {again}; the best mean dev answers:")
         lines += [f"  {_trial_text(t, plan, devs)}" for t in answers.ranked(trials)[:len(devs)]]
     front = answers.pareto_front(trials) if len(study.directions) > 1 else []
     if front:
@@ -174,7 +175,8 @@ def _trial_text(trial: TrialRecord, plan: SearchPlan, devs: dict[int, list[float
         seeds = (devs or {}).get(trial.number)
         if seeds:
             each = ", ".join(f"{value:.4f}" for value in seeds)
-            return f"{head}: dev {plan.metric} {sum(seeds) / len(seeds):.4f} (mean of {each}){tail} (seed {plan.options.seed})"
+            tail = f"{tail} (seed {plan.options.seed})" if tail else ""
+            return f"{head}: dev {plan.metric} {sum(seeds) / len(seeds):.4f} (mean of {each}){tail}"
         return f"{head}: dev {plan.metric} {trial.values[0]:.4f}{tail}"
     return f"{head}: {_outcome(trial)}"
 

@@ -48,7 +48,8 @@ def fake_trial(settings, report: Callable[[dict], None]) -> dict:
     out = Path(settings.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     call = {"spec": settings.spec, "device": settings.device, "threads": settings.threads,
-            "learning_rate": settings.learning_rate, "pid": os.getpid(), "omp": os.environ.get("OMP_NUM_THREADS")}
+            "learning_rate": settings.learning_rate, "seed": settings.seed, "pid": os.getpid(),
+            "omp": os.environ.get("OMP_NUM_THREADS")}
     (out / "fake_call.json").write_text(json.dumps(call))
     plan = _script(out)
     mine = plan["trials"].get(str(int(out.name.rsplit("-", 1)[-1])), {})
