@@ -67,7 +67,7 @@ def summarise(name: str, storage: str, search_ended: datetime | None = None) -> 
     from optuna.trial import TrialState
 
     from autopelt.study import answers
-    from autopelt.study.record import read
+    from autopelt.study.record import CUT_BY_DEADLINE, read
 
     study = optuna.load_study(study_name=_study(name), storage=storage)
     records = {t.number: read(t) for t in study.trials}
@@ -86,7 +86,7 @@ def summarise(name: str, storage: str, search_ended: datetime | None = None) -> 
     gaps = [(b.datetime_start - a.datetime_complete).total_seconds() for a, b in zip(finished, finished[1:])]
     durations = [(t.datetime_complete - t.datetime_start).total_seconds() for t in finished]
     states = [t.state for t in finished]
-    timed_out = sum(records[t.number].stopped_by == "time budget" for t in finished)
+    timed_out = sum(records[t.number].stopped_by in CUT_BY_DEADLINE for t in finished)
     cut = sum(records[t.number].fail_reason == "interrupted" for t in finished)  # by the deadline, in epoch 1
     return {
         "name": name, "curve": curve, "best": best, "baselines": baselines, "spent": spent,

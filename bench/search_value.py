@@ -280,7 +280,7 @@ def metric_of(storage: str, name: str) -> str:
 
 
 def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, full: float) -> None:
-    from autopelt.study.record import read
+    from autopelt.study.record import CUT_BY_DEADLINE, read
 
     print()
     print(f"## {args.task} · K={args.k} · {args.epochs} epochs · test {metric}, seeds 1-{args.seeds} on the "
@@ -292,7 +292,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     for name, trials in studies.items():
         own = [t for t in trials if not (name == "random" and t.user_attrs.get("baseline"))]
         states = [t.state.name for t in own]
-        timed = sum(read(t).stopped_by == "time budget" for t in own)  # pruned at the deadline
+        timed = sum(read(t).stopped_by in CUT_BY_DEADLINE for t in own)  # pruned at the deadline
         interrupted = sum(read(t).fail_reason == "interrupted" for t in own)  # cut in its first epoch
         spent = sum(seconds(t) for t in own)
         print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "

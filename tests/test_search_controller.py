@@ -537,7 +537,7 @@ def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials
     assert fakes.run_serially(control, stop_after=4) == 4
     seconds = confirm.seconds_per_trial(study.get_trials(deepcopy=False))
     room = confirm.time_room(study.get_trials(deepcopy=False), 3, 1)
-    assert seconds >= 0.6 and room == pytest.approx(3.5 * seconds)
+    assert seconds >= 0.6 and room == pytest.approx(4 * seconds)
     control.started = time.monotonic() - (3600 - room + 0.1)  # inside the room: the best three again, then done
     assert fakes.run_serially(control) == 3 and control.next_trial() == DONE
     trials = read_all(study)
@@ -575,3 +575,28 @@ def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_r
     assert not isinstance(ticket, str) and ticket.settings.seed == 1000 and not ticket.stoppable
     assert read_all(study)[ticket.number].confirms["trial"] in {0, 1, 2}
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
+
+
+def test_on_a_time_budget_searched_trials_still_running_are_stopped_for_the_finalists(tmp_path):
+    from autopelt.search import confirm
+
+    study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
+    fakes.run_serially(control, stop_after=3)
+    running = control.next_trial()  # a searched trial, one epoch in when the finalists' room begins
+    control.report(running.number, {"epoch": 1, "dev_metric": 0.4})
+    assert not control.superseded(running.number)  # the room has not begun: it may still be a finalist
+    room = confirm.time_room(study.get_trials(deepcopy=False), control.plan.finalists, 1)
+    control.started = time.monotonic() - (3600 - room + 0.1)
+    finalist = control.next_trial()
+    assert not control.superseded(finalist.number)
+    assert control.superseded(running.number)  # it can no longer be the answer: its worker takes a finalist
+    control.stop_early(running.number)  # as the runner reports it
+    stopped = read_all(study)[running.number]
+    assert stopped.state == TrialState.PRUNED and stopped.stopped_by == "finalists" and stopped.fidelity == 1
+
+
+def test_on_a_trial_budget_no_trial_is_stopped_for_the_finalists(tmp_path):
+    study, control = make(tmp_path, budget=6, finalists=1)
+    ticket = control.next_trial()
+    control.report(ticket.number, {"epoch": 1, "dev_metric": 0.4})
+    assert not control.superseded(ticket.number)

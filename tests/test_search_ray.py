@@ -223,6 +223,23 @@ def test_the_searcher_pickles_without_its_controller(tmp_path):
     assert copy.controller is None and copy.max_concurrent == 3 and copy.metric == "dev_metric"
 
 
+def test_the_finalists_stopper_stops_what_the_controller_says_never_a_final_result_and_pickles_empty():
+    import pickle
+    import types
+
+    from autopelt.search.ray_backend import EVENT_KEY, RESULT_KEY, ControllerSearcher, FinalistsStopper
+
+    asked = []
+    controller = types.SimpleNamespace(superseded=lambda number: asked.append(number) or number == 7)
+    searcher = ControllerSearcher(controller=controller, max_concurrent=2)
+    searcher.numbers = {"a": 7, "b": 8}
+    stopper = FinalistsStopper(searcher)
+    assert stopper("a", {EVENT_KEY: "{}"}) and not stopper("b", {EVENT_KEY: "{}"})
+    assert not stopper("a", {RESULT_KEY: "{}"}) and not stopper("unknown", {EVENT_KEY: "{}"})
+    assert asked == [7, 8] and not stopper.stop_all()
+    assert pickle.loads(pickle.dumps(stopper)).searcher is None
+
+
 def test_a_local_ray_starts_without_the_token_notice(tmp_path):
     import tempfile
 

@@ -43,6 +43,14 @@ def test_train_lora_prints_a_summary_and_writes_the_result(train, tmp_path):
     assert "train 58 · dev 6 · test 32 (full)" in summary
 
 
+def test_a_data_seed_keeps_the_rows_while_the_seed_changes_the_training(train, tmp_path):
+    code, out, _ = train("--task", "sst2", "--method", "bitfit", "--k", "16", "--seed", "3", "--data-seed", "0",
+                         "--out", str(tmp_path))
+    assert code == 0, out
+    settings = json.loads((tmp_path / "result.json").read_text())["settings"]
+    assert settings["seed"] == 3 and settings["data_seed"] == 0
+
+
 def test_train_adamix_over_lora_from_flags(train, tmp_path):
     code, out, _ = train("--task", "sst2", "--method", "adamix", "--inner", "lora", "--experts", "2", "--rank", "4",
                          "--out", str(tmp_path))

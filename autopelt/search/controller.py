@@ -88,6 +88,8 @@ class Controller:
         self._multi = len(study.directions) > 1
         self._refinements_settled = not plan.baselines  # queued, or found queued, by this process
         self._nothing_to_confirm = False  # the finalists' turn came and no trial answered the study
+        self._finalists_queued = False  # seen queued (by this process or another)
+        self._superseded: set[int] = set()  # trials stopped to free their worker for the finalists
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -181,7 +183,8 @@ class Controller:
             room = confirm.time_room(trials, self.plan.finalists, self.plan.options.workers)
             if room is None or self.time_left() is None or self.time_left() > room:
                 return None
-        if not confirm.queued(trials):
+        self._finalists_queued = self._finalists_queued or confirm.queued(trials)
+        if not self._finalists_queued:
             if self.running and budget is not None:  # they may be finalists; on a wall-time budget the
                 return WAIT  # finalists start at once (other processes' trials are never waited for)
             count = self.plan.finalists if budget is None else self._trial_room(budget)
@@ -189,6 +192,7 @@ class Controller:
                 self._nothing_to_confirm = True  # no trial answers the study, or the best were trained again
                 return None
             log.info("queued the best trials again with seed %d", confirm.seed_for(self.plan.options.seed))
+            self._finalists_queued = True
             trials = self.study.get_trials(deepcopy=False)
         if confirm.waiting(trials):
             return _ASK
@@ -308,10 +312,25 @@ class Controller:
         values = record.objective_values(result, run.params_pct, self._multi)
         self._record(run, TrialState.COMPLETE, attrs, values)
 
+    def superseded(self, number: int) -> bool:
+        """Whether to stop a running trial now, at its latest report: on a wall-time budget, once the finalists
+        are queued, a searched trial or a refinement can no longer be the answer (finalists rank first), and
+        its worker is due to a finalist. (On the SNLI benchmark a searched trial of 413 s held a worker into the
+        finalists' room, and the last two finalists were cut by the deadline.) Baselines train on: they are the
+        reference the study is compared with. On a trial budget every trial has finished before the finalists."""
+        run = self.running.get(number)
+        if run is None or self.plan.deadline_seconds is None or not self._finalists_queued:
+            return False
+        if record.confirms(run.trial) or record.baseline_of(run.trial):
+            return False
+        self._superseded.add(number)
+        return True
+
     def stop_early(self, number: int, why: str = "early stopping") -> None:
         """The scheduler (or the deadline) stopped the trial after its last report: PRUNED at that fidelity."""
         run = self.running.pop(number, None)
         if run is not None:
+            why = record.FOR_FINALISTS if number in self._superseded else why
             self._record(run, TrialState.PRUNED, record.stopped(run.fidelity, why))
 
     def crash(self, number: int, reason: str) -> None:

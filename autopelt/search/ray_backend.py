@@ -7,6 +7,8 @@
   OptunaSearch forces Optuna's NopPruner, so pruning has to come from a Tune scheduler anyway).
   A trial's last epoch is never shown to ASHA (it carries no `epoch` key), so a trial that trained to the
   end always returns its full result; trials ASHA stops are recorded as PRUNED at the epoch they reached.
+  On a wall-time budget `FinalistsStopper` stops, at their next report, the searched trials still running when
+  the finalists begin (they can no longer be the answer), so their workers take the finalists.
   Baselines are never shown to ASHA: they are the reference every searched delta is compared with.
 - A trial travels as its TrialSettings (`to_dict`, JSON, `from_dict`); the worker sets only what Ray decided
   there: `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray assigned it a GPU),
@@ -31,6 +33,7 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
 
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
@@ -106,6 +109,27 @@ class ControllerSearcher(Searcher):
         pass
 
 
+class FinalistsStopper(Stopper):
+    """Stops a trial at its latest report when the controller says the finalists need its worker
+    (`Controller.superseded`); never a trial's final result, and never the whole experiment."""
+
+    def __init__(self, searcher: ControllerSearcher):
+        self.searcher = searcher
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        number = self.searcher.numbers.get(trial_id) if self.searcher else None
+        return number is not None and RESULT_KEY not in result and self.searcher.controller.superseded(number)
+
+    def stop_all(self) -> bool:
+        return False
+
+    def __getstate__(self) -> dict:  # like the searcher's: the study is the state
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.searcher = None
+
+
 @contextlib.contextmanager
 def ray_session(plan: SearchPlan):
     """Ray for the search: the given cluster, or a local one started here (and stopped on exit); an already
@@ -137,10 +161,11 @@ def ray_session(plan: SearchPlan):
 
 def run_trials(controller: Controller, plan: SearchPlan) -> None:
     """Run the search's trials on Ray Tune (inside `ray_session`) until the controller has nothing to start."""
+    searcher = ControllerSearcher(controller, plan.options.workers)
     tuner = tune.Tuner(
         tune.with_resources(_trainable, {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}),
         tune_config=tune.TuneConfig(
-            search_alg=ControllerSearcher(controller, plan.options.workers),
+            search_alg=searcher,
             scheduler=_scheduler(plan),
             num_samples=-1,
             reuse_actors=True,
@@ -151,6 +176,7 @@ def run_trials(controller: Controller, plan: SearchPlan) -> None:
         run_config=tune.RunConfig(
             name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
             storage_path=str(plan.out_dir / "ray"),
+            stop=FinalistsStopper(searcher),
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=0),
         ),

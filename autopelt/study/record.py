@@ -18,6 +18,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.numbers import is_finite_number
 
+FOR_FINALISTS = "finalists"  # stopped_by of a trial stopped to free its worker for the finalists (confirm.py)
+CUT_BY_DEADLINE = ("time budget", FOR_FINALISTS)  # stopped_by of trials the wall-time budget cut short
+
 
 @dataclass(frozen=True)
 class TrialRecord:
@@ -47,7 +50,7 @@ class TrialRecord:
     gates: dict = field(default_factory=dict)  # {kind: {layer: mean gate}}, from either stored form
     result_dir: str | None = None  # the trial's result.json and delta weights
     fail_reason: str | None = None
-    stopped_by: str | None = None  # "early stopping" or "time budget"
+    stopped_by: str | None = None  # "early stopping", "time budget" or FOR_FINALISTS
     seconds: float | None = None  # wall time, as the controller saw it
     controller: dict | None = None  # {host, pid, start} of the process that ran it
     retry_of: int | None = None  # the interrupted trial this one runs again

@@ -40,10 +40,12 @@ def add_arguments(parser) -> None:
                         help="local data: DIR/<task>/<split>.jsonl|csv|parquet (env AUTOPELT_DATA_DIR)")
     parser.add_argument("--k", type=int, help="UniPELT low-resource protocol: K training examples (100/500/1000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-seed", type=int, help="which rows form train and dev (default: --seed); fix it to "
+                                                      "compare training seeds on the same rows, as a search does")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--max-steps", type=int, help="train this many optimiser steps instead of --epochs epochs")
     parser.add_argument("--lr", type=float, help="learning rate (default: chosen for this delta, task and budget by a "
-                                                 "learning-rate range test before training)")
+                                                 "short sweep of rates on the run's own schedule)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--patience", type=int, help="stop after N evaluations without improvement")
@@ -73,7 +75,8 @@ def run(args) -> int:
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
-        protocol="full" if args.k is None else args.k, seed=args.seed, epochs=args.epochs, max_steps=args.max_steps,
+        protocol="full" if args.k is None else args.k, seed=args.seed, data_seed=args.data_seed,
+        epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, precision=args.precision, out_dir=args.out,
