@@ -39,6 +39,13 @@ def test_it_trains_each_candidate_per_seed_on_the_rows_of_the_run_it_is_like(mak
     assert f"{', '.join(f'{t:.1f}' for t in tests)} |" in row
     assert row.rstrip(" |").endswith(f"{sum(paired) / 2:.1f} ± {abs(paired[0] - paired[1]) / 2 ** 0.5:.1f}")
 
+    again = bench("--like", str(like), "--against", str(against), "--seeds", "2", "--work-dir", str(work),
+                  "--candidate", "bitfit=bitfit@1e-2/8")  # read back, not trained again
+    assert again.returncode == 0 and row in again.stdout
+    assert [json.loads((work / "bitfit" / f"seed-{s}" / "result.json").read_text()) for s in (1, 2)] == results
+    other = bench("--like", str(like), "--seeds", "1", "--work-dir", str(work), "--candidate", "bitfit=bitfit@3e-2/8")
+    assert other.returncode != 0 and "another run" in other.stderr
+
 
 def test_bad_input_is_one_line_and_trains_nothing(make_settings, tmp_path):
     like = tmp_path / "result.json"
