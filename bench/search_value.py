@@ -24,6 +24,9 @@ Everything is kept in --work-dir (one SQLite file, trial outputs, re-runs); a se
 arguments reuses what finished and runs only what is missing. --reuse DIR starts a new --work-dir from an
 earlier one's calibration and tuned-LoRA study (with tuned LoRA's re-runs): neither goes through autopelt's
 sweep, baselines or sampler, so a change to those leaves them as they were, and the run costs about 40% less.
+A re-run that the earlier dir already trained with the very same settings (delta, learning rate, batch, rows,
+seed, model, task, threads, ...) is copied too, not trained again; each copy is listed in --work-dir/COPIED.txt
+and counted under the table. (On CPU such a run reproduces to the last digit; on a GPU it may not.)
 
 Usage:
   python bench/search_value.py --data-dir ../shared/data/glue-full --task sst2 --work-dir /tmp/value-sst2
@@ -88,7 +91,7 @@ def main() -> None:
 
     studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
     picks = pick_and_baselines(studies, args.rerun_baselines)
-    reruns = rerun_all(picks, args, work)
+    reruns = rerun_all(picks, args, work, source)
     print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns, full)
 
 
@@ -226,9 +229,10 @@ def pick_and_baselines(studies: dict, baselines: str = "all") -> dict:
     return out
 
 
-def rerun_all(picks: dict, args, work: Path) -> dict:
+def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict:
     """{label: {seed: (dev, test)}}: each delta trained again with seeds 1..S at its own learning rate. A trial
-    that is two things (autopelt's pick is often one of its baselines) is trained once and reported under both."""
+    that is two things (autopelt's pick is often one of its baselines) is trained once and reported under both.
+    A run `source` (--reuse) trained with the same settings is copied instead (copy_same_run)."""
     from autopelt.export.export import trial_outputs
 
     jobs, same = [], {}  # same: label -> the first label of the same trial
@@ -246,6 +250,8 @@ def rerun_all(picks: dict, args, work: Path) -> dict:
             jobs.append((label, seed, {**settings, "seed": seed, "data_seed": split_seed,
                                        "learning_rate": result["learning_rate"], "threads": args.cpus_per_trial,
                                        "out_dir": str(out)}))
+            if source is not None:
+                copy_same_run(jobs[-1][2], source, work)
     reruns: dict = {label: {} for label in picks}
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for (label, seed, _), scores in zip(jobs, pool.map(rerun, [job[2] for job in jobs])):
@@ -253,6 +259,43 @@ def rerun_all(picks: dict, args, work: Path) -> dict:
     for label, first in same.items():
         reruns[label] = reruns[first]
     return reruns
+
+
+def run_key(settings: dict) -> dict:
+    """What makes two runs the same run: all their settings but where they write, the spec in its normal form."""
+    from autopelt.delta import parse_spec
+
+    key = {name: value for name, value in settings.items() if name not in ("out_dir", "cache_dir")}
+    key["spec"] = parse_spec(key["spec"]).to_dict() if key.get("spec") else None
+    return key
+
+
+def copy_same_run(settings: dict, source: Path, work: Path) -> Path | None:
+    """Copy into settings["out_dir"] a finished re-run of `source` trained with the same settings, once; each
+    copy is a line of work/COPIED.txt. Returns the run copied, or None."""
+    out = Path(settings["out_dir"])
+    if (out / "result.json").exists():
+        return None
+    from autopelt.train import TrialSettings
+
+    want = run_key(TrialSettings.from_dict(settings).to_dict())  # the form a run records its settings in
+    for done in sorted((source / "reruns").glob(f"*/seed-{settings['seed']}/result.json")):
+        result = json.loads(done.read_text())
+        if result.get("status") == "ok" and run_key(result.get("settings", {})) == want:
+            staging = out.with_name(out.name + ".copying")
+            shutil.copytree(done.parent, staging, dirs_exist_ok=True)
+            result["settings"]["out_dir"] = str(out)
+            if result.get("delta_dir"):
+                result["delta_dir"] = str(out / "delta")
+            (staging / "result.json").write_text(json.dumps(result, indent=2))
+            if out.exists():
+                shutil.rmtree(out)  # a run interrupted before its result: nothing to keep
+            staging.rename(out)  # whole or not at all
+            with open(work / "COPIED.txt", "a") as log:
+                log.write(f"{out.relative_to(work)} <- {done.parent} (same settings)\n")
+            print(f"{out.relative_to(work)}: copied from {done.parent}", flush=True)
+            return done.parent
+    return None
 
 
 def rerun(settings: dict) -> tuple[float, float]:
@@ -314,11 +357,20 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         print(f"| {label} | {record.summary or '–'} | {record.learning_rate or float('nan'):.2g} | "
               f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
               f"{100 * study_dev(record, studies):.1f} | {100 * means[label]:.1f} ± {100 * _std(tests):.1f} | {delta} |")
+    copied = work_copies(args)
+    if copied:
+        print(f"({copied} of these re-runs were copied from --reuse, trained there with the same settings: "
+              f"{Path(args.work_dir) / 'COPIED.txt'})")
     print()
     for name in ("autopelt", "random"):
         print(f"best dev against cumulative training seconds, {name}: {curve(studies[name], name)}")
     print()
     print_targets(means)
+
+
+def work_copies(args) -> int:
+    log = Path(args.work_dir).resolve() / "COPIED.txt"
+    return sum(1 for line in log.read_text().splitlines() if line.strip()) if log.exists() else 0
 
 
 def study_dev(record, studies: dict) -> float:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
+from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "search_value.py"
 
@@ -63,3 +65,49 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--reuse", str(tmp_path / "nothing")])
     assert missing.returncode != 0 and "no finished calibration and tuned-LoRA study there" in missing.stderr
     assert not (tmp_path / "work3").exists()  # nothing written
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("search_value", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reuse_copies_a_rerun_only_when_every_setting_is_the_same(make_settings, tmp_path):
+    bench = load_bench()
+    source, work = tmp_path / "source", tmp_path / "work"
+    spec = {"methods": [{"method": "lora", "rank": 8}]}
+    before = source / "reruns" / "autopelt-pick" / "seed-1"
+    (before / "delta").mkdir(parents=True)
+    (before / "delta" / "delta.safetensors").write_bytes(b"weights")
+    settings = make_settings(spec=spec, seed=1, data_seed=0, learning_rate=1e-3, out_dir=str(before)).to_dict()
+    (before / "result.json").write_text(json.dumps({"status": "ok", "settings": settings, "test": {"accuracy": 0.7},
+                                                    "delta_dir": str(before / "delta")}))
+    failed = source / "reruns" / "baseline-lora" / "seed-2"
+    failed.mkdir(parents=True)
+    (failed / "result.json").write_text(json.dumps({"status": "failed", "settings": {**settings, "seed": 2}}))
+
+    def job(**changes):
+        out = work / "reruns" / "baseline-lora" / f"seed-{changes.get('seed', 1)}"
+        return {**settings, **changes, "out_dir": str(out)}
+
+    # a different rate, seed, batch or delta is another run; a run that failed there is not copied
+    for changes in ({"learning_rate": 2e-3}, {"seed": 2}, {"batch_size": 2 * settings["batch_size"]},
+                    {"spec": {"methods": [{"method": "lora", "rank": 16}]}}):
+        assert bench.copy_same_run(job(**changes), source, work) is None, changes
+    assert not (work / "reruns").exists() and not (work / "COPIED.txt").exists()
+
+    # the same settings, the spec written with its defaults: copied whole, where it now lives, and listed
+    same = job(spec={"methods": [{"method": "lora", "rank": 8, "alpha": 16, "targets": ["query", "value"]}]})
+    assert bench.copy_same_run(same, source, work) == before
+    out = Path(same["out_dir"])
+    copied = json.loads((out / "result.json").read_text())
+    assert copied["test"] == {"accuracy": 0.7} and copied["settings"]["out_dir"] == str(out)
+    assert copied["delta_dir"] == str(out / "delta")
+    assert (out / "delta" / "delta.safetensors").read_bytes() == b"weights"
+    assert (work / "COPIED.txt").read_text() == f"reruns/baseline-lora/seed-1 <- {before} (same settings)\n"
+    assert not list(out.parent.glob("*.copying"))
+    # once: a run already there is kept and not listed again
+    assert bench.copy_same_run(same, source, work) is None
+    assert len((work / "COPIED.txt").read_text().splitlines()) == 1

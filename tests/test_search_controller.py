@@ -202,16 +202,23 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert [t.baseline for t in trials[:6]] == list(BASELINES) and BASELINES[1:3] == ("lora", "adapter")
     refined = [t for t in trials if t.refines]
     assert [t.number for t in refined] == [6, 7, 8, 9]  # right after the baselines; half of the 8 left
-    # 2x is clipped to the default space's lr_scale range (0.3-1.5) around the families' rate, here the swept one;
-    # then half the batch size (the baselines': 32) at the rate / sqrt(2)
-    assert [(t.refines["baseline"], t.refines["factor"], t.refines.get("batch_size")) for t in refined] == \
-        [("lora", 1.5, None), ("lora", 0.71, 16), ("adapter", 1.5, None), ("adapter", 0.71, 16)]
-    assert [t.learning_rate for t in refined] == pytest.approx([1.5 * fakes.SWEPT_RATE, fakes.SWEPT_RATE / 2 ** 0.5] * 2)
+    # first each in more places, then at half the batch size (the baselines': 32), both at the rate / sqrt(2); 2x
+    # the rate comes last, and half the budget left has no room for it
+    assert [(t.refines["baseline"], t.refines["factor"], t.refines.get("batch_size"), t.refines.get("places"))
+            for t in refined] == [("lora", 0.71, None, {"lora.targets": "query+key+value+attention_output"}),
+                                  ("lora", 0.71, 16, None),
+                                  ("adapter", 0.71, None, {"adapter.placement": "houlsby"}),
+                                  ("adapter", 0.71, 16, None)]
+    assert [t.learning_rate for t in refined] == pytest.approx([fakes.SWEPT_RATE / 2 ** 0.5] * 4)
     assert [t.hparams.get("batch_size") for t in refined] == [32, 16] * 2
     assert [stoppable[n] for n in range(14)] == [False] * 10 + [True] * 4  # neither baselines nor refinements
-    assert [t.spec for t in refined] == [trials[1].spec] * 2 + [trials[2].spec] * 2
+    assert [t.spec for t in refined[1::2]] == [trials[1].spec, trials[2].spec]
+    wider_lora, wider_adapter = refined[0].spec["methods"], refined[2].spec["methods"]
+    assert [(m["method"], m["rank"], m["targets"]) for m in wider_lora] == \
+        [("lora", 8, ["query", "key", "value", "attention_output"])]
+    assert [(m["method"], m["placement"], m["bottleneck"]) for m in wider_adapter] == [("adapter", "houlsby", 48)]
     assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
-    assert refined[0].label == f"#6 [lora ×1.5 lr] {trials[1].summary}"
+    assert refined[0].label == f"#6 [lora ×0.71 lr, in more places] {refined[0].summary}"
     assert refined[1].label == f"#7 [lora ×0.71 lr, batch 16] {trials[1].summary}"
 
     study, again = make(tmp_path, baselines=True, budget=16, space="default", finalists=0)
@@ -235,13 +242,58 @@ def test_a_refinement_stays_in_the_spaces_lr_scale_range_and_records_the_factor_
                baseline(2, "adapter", 0.83, 6e-3, batches=(8, 32)), baseline(3, "prefix", 0.70, 1.7e-3)]
     reference = (3e-3 * 6e-3 * 1.7e-3) ** (1 / 3)  # UniPELT's families: adapter, LoRA, prefix
     queue = refine.refinements(records)
+    # the half batches first, then the higher rates; this space says no placement, so nothing in more places
     assert [q["refines"]["baseline"] for q in queue] == ["unipelt_apl", "unipelt_apl", "adapter"]
     # UniPELT's half batch at 1e-3 / sqrt(2) falls below lr_scale's 0.3; the space draws no batch of 16 for the
     # adapter (its choices here: 8, 32), so it gets the higher rate only
-    assert [q["params"]["lr_scale"] for q in queue] == pytest.approx([2e-3 / reference, 0.3, 2.0])
-    assert [q["params"]["batch_size"] for q in queue] == [32, 16, 32]
-    assert [q["refines"]["factor"] for q in queue] == [2.0, float(f"{0.3 * reference / 1e-3:.2g}"), 2.0]
-    assert [q["refines"].get("batch_size") for q in queue] == [None, 16, None]
+    assert [q["params"]["lr_scale"] for q in queue] == pytest.approx([0.3, 2e-3 / reference, 2.0])
+    assert [q["params"]["batch_size"] for q in queue] == [16, 32, 32]
+    assert [q["refines"]["factor"] for q in queue] == [float(f"{0.3 * reference / 1e-3:.2g}"), 2.0, 2.0]
+    assert [q["refines"].get("batch_size") for q in queue] == [16, None, None]
+    assert not any("places" in q["refines"] for q in queue)
+
+
+def test_the_best_baselines_go_in_more_places_first_at_their_rate_over_sqrt_2():
+    from autopelt.search import refine
+    from autopelt.search.space import load_space
+    from autopelt.study.record import TrialRecord
+
+    space, study = load_space("default"), optuna.create_study(direction="maximize")
+
+    def drawn(params: dict):  # a trial the space draws from these parameters, as the controller does
+        study.enqueue_trial(params)
+        trial = study.ask()
+        spec, _ = space.sample(trial, 6)
+        return trial, spec
+
+    def baseline(number, name, dev, rate):
+        trial, _ = drawn(space.params_for(PRESETS[name], 6))
+        return TrialRecord(number, TrialState.COMPLETE, (dev,), trial.params, trial.distributions,
+                           spec=PRESETS[name], baseline=name, baseline_drawn=True, full_fidelity=True,
+                           learning_rate=rate)
+
+    records = [baseline(0, "lora", 0.84, 5e-3), baseline(1, "adapter", 0.83, 3e-3),
+               baseline(2, "compacter", 0.82, 7e-3)]
+    queue = refine.refinements(records)
+    assert [(q["refines"]["baseline"], q["refines"].get("places"), q["refines"].get("batch_size"))
+            for q in queue] == [
+        ("lora", {"lora.targets": "query+key+value+attention_output"}, None),  # LoRA on all of attention
+        ("lora", None, 16),
+        ("adapter", {"adapter.placement": "houlsby"}, None),  # after attention too
+        ("adapter", None, 16),
+        ("lora", None, None), ("adapter", None, None)]  # 2x the rate, last
+    wider = queue[0]
+    assert wider["refines"]["factor"] == 0.71 and wider["params"]["lr_scale"] == pytest.approx(0.5 ** 0.5)
+    assert {k: v for k, v in wider["params"].items() if k not in ("lora.targets", "lr_scale")} == \
+        {k: v for k, v in records[0].params.items() if k not in ("lora.targets", "lr_scale")}
+    # the space draws from those parameters the baseline's delta on every attention projection
+    _, spec = drawn(wider["params"])
+    assert [(m["method"], m["rank"], m["targets"]) for m in spec["methods"]] == \
+        [("lora", 8, ["query", "key", "value", "attention_output"])]
+    _, spec = drawn(queue[2]["params"])
+    assert spec["methods"][0]["placement"] == "houlsby" and spec["methods"][0]["bottleneck"] == 48
+    label = TrialRecord(9, TrialState.COMPLETE, (0.8,), wider["params"], {}, refines=wider["refines"]).label
+    assert label.startswith("#9 [lora ×0.71 lr, in more places]")
 
 
 def test_no_refinement_without_baselines_or_where_the_space_has_no_lr_scale(tmp_path):

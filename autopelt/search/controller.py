@@ -147,7 +147,7 @@ class Controller:
                 return DONE
 
     def _queue_refinements(self, budget: int | None) -> None:
-        """Once every baseline has finished: the best two again at other rates (refine.py), once per study; on a
+        """Once every baseline has finished: the best two again, reshaped (refine.py), once per study; on a
         trial budget, at most half of what it leaves."""
         if self._refinements_settled:
             return
@@ -159,7 +159,7 @@ class Controller:
             room = None if budget is None else \
                 max(0, budget - self._trial_room(budget) - counts.trained - counts.running) // 2
             if refine.enqueue(self.study, trials, room):
-                log.info("queued the best baselines again at other learning rates")
+                log.info("queued the best baselines again, in more places, at half the batch and at other rates")
         self._refinements_settled = True
 
     def _trial_room(self, budget: int) -> int:

@@ -1,22 +1,32 @@
-"""After the baselines: the best two of them again, at twice the rate each chose, and at half its batch size.
+"""After the baselines: the best two of them again, in more places and at half their batch size, then at twice the
+rate each chose.
 
 At this budget the learning rate decides more than the method (README): on SST-2 UniPELT(APL) gave 77.3 at 5e-4
 and 82.8 at 2e-3, and LoRA on SNLI learns only from about 3.7e-3 up to 6.6e-3. A baseline's rate comes from a
 sweep that compares candidates half a decade apart after one epoch, so the best deltas the study knows may sit
-one step off their best rate. And with 1,000 rows a 3-epoch run takes 96 steps of 32: on SST-2 LoRA r8 at
-batch 16 (2e-3) tests 80.6 over seeds 1-5, at batch 32 (tuned, 2.1e-3) 79.3. So the first searched trials are the
-best baselines' own deltas (by dev metric) at 2x their rate, and at half their batch size with the rate times
-1/sqrt(2) (the square-root rule for Adam), drawn through the space like any other delta, so the sampler learns
-from them. 0.5x, tried before, never beat its baseline (0 of 4 on SST-2 and SNLI).
+one step off their best rate or their best shape. Measured on the benchmark's rows (K=1000, 3 epochs, seeds 1-5,
+paired against tuned LoRA's re-runs, bench/deltas_by_hand.py):
 
-Early stopping never ends them: on SST-2 it stopped UniPELT(APL) at 2x (2e-3) after epoch 1 (dev 0.750 against
-the baseline's 0.789 there), and UniPELT at 2e-3 trained to the end tests 80.4 over seeds 1-5 against 78.0 at
-the 1e-3 its sweep chose. There are at most four of them, so they cost at most four full trials.
+- in more places: LoRA r8 on every attention projection (query, key, value, output: the LoRA paper's placement)
+  instead of query and value tests 62.5 on SNLI at 3e-3 (+1.2 +- 3.1), 79.4 on SST-2 (0.0 +- 1.3). At the rate
+  the sweep chose (5.5e-3, near the edge of stability) its SNLI seeds 1-2 gave 56.7 and 65.3, so it runs at the
+  rate / sqrt 2. A Pfeiffer adapter goes in Houlsby's place too (after attention as well as after the FFN).
+- at half the batch size: with 1,000 rows a 3-epoch run takes 96 steps of 32. LoRA r8 at batch 16 (2e-3) tests
+  80.7 on SST-2 (+1.4 +- 0.9), 60.9 on SNLI (-0.4 +- 2.6). The rate times 1/sqrt(2): the square-root rule for
+  Adam.
+- at 2x the rate: never better over five seeds (the adapter at 1.5x on SST-2 78.4 against its baseline's 78.2;
+  UniPELT at 2e-3 73.5, one seed at the majority class), so it comes last and on a tight budget never runs.
+  0.5x, tried before, never beat its baseline (0 of 4 on SST-2 and SNLI).
+
+Drawn through the space like any other delta, so the sampler learns from them. Early stopping never ends them:
+on SST-2 it stopped UniPELT(APL) at 2x (2e-3) after epoch 1 (dev 0.750 against the baseline's 0.789 there),
+and its first rung ranks rates poorly.
 
 They are queued once per study, when every baseline has finished, and only where the space can say them: it
 draws the baselines' presets (they were queued with its parameters) and its learning rate is `auto` with an
 `lr_scale` (a searched delta trains at its families' baseline rates times `lr_scale`, `learning_rates.py`); the
-smaller batch only where the space draws `batch_size` with that value.
+smaller batch only where the space draws `batch_size` with that value, more places only where it draws LoRA's or
+VeRA's targets with all of attention or the adapter's placement.
 """
 
 from __future__ import annotations
@@ -36,6 +46,9 @@ BEST = 2  # baselines refined
 FACTOR = 2.0  # times the rate each chose; the sweep's candidates are ~3.2x apart
 BATCH = "batch_size"
 SCALE = "lr_scale"
+ATTENTION = ("query", "key", "value", "attention_output")  # every projection of self-attention
+PLACEMENT = "adapter.placement"
+WIDER = 0.5 ** 0.5  # times the rate, in twice the places: the rate each chose sits near the edge of stability
 
 
 def queued(trials: list[FrozenTrial]) -> bool:
@@ -51,22 +64,26 @@ def due(trials: list[FrozenTrial], baselines: list[str]) -> bool:
 
 
 def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[dict]:
-    """[{"params", "refines"}] to queue: the best BEST drawn baselines that answer the study, each at FACTOR times
-    its rate and at half its batch size (rate / sqrt 2), best baseline first."""
+    """[{"params", "refines"}] to queue: the best BEST drawn baselines that answer the study, each in more places
+    and at half its batch size (both at its rate / sqrt 2), best baseline first; then each at FACTOR times its
+    rate."""
     records = list(records)
     rates = learning_rates.measured(records)
     drawn = [r for r in records if r.baseline and r.baseline_drawn and r.learning_rate
              and isinstance(r.distributions.get(SCALE), FloatDistribution)]
-    queue = []
+    first, last = [], []
     for base in answers.ranked(drawn, maximize)[:BEST]:  # the study's one rule for "best"
         reference, _ = learning_rates.reference_rate(base.spec, rates)
         if reference is None:
             continue
-        queue.append(_again(base, reference, FACTOR))
+        wider = _in_more_places(base)
+        if wider:
+            first.append(_again(base, reference, WIDER, **wider))
         half = _half_batch(base)
         if half is not None:  # the square-root rule
-            queue.append(_again(base, reference, (half / base.params[BATCH]) ** 0.5, **{BATCH: half}))
-    return queue
+            first.append(_again(base, reference, (half / base.params[BATCH]) ** 0.5, **{BATCH: half}))
+        last.append(_again(base, reference, FACTOR))
+    return first + last
 
 
 def _again(base: TrialRecord, reference: float, factor: float, **params) -> dict:
@@ -74,9 +91,30 @@ def _again(base: TrialRecord, reference: float, factor: float, **params) -> dict
     `reference` rate: the factor recorded is the one the trial gets."""
     bounds = base.distributions[SCALE]
     scale = min(max(factor * base.learning_rate / reference, bounds.low), bounds.high)
+    changed = {name: value for name, value in params.items() if name != BATCH}
     return {"params": {**base.params, **params, SCALE: scale},
-            "refines": {"baseline": base.baseline, **params,
+            "refines": {"baseline": base.baseline, **({BATCH: params[BATCH]} if BATCH in params else {}),
+                        **({"places": changed} if changed else {}),
                         "factor": float(f"{scale * reference / base.learning_rate:.2g}")}}
+
+
+def _in_more_places(base: TrialRecord) -> dict:
+    """The space's parameters that put the baseline's methods in more places, {} if it has none: LoRA's (and
+    VeRA's) targets grown to every attention projection, the LoRA paper's placement (it also adapts key and
+    output); a Pfeiffer adapter also after attention, Houlsby's placement."""
+    out = {}
+    for name, value in base.params.items():
+        choices = base.distributions.get(name)
+        if not isinstance(choices, CategoricalDistribution) or not isinstance(value, str):
+            continue
+        if name.endswith(".targets"):
+            want = set(value.split("+")) | set(ATTENTION)
+            wider = [c for c in choices.choices if isinstance(c, str) and set(c.split("+")) == want]
+            if wider and wider[0] != value:
+                out[name] = wider[0]
+        elif name == PLACEMENT and value == "pfeiffer" and "houlsby" in choices.choices:
+            out[name] = "houlsby"
+    return out
 
 
 def _half_batch(base: TrialRecord) -> int | None:

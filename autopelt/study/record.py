@@ -64,8 +64,8 @@ class TrialRecord:
     learning_rate: float | None = None  # the rate it trained at
     lr_choice: dict = field(default_factory=dict)  # how: {"how": "given" | "sweep", "seconds", "candidates", ...}
     lr_from: dict = field(default_factory=dict)  # a searched trial's rate: {"reference", "scale", "families"}
-    refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"]}: that baseline's delta at
-    #                                              factor x its rate (and that batch size)
+    refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"][, "places"]}: that
+    #                              baseline's delta at factor x its rate (at that batch size, in more places: refine.py)
     confirms: dict = field(default_factory=dict)  # {"trial", "seed"}: that trial's delta, rate and batch again
     #                                               with another training seed (confirm.py); never an answer
 
@@ -99,6 +99,7 @@ class TrialRecord:
         if self.refines.get("baseline") and is_finite_number(self.refines.get("factor")):
             batch = self.refines.get("batch_size")
             batch = f", batch {batch}" if isinstance(batch, int) else ""
+            batch += ", in more places" if self.refines.get("places") else ""
             return f"#{self.number} [{self.refines['baseline']} ×{self.refines['factor']:g} lr{batch}] {summary}"
         return f"#{self.number} {summary}"
 
