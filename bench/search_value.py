@@ -378,9 +378,9 @@ def study_dev(record, studies: dict) -> float:
     from autopelt.study import answers
     from autopelt.study.record import read
 
-    for trials in studies.values():
-        records = [read(t) for t in trials]
-        if any(r.result_dir == record.result_dir for r in records):
+    for trials in studies.values():  # the study the record is from: random's copies of the baselines share
+        records = [read(t) for t in trials]  # their result dirs with study 1's trials, not their numbers
+        if any(r.result_dir == record.result_dir and r.number == record.number for r in records):
             return answers.dev_score(record, answers.seed_devs(records))
     return record.values[0]
 

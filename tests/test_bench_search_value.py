@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "search_value.py"
@@ -111,3 +113,29 @@ def test_reuse_copies_a_rerun_only_when_every_setting_is_the_same(make_settings,
     # once: a run already there is kept and not listed again
     assert bench.copy_same_run(same, source, work) is None
     assert len((work / "COPIED.txt").read_text().splitlines()) == 1
+
+
+def test_a_picks_study_dev_is_its_own_studys_mean_over_seeds():
+    """random's copy of a baseline has study 1's result dir but its own number: its finalist is its study's."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    def trial(number, dev, result_dir, **attrs):
+        made = create_trial(state=TrialState.COMPLETE, value=dev, params={"x": 0.5},
+                            distributions={"x": FloatDistribution(0, 1)},
+                            user_attrs={"result_dir": result_dir, "full_fidelity": True, **attrs})
+        made.number = number
+        return made
+
+    first = [trial(0, 0.53, "/w/unipelt", baseline="unipelt_apl"), trial(1, 0.58, "/w/lora", baseline="lora"),
+             trial(2, 0.34, "/w/unipelt-again", confirms={"trial": 0, "seed": 1000}),
+             trial(3, 0.63, "/w/lora-again", confirms={"trial": 1, "seed": 1000})]
+    random = [trial(0, 0.58, "/w/lora", baseline="lora"), trial(1, 0.53, "/w/unipelt", baseline="unipelt_apl"),
+              trial(2, 0.61, "/w/lora-again-r", confirms={"trial": 0, "seed": 1000})]
+    studies = {"autopelt": first, "random": random, "tuned-lora": []}
+    from autopelt.study.record import read
+
+    bench = load_bench()
+    assert bench.study_dev(read(random[0]), studies) == pytest.approx((0.58 + 0.61) / 2)
+    assert bench.study_dev(read(first[1]), studies) == pytest.approx((0.58 + 0.63) / 2)
+    assert bench.study_dev(read(first[0]), studies) == pytest.approx((0.53 + 0.34) / 2)
