@@ -12,14 +12,14 @@ its own delta, learning rate and batch size, the study's rows, and training seed
 shares no run with its selection). They are never stopped early, and the answer is the finalist with the best
 mean dev (answers.py).
 
-The room: on a trial budget, `finalists` trials of it; on a wall-time budget, enough time for them to train on
-the workers in rounds, measured from the study's own trials trained to the end (their wall time without a
-learning-rate sweep), plus one trial: a free worker takes a finalist as soon as a searched trial started now
-would end inside the rounds (it could not be a finalist), and a searched trial still running then is stopped at
-its next report (`Controller.superseded`). With half a trial instead, and nothing stopped, the SNLI benchmark's
-room began 171 s late (both workers were in trials started just before it, one of 413 s against a median of
-229 s) and its last two finalists were cut by the deadline. Until a trial has finished there is no measure, and
-the search runs on.
+The room: on a trial budget, `finalists` trials of it; on a wall-time budget, enough time for them to train on the
+workers in rounds, measured from the study's own trials trained to the end (their wall time without a learning-rate
+sweep), plus one trial of slack. A free worker takes a finalist once that much time is left, and a searched trial
+still running then is stopped at its next report (`Controller.superseded`): it could not be a finalist. (A trial
+started just before the room is lost that way; nothing yet keeps it from starting.) With half a trial instead, and
+nothing stopped, the SNLI benchmark's room began 171 s late (both workers were in trials started just before it,
+one of 413 s against a median of 229 s) and its last two finalists were cut by the deadline. Until a trial has
+finished there is no measure, and the search runs on.
 """
 
 from __future__ import annotations
