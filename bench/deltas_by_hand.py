@@ -46,20 +46,18 @@ def parse_candidate(text: str) -> dict:
 
 
 def train(job: dict) -> dict:
-    """One run's result: read back when it finished before (the same run: delta, rate, batch, seeds)."""
+    """One run's result: read back when it finished before (the same run: every setting but where it writes)."""
+    from autopelt.train import TrialSettings, run_trial
+    from search_value import run_key  # bench/, this script's folder
+
+    settings = TrialSettings.from_dict(job)
     done = Path(job["out_dir"]) / "result.json"
     if done.exists():
         result = json.loads(done.read_text())
-        from autopelt.delta import parse_spec
-
-        had = {**result.get("settings", {})}
-        had["spec"] = parse_spec(had["spec"]).to_dict() if had.get("spec") else None
-        if any(had.get(key) != job[key] for key in ("spec", "learning_rate", "batch_size", "seed", "data_seed")):
+        if run_key(result.get("settings", {})) != run_key(settings.to_dict()):
             raise SystemExit(f"{done} is another run than this candidate's: use another --work-dir or name")
         return result
-    from autopelt.train import TrialSettings, run_trial
-
-    return run_trial(TrialSettings.from_dict(job))
+    return run_trial(settings)
 
 
 def scores(result: dict) -> tuple[float, float]:

@@ -13,7 +13,7 @@ from typing import Iterable
 from optuna.trial import TrialState
 
 from autopelt.study import answers
-from autopelt.study.record import FOR_FINALISTS, TrialRecord
+from autopelt.study.record import FOR_FINALISTS, TIME_BUDGET, TrialRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 GATE_KINDS = ("adapter", "prefix", "lora")  # UniPELT's order: the heat map's rows
@@ -49,7 +49,7 @@ def _note(trial: TrialRecord) -> str:
     if trial.state == TrialState.FAIL:
         return trial.fail_reason or "failed"
     if trial.state == TrialState.PRUNED:
-        why = {FOR_FINALISTS: " to free its worker for the finalists", "time budget": " by the time budget"}
+        why = {FOR_FINALISTS: " to free its worker for the finalists", TIME_BUDGET: " by the time budget"}
         return f"stopped early at epoch {trial.fidelity_text}{why.get(trial.stopped_by, '')}"
     return "" if trial.full_fidelity else f"not full fidelity ({trial.fidelity_text})"
 

@@ -345,7 +345,7 @@ class Controller:
         time_up = self.time_left() is not None and self.time_left() <= 0
         for number, run in list(self.running.items()):
             if time_up and run.fidelity > 0:
-                self.stop_early(number, "time budget")
+                self.stop_early(number, record.TIME_BUDGET)
                 continue
             self.running.pop(number)
             try:

@@ -78,26 +78,30 @@ def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[d
         reference, _ = learning_rates.reference_rate(base.spec, rates)
         if reference is None:
             continue
-        wider = _in_more_places(base)
-        if wider:
-            first.append(_again(base, reference, WIDER, **wider))
+        places = _in_more_places(base)
+        if places:
+            first.append(_again(base, reference, WIDER, places=places))
         half = _half_batch(base)
         if half is not None:  # the square-root rule
-            first.append(_again(base, reference, (half / base.params[BATCH]) ** 0.5, **{BATCH: half}))
+            first.append(_again(base, reference, (half / base.params[BATCH]) ** 0.5, batch=half))
         last.append(_again(base, reference, FACTOR))
     return first + last
 
 
-def _again(base: TrialRecord, reference: float, factor: float, **params) -> dict:
+def _again(base: TrialRecord, reference: float, factor: float, batch: int | None = None,
+           places: dict | None = None) -> dict:
     """The baseline's delta at `factor` times its rate, within the space's lr_scale range around its families'
-    `reference` rate: the factor recorded is the one the trial gets."""
+    `reference` rate (the factor recorded is the one the trial gets), at another batch size or in more places
+    (the space's parameters that say them)."""
     bounds = base.distributions[SCALE]
     scale = min(max(factor * base.learning_rate / reference, bounds.low), bounds.high)
-    changed = {name: value for name, value in params.items() if name != BATCH}
-    return {"params": {**base.params, **params, SCALE: scale},
-            "refines": {"baseline": base.baseline, **({BATCH: params[BATCH]} if BATCH in params else {}),
-                        **({"places": changed} if changed else {}),
-                        "factor": float(f"{scale * reference / base.learning_rate:.2g}")}}
+    refines = {"baseline": base.baseline, "factor": float(f"{scale * reference / base.learning_rate:.2g}")}
+    params = {**base.params, **(places or {}), SCALE: scale}
+    if batch is not None:
+        params[BATCH] = refines[BATCH] = batch
+    if places:
+        refines["places"] = places
+    return {"params": params, "refines": refines}
 
 
 def _in_more_places(base: TrialRecord) -> dict:

@@ -19,7 +19,7 @@ from autopelt.search.budget import TrialBudget, format_duration
 from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
 from autopelt.search.plan import SearchPlan
 from autopelt.study import answers
-from autopelt.study.record import FOR_FINALISTS, TrialRecord, read, read_all
+from autopelt.study.record import FOR_FINALISTS, TIME_BUDGET, TrialRecord, read, read_all
 from autopelt.study.storage import DEFAULT_STORAGE, hide_password
 
 SUMMARY_WIDTH = 34
@@ -202,7 +202,7 @@ def _outcome(trial: TrialRecord) -> str:
         top = trial.max_fidelity if trial.max_fidelity is not None else "?"
         last = trial.intermediate.get(fidelity)
         at = f" ({last:.3f})" if last is not None else ""
-        why = {FOR_FINALISTS: ", for the finalists", "time budget": ", time budget"}.get(trial.stopped_by, "")
+        why = {FOR_FINALISTS: ", for the finalists", TIME_BUDGET: ", time budget"}.get(trial.stopped_by, "")
         return f"stopped {fidelity}/{top}{at}{why}"
     return f"FAIL: {_reason(trial)}"
 

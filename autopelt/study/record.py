@@ -18,8 +18,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.numbers import is_finite_number
 
+TIME_BUDGET = "time budget"  # stopped_by of a trial the wall-time budget's deadline stopped
 FOR_FINALISTS = "finalists"  # stopped_by of a trial stopped to free its worker for the finalists (confirm.py)
-CUT_BY_DEADLINE = ("time budget", FOR_FINALISTS)  # stopped_by of trials the wall-time budget cut short
+CUT_BY_DEADLINE = (TIME_BUDGET, FOR_FINALISTS)  # stopped_by of trials the wall-time budget cut short
 
 
 @dataclass(frozen=True)
