@@ -588,13 +588,59 @@ def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials
     assert control.plan.finalists == 3
     assert fakes.run_serially(control, stop_after=4) == 4
     seconds = confirm.seconds_per_trial(study.get_trials(deepcopy=False))
-    room = confirm.time_room(study.get_trials(deepcopy=False), 3, 1)
-    assert seconds >= 0.6 and room == pytest.approx(4 * seconds)
+    room, count = control._time_room(study.get_trials(deepcopy=False))
+    assert seconds >= 0.6 and count == 3 and room == pytest.approx(3 * seconds * confirm.MARGIN)  # 3 rounds of 1
     control.started = time.monotonic() - (3600 - room + 0.1)  # inside the room: the best three again, then done
     assert fakes.run_serially(control) == 3 and control.next_trial() == DONE
     trials = read_all(study)
     assert [t.confirms.get("trial") for t in trials[4:]] == [t.number for t in answers.ranked(trials[:4])[:3]]
     assert all(t.state == TrialState.COMPLETE for t in trials)
+
+
+def test_on_a_time_budget_the_finalists_take_the_rounds_that_fit_in_a_third_of_what_the_baselines_left():
+    from autopelt.search import confirm
+
+    # SNLI at 20 equivalents: the baselines left 566 s, a trial takes 190 s: one round of two, not two rounds
+    assert confirm.time_count(4, 2, left=566, seconds=190) == 2
+    assert confirm.time_room(190, 2, 2) == pytest.approx(190 * confirm.MARGIN)
+    assert confirm.time_count(4, 2, left=5000, seconds=190) == 4  # never more than --finalists
+    assert confirm.time_count(3, 1, left=700, seconds=100) == 2  # 233 s: two rounds of one with the margin
+    assert confirm.time_count(4, 2, left=10, seconds=190) == 2  # at least one round
+    assert confirm.time_count(0, 2, left=5000, seconds=190) == 0 and confirm.time_room(190, 0, 2) == 0
+
+
+def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_finalists_start_early(tmp_path):
+    from autopelt.search.controller import WAIT
+
+    study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(4)}, budget="1h")
+    fakes.run_serially(control, stop_after=3)
+    running = control.next_trial()  # a searched trial another worker is still training
+    trials = study.get_trials(deepcopy=False)
+    room, count = control._time_room(trials)
+    seconds = confirm_seconds(trials)
+    control.started = time.monotonic() - (3600 - room - 0.5 * seconds)  # before the room, by half a trial
+    assert control.next_trial() == WAIT and len(study.trials) == 4  # nothing asked, nothing lost
+    control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
+    finalist = control.next_trial()  # nothing runs: the room begins now, not after the workers sat idle
+    assert not isinstance(finalist, str) and finalist.settings.seed == 1000
+    assert sum(1 for t in read_all(study) if t.confirms) == count == 3
+
+
+def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_room(tmp_path):
+    study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(6)}, baselines=True,
+                          budget="1h")
+    fakes.run_serially(control, stop_after=1)
+    trials = study.get_trials(deepcopy=False)
+    room, _ = control._time_room(trials)
+    control.started = time.monotonic() - (3600 - room - 0.1 * confirm_seconds(trials))
+    ticket = control.next_trial()
+    assert not isinstance(ticket, str) and read_all(study)[ticket.number].baseline == BASELINES[1]
+
+
+def confirm_seconds(trials) -> float:
+    from autopelt.search import confirm
+
+    return confirm.seconds_per_trial(trials)
 
 
 def test_without_finalists_or_an_answer_to_confirm_the_budget_is_all_search(tmp_path):
@@ -621,7 +667,7 @@ def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_r
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
-    room = confirm.time_room(study.get_trials(deepcopy=False), control.plan.finalists, 1)
+    room, _ = control._time_room(study.get_trials(deepcopy=False))
     control.started = time.monotonic() - (3600 - room + 0.1)
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and ticket.settings.seed == 1000 and not ticket.stoppable
@@ -637,7 +683,7 @@ def test_on_a_time_budget_searched_trials_still_running_are_stopped_for_the_fina
     running = control.next_trial()  # a searched trial, one epoch in when the finalists' room begins
     control.report(running.number, {"epoch": 1, "dev_metric": 0.4})
     assert not control.superseded(running.number)  # the room has not begun: it may still be a finalist
-    room = confirm.time_room(study.get_trials(deepcopy=False), control.plan.finalists, 1)
+    room, _ = control._time_room(study.get_trials(deepcopy=False))
     control.started = time.monotonic() - (3600 - room + 0.1)
     finalist = control.next_trial()
     assert not control.superseded(finalist.number)

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--finalists", type=int,
                       help="at the end, train the best N trials again with another seed (--seed + 1000), inside "
                            "the budget, and answer with the best mean dev; 0: none (default: 3, rounded up to whole "
-                           "rounds of --workers)")
+                           "rounds of --workers; on a wall-time budget at most the rounds that fit in a third of "
+                           "what the baselines leave)")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
                       help="train every trial to its last epoch (no ASHA)")
 

@@ -90,6 +90,7 @@ class Controller:
         self._nothing_to_confirm = False  # the finalists' turn came and no trial answered the study
         self._finalists_queued = False  # seen queued (by this process or another)
         self._superseded: set[int] = set()  # trials stopped to free their worker for the finalists
+        self._left_after_baselines: float | None = None  # seconds of a wall-time budget the baselines left
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -126,6 +127,8 @@ class Controller:
             final = self._finalists(budget)
             if final in (WAIT, DONE):
                 return final
+            if final is None and budget is None and not self._fits_before_room():
+                return WAIT  # its worker waits for the finalists; with nothing running they start at once
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
             finalist = bool(record.confirms(trial))
@@ -180,14 +183,20 @@ class Controller:
             if room <= 0 or counts.trained + counts.running < budget - room:
                 return None
         else:
-            room = confirm.time_room(trials, self.plan.finalists, self.plan.options.workers)
-            if room is None or self.time_left() is None or self.time_left() > room:
+            timing = self._time_room(trials)
+            if timing is None:
+                return None
+            room, _ = timing
+            if self.time_left() is None:
+                return None
+            early = not self.running and not self._fits_before_room(trials)  # the workers would only wait
+            if self.time_left() > room and not early:
                 return None
         self._finalists_queued = self._finalists_queued or confirm.queued(trials)
         if not self._finalists_queued:
             if self.running and budget is not None:  # they may be finalists; on a wall-time budget the
                 return WAIT  # finalists start at once (other processes' trials are never waited for)
-            count = self.plan.finalists if budget is None else self._trial_room(budget)
+            count = self._time_room(trials)[1] if budget is None else self._trial_room(budget)
             if not confirm.enqueue(self.study, trials, count, confirm.seed_for(self.plan.options.seed)):
                 self._nothing_to_confirm = True  # no trial answers the study, or the best were trained again
                 return None
@@ -197,6 +206,38 @@ class Controller:
         if confirm.waiting(trials):
             return _ASK
         return WAIT if self.running else DONE
+
+    def _time_room(self, trials: list[FrozenTrial]) -> tuple[float, int] | None:
+        """(seconds, finalists) a wall-time budget keeps for the finalists (confirm.py): a whole round of
+        --finalists until the baselines have finished, then the rounds that fit in a third of what they left;
+        None while no trial measures the time of one."""
+        seconds = confirm.seconds_per_trial(trials)
+        if seconds is None:
+            return None
+        workers = self.plan.options.workers
+        if self._left_after_baselines is None and refine.due(trials, self.plan.baselines):
+            self._left_after_baselines = self.time_left()
+        count = self.plan.finalists
+        if self._left_after_baselines is not None:
+            count = confirm.time_count(count, workers, self._left_after_baselines, seconds)
+        return confirm.time_room(seconds, count, workers), count
+
+    def _fits_before_room(self, trials: list[FrozenTrial] | None = None) -> bool:
+        """Whether the next trial to start can end before the finalists' room on a wall-time budget, at the
+        study's median trial with the margin. A baseline always starts (the study is compared with it); so does
+        any trial when there is no room (no finalists, none measured yet, or nothing to confirm)."""
+        if self.plan.finalists <= 0 or self._nothing_to_confirm or self._finalists_queued:
+            return True
+        trials = self.study.get_trials(deepcopy=False) if trials is None else trials
+        timing = self._time_room(trials)
+        left = self.time_left()
+        if timing is None or left is None:
+            return True
+        waiting = [t for t in trials if t.state == TrialState.WAITING]
+        if waiting and record.baseline_of(min(waiting, key=lambda t: t.number)):
+            return True  # what the study asks next (Optuna pops the oldest queued trial)
+        room, _ = timing
+        return left - room >= confirm.MARGIN * confirm.seconds_per_trial(trials)
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's

@@ -50,8 +50,10 @@ class LiveView:
             self.echo(f"budget: {len(plan.baselines)} baseline trials + {searched} searched deltas{final}; searched "
                       f"deltas train at the rates the baselines chose for their methods, times a drawn lr_scale")
         if plan.finalists:
-            self.echo(f"at the end: the best {plan.finalists} trials again with seed "
-                      f"{confirm.seed_for(plan.options.seed)}, inside the budget; the best mean dev answers")
+            best = f"the best {plan.finalists} trials" if isinstance(plan.budget, TrialBudget) else \
+                f"the best {plan.finalists} trials, or the rounds that fit in a third of what the baselines leave,"
+            self.echo(f"at the end: {best} again with seed {confirm.seed_for(plan.options.seed)}, inside the "
+                      f"budget; the best mean dev answers")
         self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {'dev ' + plan.metric[:8]:<14} "
                   f"{'best so far':<18} elapsed / ETA")
 
