@@ -20,8 +20,8 @@ from support import fakes
 from autopelt.delta import parse_spec
 from autopelt.delta.presets import BASELINES, PRESETS
 from autopelt.errors import UserError
-from autopelt.search import claims, controller as controller_module, recovery
-from autopelt.search.controller import DONE, Controller
+from autopelt.search import claims, confirm, controller as controller_module, recovery
+from autopelt.search.controller import DONE, WAIT, Controller
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.recovery import Owner, host_id
 from autopelt.search.resume import open_study
@@ -582,8 +582,6 @@ def test_a_larger_budget_searches_on_and_ends_with_finalists_of_its_own(tmp_path
 
 
 def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials(tmp_path):
-    from autopelt.search import confirm
-
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.2} for n in range(7)}, budget="1h")
     assert control.plan.finalists == 3
     assert fakes.run_serially(control, stop_after=4) == 4
@@ -598,8 +596,6 @@ def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials
 
 
 def test_on_a_time_budget_the_finalists_take_the_rounds_that_fit_in_a_third_of_what_the_baselines_left():
-    from autopelt.search import confirm
-
     # SNLI at 20 equivalents: the baselines left 566 s, a trial takes 190 s: one round of two, not two rounds
     assert confirm.time_count(4, 2, left=566, seconds=190) == 2
     assert confirm.time_room(190, 2, 2) == pytest.approx(190 * confirm.MARGIN)
@@ -610,14 +606,12 @@ def test_on_a_time_budget_the_finalists_take_the_rounds_that_fit_in_a_third_of_w
 
 
 def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_finalists_start_early(tmp_path):
-    from autopelt.search.controller import WAIT
-
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(4)}, budget="1h")
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
     trials = study.get_trials(deepcopy=False)
     room, count = control._time_room(trials)
-    seconds = confirm_seconds(trials)
+    seconds = confirm.seconds_per_trial(trials)
     control.started = time.monotonic() - (3600 - room - 0.5 * seconds)  # before the room, by half a trial
     assert control.next_trial() == WAIT and len(study.trials) == 4  # nothing asked, nothing lost
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
@@ -632,15 +626,9 @@ def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_r
     fakes.run_serially(control, stop_after=1)
     trials = study.get_trials(deepcopy=False)
     room, _ = control._time_room(trials)
-    control.started = time.monotonic() - (3600 - room - 0.1 * confirm_seconds(trials))
+    control.started = time.monotonic() - (3600 - room - 0.1 * confirm.seconds_per_trial(trials))
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and read_all(study)[ticket.number].baseline == BASELINES[1]
-
-
-def confirm_seconds(trials) -> float:
-    from autopelt.search import confirm
-
-    return confirm.seconds_per_trial(trials)
 
 
 def test_without_finalists_or_an_answer_to_confirm_the_budget_is_all_search(tmp_path):
@@ -662,8 +650,6 @@ def test_finalists_must_be_a_whole_number(tmp_path):
 
 
 def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_running_trial(tmp_path):
-    from autopelt.search import confirm
-
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
@@ -676,8 +662,6 @@ def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_r
 
 
 def test_on_a_time_budget_searched_trials_still_running_are_stopped_for_the_finalists(tmp_path):
-    from autopelt.search import confirm
-
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial, one epoch in when the finalists' room begins
