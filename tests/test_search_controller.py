@@ -585,9 +585,12 @@ def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.2} for n in range(7)}, budget="1h")
     assert control.plan.finalists == 3
     assert fakes.run_serially(control, stop_after=4) == 4
-    seconds = confirm.seconds_per_trial(study.get_trials(deepcopy=False))
-    room, count = control._time_room(study.get_trials(deepcopy=False))
-    assert seconds >= 0.6 and count == 3 and room == pytest.approx(3 * seconds * confirm.MARGIN)  # 3 rounds of 1
+    trials = study.get_trials(deepcopy=False)
+    seconds = confirm.seconds_per_trial(trials)
+    slowest = max(confirm.seconds_of(r) for r in answers.ranked(read_all(study))[:3])
+    room, count = control._time_room(trials)
+    assert seconds >= 0.6 and count == 3  # 3 rounds of 1, each as long as the slowest finalist
+    assert room == pytest.approx(3 * max(seconds, slowest) * confirm.MARGIN)
     control.started = time.monotonic() - (3600 - room + 0.1)  # inside the room: the best three again, then done
     assert fakes.run_serially(control) == 3 and control.next_trial() == DONE
     trials = read_all(study)
@@ -603,6 +606,18 @@ def test_on_a_time_budget_the_finalists_take_the_rounds_that_fit_in_a_third_of_w
     assert confirm.time_count(3, 1, left=700, seconds=100) == 2  # 233 s: two rounds of one with the margin
     assert confirm.time_count(4, 2, left=10, seconds=190) == 2  # at least one round
     assert confirm.time_count(0, 2, left=5000, seconds=190) == 0 and confirm.time_room(190, 0, 2) == 0
+
+
+def test_on_a_time_budget_the_room_lasts_as_long_as_the_slowest_trial_to_train_again(tmp_path):
+    # #0 answers best and trains 5x slower than the median: the room is three rounds of it, not of the median
+    trials = {0: {"quality": 0.9, "seconds_per_epoch": 0.5}, **{n: {"seconds_per_epoch": 0.1} for n in (1, 2, 3)}}
+    study, control = make(tmp_path, trials=trials, budget="1h")
+    fakes.run_serially(control, stop_after=4)
+    trials = study.get_trials(deepcopy=False)
+    room, count = control._time_room(trials)
+    own = confirm.seconds_of(read(trials[0]))
+    assert count == 3 and own > 2 * confirm.seconds_per_trial(trials)
+    assert room == pytest.approx(3 * own * confirm.MARGIN)
 
 
 def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_finalists_start_early(tmp_path):

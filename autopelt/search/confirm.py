@@ -13,8 +13,8 @@ shares no run with its selection). They are never stopped early, and the answer 
 mean dev (answers.py).
 
 The room: on a trial budget, `finalists` trials of it; on a wall-time budget, enough time for their rounds on the
-workers, measured from the study's own trials trained to the end (their median wall time without a learning-rate
-sweep) with a MARGIN, and as many rounds as fit in a third of the time the baselines left, at least one, at most
+workers, at the own wall time of the slowest trial they train again (or the study's median trial, if longer; both
+without a learning-rate sweep) with a MARGIN, and as many rounds as fit in a third of the time the baselines left, at least one, at most
 `finalists` trials (the trial budget's rule, `trial_room`). A trial that cannot end before the room is not started
 (`Controller.next_trial`): its worker waits, and when nothing else runs the finalists start at once. A searched
 trial or refinement still running when the finalists are queued is stopped at its next report
@@ -64,16 +64,30 @@ def trial_room(budget: int, finalists: int, baselines: int) -> int:
     return max(0, min(finalists, (budget - baselines) // 3))
 
 
+def seconds_of(trial: TrialRecord) -> float | None:
+    """The wall time of a trial trained to its last epoch, without its rate sweep (a finalist trains at the rate
+    the sweep chose); None for any other trial."""
+    if trial.state != TrialState.COMPLETE or not trial.full_fidelity or not trial.seconds:
+        return None
+    sweep = trial.lr_choice.get("seconds") if trial.lr_choice.get("how") == "sweep" else 0
+    return trial.seconds - (sweep if isinstance(sweep, (int, float)) else 0)
+
+
 def seconds_per_trial(trials: Iterable[FrozenTrial]) -> float | None:
     """The median wall time of the study's trials trained to their last epoch, without their rate sweeps; None
     before one has."""
-    spent = []
-    for trial in trials:
-        r = record.read(trial)
-        if r.state == TrialState.COMPLETE and r.full_fidelity and r.seconds:
-            sweep = r.lr_choice.get("seconds") if r.lr_choice.get("how") == "sweep" else 0
-            spent.append(r.seconds - (sweep if isinstance(sweep, (int, float)) else 0))
+    spent = [seconds for seconds in (seconds_of(record.read(t)) for t in trials) if seconds is not None]
     return statistics.median(spent) if spent else None
+
+
+def slowest_finalist(records: Iterable[TrialRecord], count: int, maximize: bool = True) -> float | None:
+    """The longest own wall time of the trials that would be the finalists now (`finalists`): a round lasts as
+    long as its slowest trial. On SST-2 at 70a86c0 the two finalists, both UniPELT(APL), took 91 and 105 s
+    against a median trial of 73 s; only an early start kept them inside the deadline."""
+    records = list(records)
+    chosen = {item["trial"] for item in finalists(records, count, 0, maximize)}
+    spent = [seconds_of(r) for r in records if r.number in chosen]
+    return max((s for s in spent if s is not None), default=None)
 
 
 def time_count(finalists: int, workers: int, left: float, seconds: float) -> int:

@@ -27,7 +27,7 @@ from autopelt.search import claims, confirm, learning_rates, recovery, refine
 from autopelt.search.baselines import baseline_hparams, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
-from autopelt.study import record
+from autopelt.study import answers, record
 from autopelt.study.record import read_all
 from autopelt.train.settings import TrialSettings
 
@@ -208,9 +208,10 @@ class Controller:
         return WAIT if self.running else DONE
 
     def _time_room(self, trials: list[FrozenTrial]) -> tuple[float, int] | None:
-        """(seconds, finalists) a wall-time budget keeps for the finalists (confirm.py): a whole round of
-        --finalists until the baselines have finished, then the rounds that fit in a third of what they left;
-        None while no trial measures the time of one."""
+        """(seconds, finalists) a wall-time budget keeps for the finalists (confirm.py): rounds of --finalists
+        until the baselines have finished, then the rounds that fit in a third of what they left, each as long as
+        the slowest trial to train again (at least the median trial); None while no trial measures the time of
+        one."""
         seconds = confirm.seconds_per_trial(trials)
         if seconds is None:
             return None
@@ -220,7 +221,8 @@ class Controller:
         count = self.plan.finalists
         if self._left_after_baselines is not None:
             count = confirm.time_count(count, workers, self._left_after_baselines, seconds)
-        return confirm.time_room(seconds, count, workers), count
+        slowest = confirm.slowest_finalist(map(record.read, trials), count, answers.maximizes(self.study))
+        return confirm.time_room(max(seconds, slowest or 0.0), count, workers), count
 
     def _fits_before_room(self, trials: list[FrozenTrial] | None = None) -> bool:
         """Whether the next trial to start can end before the finalists' room on a wall-time budget, at the
