@@ -102,7 +102,9 @@ def test_fp32_trials_are_bit_identical_to_before_precision_existed(make_settings
         assert now == golden["record"]
     else:
         assert now["history"] == golden["record"]["history"]
-        assert now["trained_sums"] == pytest.approx(golden["record"]["trained_sums"], rel=1e-5, abs=1e-6)
+        # two epochs carry other kernels' rounding into the weights: on an AVX-512 CPU against the AVX2 fixture the
+        # dev history matched exactly and one prefix sum of 47 moved by 3.8e-5 (relative)
+        assert now["trained_sums"] == pytest.approx(golden["record"]["trained_sums"], rel=1e-4, abs=1e-6)
 
 
 def test_a_bf16_trial_trains_fp32_parameters_with_fp32_optimizer_state(monkeypatch, make_settings):
