@@ -586,12 +586,12 @@ def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials
     assert control.plan.finalists == 3
     assert fakes.run_serially(control, stop_after=4) == 4
     trials = study.get_trials(deepcopy=False)
-    seconds = confirm.seconds_per_trial(trials)
+    seconds = confirm.seconds_per_trial(read_all(study))
     slowest = max(confirm.seconds_of(r) for r in answers.ranked(read_all(study))[:3])
-    room, count = control._time_room(trials)
-    assert seconds >= 0.6 and count == 3  # 3 rounds of 1, each as long as the slowest finalist
-    assert room == pytest.approx(3 * max(seconds, slowest) * confirm.MARGIN)
-    control.started = time.monotonic() - (3600 - room + 0.1)  # inside the room: the best three again, then done
+    room = control._time_room(trials)
+    assert seconds >= 0.6 and room.count == 3 and room.trial == seconds  # 3 rounds of 1, each as long as the
+    assert room.seconds == pytest.approx(3 * max(seconds, slowest) * confirm.MARGIN)  # slowest finalist
+    control.started = time.monotonic() - (3600 - room.seconds + 0.1)  # inside the room: the best three again, then done
     assert fakes.run_serially(control) == 3 and control.next_trial() == DONE
     trials = read_all(study)
     assert [t.confirms.get("trial") for t in trials[4:]] == [t.number for t in answers.ranked(trials[:4])[:3]]
@@ -614,10 +614,10 @@ def test_on_a_time_budget_the_room_lasts_as_long_as_the_slowest_trial_to_train_a
     study, control = make(tmp_path, trials=trials, budget="1h")
     fakes.run_serially(control, stop_after=4)
     trials = study.get_trials(deepcopy=False)
-    room, count = control._time_room(trials)
+    room = control._time_room(trials)
     own = confirm.seconds_of(read(trials[0]))
-    assert count == 3 and own > 2 * confirm.seconds_per_trial(trials)
-    assert room == pytest.approx(3 * own * confirm.MARGIN)
+    assert room.count == 3 and own > 2 * room.trial
+    assert room.seconds == pytest.approx(3 * own * confirm.MARGIN)
 
 
 def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_finalists_start_early(tmp_path):
@@ -625,14 +625,18 @@ def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
     trials = study.get_trials(deepcopy=False)
-    room, count = control._time_room(trials)
-    seconds = confirm.seconds_per_trial(trials)
-    control.started = time.monotonic() - (3600 - room - 0.5 * seconds)  # before the room, by half a trial
+    room = control._time_room(trials)
+    control.started = time.monotonic() - (3600 - room.seconds - 0.5 * room.trial)  # half a trial before the room
     assert control.next_trial() == WAIT and len(study.trials) == 4  # nothing asked, nothing lost
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
-    finalist = control.next_trial()  # nothing runs: the room begins now, not after the workers sat idle
-    assert not isinstance(finalist, str) and finalist.settings.seed == 1000
-    assert sum(1 for t in read_all(study) if t.confirms) == count == 3
+    finalists = [control.next_trial() for _ in range(3)]  # nothing runs: the room begins now, not after the
+    assert all(not isinstance(f, str) and f.settings.seed == 1000 for f in finalists)  # workers sat idle
+    assert sum(1 for t in read_all(study) if t.confirms) == room.count == 3
+    # still before the room: a searched trial drawn now could only be stopped for the finalists
+    assert control.next_trial() == WAIT and len(study.trials) == 7
+    for ticket in finalists:
+        control.finish(ticket.number, fakes.fake_trial(ticket.settings, lambda event: None))
+    assert control.next_trial() == DONE and len(study.trials) == 7
 
 
 def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_room(tmp_path):
@@ -640,8 +644,8 @@ def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_r
                           budget="1h")
     fakes.run_serially(control, stop_after=1)
     trials = study.get_trials(deepcopy=False)
-    room, _ = control._time_room(trials)
-    control.started = time.monotonic() - (3600 - room - 0.1 * confirm.seconds_per_trial(trials))
+    room = control._time_room(trials)
+    control.started = time.monotonic() - (3600 - room.seconds - 0.1 * room.trial)
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and read_all(study)[ticket.number].baseline == BASELINES[1]
 
@@ -668,7 +672,7 @@ def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_r
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
-    room, _ = control._time_room(study.get_trials(deepcopy=False))
+    room = control._time_room(study.get_trials(deepcopy=False)).seconds
     control.started = time.monotonic() - (3600 - room + 0.1)
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and ticket.settings.seed == 1000 and not ticket.stoppable
@@ -682,7 +686,7 @@ def test_on_a_time_budget_searched_trials_still_running_are_stopped_for_the_fina
     running = control.next_trial()  # a searched trial, one epoch in when the finalists' room begins
     control.report(running.number, {"epoch": 1, "dev_metric": 0.4})
     assert not control.superseded(running.number)  # the room has not begun: it may still be a finalist
-    room, _ = control._time_room(study.get_trials(deepcopy=False))
+    room = control._time_room(study.get_trials(deepcopy=False)).seconds
     control.started = time.monotonic() - (3600 - room + 0.1)
     finalist = control.next_trial()
     assert not control.superseded(finalist.number)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Iterable
 
 import optuna
@@ -73,10 +74,10 @@ def seconds_of(trial: TrialRecord) -> float | None:
     return trial.seconds - (sweep if isinstance(sweep, (int, float)) else 0)
 
 
-def seconds_per_trial(trials: Iterable[FrozenTrial]) -> float | None:
+def seconds_per_trial(records: Iterable[TrialRecord]) -> float | None:
     """The median wall time of the study's trials trained to their last epoch, without their rate sweeps; None
     before one has."""
-    spent = [seconds for seconds in (seconds_of(record.read(t)) for t in trials) if seconds is not None]
+    spent = [seconds for seconds in map(seconds_of, records) if seconds is not None]
     return statistics.median(spent) if spent else None
 
 
@@ -95,6 +96,14 @@ def time_count(finalists: int, workers: int, left: float, seconds: float) -> int
     `left` seconds the baselines left (at least one round), at most `finalists`."""
     rounds = max(1, int(left / 3 // (seconds * MARGIN)))
     return max(0, min(finalists, rounds * workers))
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a wall-time budget keeps for its finalists, as measured now."""
+    seconds: float  # at the end of the budget
+    count: int  # finalists
+    trial: float  # the study's median trial: another trial starts only if it can end before the room
 
 
 def time_room(seconds: float, count: int, workers: int) -> float:

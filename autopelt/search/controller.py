@@ -127,8 +127,6 @@ class Controller:
             final = self._finalists(budget)
             if final in (WAIT, DONE):
                 return final
-            if final is None and budget is None and not self._fits_before_room():
-                return WAIT  # its worker waits for the finalists; with nothing running they start at once
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
             finalist = bool(record.confirms(trial))
@@ -178,25 +176,25 @@ class Controller:
             return None
         trials = self.study.get_trials(deepcopy=False)
         if budget is not None:
-            room = self._trial_room(budget)
+            count = self._trial_room(budget)
             counts = claims.tally(trials)
-            if room <= 0 or counts.trained + counts.running < budget - room:
+            if count <= 0 or counts.trained + counts.running < budget - count:
                 return None
-        else:
-            timing = self._time_room(trials)
-            if timing is None:
+        elif not self._finalists_queued:  # once queued, a trial drawn now would only be stopped (superseded)
+            left, room = self.time_left(), self._time_room(trials)
+            if left is None or room is None:
                 return None
-            room, _ = timing
-            if self.time_left() is None:
-                return None
-            early = not self.running and not self._fits_before_room(trials)  # the workers would only wait
-            if self.time_left() > room and not early:
-                return None
+            if left > room.seconds:  # before the room
+                if self._next_fits(trials, left, room):
+                    return None
+                if self.running:
+                    return WAIT  # its worker waits for the finalists
+                # nothing runs: the room begins now, rather than after the workers sat idle
+            count = room.count
         self._finalists_queued = self._finalists_queued or confirm.queued(trials)
         if not self._finalists_queued:
             if self.running and budget is not None:  # they may be finalists; on a wall-time budget the
                 return WAIT  # finalists start at once (other processes' trials are never waited for)
-            count = self._time_room(trials)[1] if budget is None else self._trial_room(budget)
             if not confirm.enqueue(self.study, trials, count, confirm.seed_for(self.plan.options.seed)):
                 self._nothing_to_confirm = True  # no trial answers the study, or the best were trained again
                 return None
@@ -207,12 +205,12 @@ class Controller:
             return _ASK
         return WAIT if self.running else DONE
 
-    def _time_room(self, trials: list[FrozenTrial]) -> tuple[float, int] | None:
-        """(seconds, finalists) a wall-time budget keeps for the finalists (confirm.py): rounds of --finalists
-        until the baselines have finished, then the rounds that fit in a third of what they left, each as long as
-        the slowest trial to train again (at least the median trial); None while no trial measures the time of
-        one."""
-        seconds = confirm.seconds_per_trial(trials)
+    def _time_room(self, trials: list[FrozenTrial]) -> confirm.Room | None:
+        """The finalists' room on a wall-time budget (confirm.py): rounds of --finalists until the baselines have
+        finished, then the rounds that fit in a third of what they left, each as long as the slowest trial to
+        train again (at least the median trial); None while no trial measures the time of one."""
+        records = [record.read(t) for t in trials]
+        seconds = confirm.seconds_per_trial(records)
         if seconds is None:
             return None
         workers = self.plan.options.workers
@@ -221,25 +219,17 @@ class Controller:
         count = self.plan.finalists
         if self._left_after_baselines is not None:
             count = confirm.time_count(count, workers, self._left_after_baselines, seconds)
-        slowest = confirm.slowest_finalist(map(record.read, trials), count, answers.maximizes(self.study))
-        return confirm.time_room(max(seconds, slowest or 0.0), count, workers), count
+        slowest = confirm.slowest_finalist(records, count, answers.maximizes(self.study))
+        return confirm.Room(confirm.time_room(max(seconds, slowest or 0.0), count, workers), count, seconds)
 
-    def _fits_before_room(self, trials: list[FrozenTrial] | None = None) -> bool:
-        """Whether the next trial to start can end before the finalists' room on a wall-time budget, at the
-        study's median trial with the margin. A baseline always starts (the study is compared with it); so does
-        any trial when there is no room (no finalists, none measured yet, or nothing to confirm)."""
-        if self.plan.finalists <= 0 or self._nothing_to_confirm or self._finalists_queued:
-            return True
-        trials = self.study.get_trials(deepcopy=False) if trials is None else trials
-        timing = self._time_room(trials)
-        left = self.time_left()
-        if timing is None or left is None:
-            return True
+    @staticmethod
+    def _next_fits(trials: list[FrozenTrial], left: float, room: confirm.Room) -> bool:
+        """Whether the trial the study asks next can end before the room, at the study's median trial with the
+        margin. A baseline always starts: the study is compared with it."""
         waiting = [t for t in trials if t.state == TrialState.WAITING]
         if waiting and record.baseline_of(min(waiting, key=lambda t: t.number)):
             return True  # what the study asks next (Optuna pops the oldest queued trial)
-        room, _ = timing
-        return left - room >= confirm.MARGIN * confirm.seconds_per_trial(trials)
+        return left - room.seconds >= confirm.MARGIN * room.trial
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's
