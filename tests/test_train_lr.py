@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from autopelt.train import loop, lr_sweep, run_trial
 from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
+LEARNED_MARGIN = lr_sweep.learned_margin
 DROPOUT_LORA = {"methods": [{"method": "lora", "rank": 4, "dropout": 0.1}]}  # dropout: the global RNG matters
 
 
@@ -43,9 +44,11 @@ def test_the_chosen_rate_trains_exactly_as_if_it_had_been_given(make_settings, t
     assert all(torch.equal(saved_auto[k], saved_given[k]) for k in saved_auto)
 
 
-def _scripted_dev(monkeypatch, table):
-    """Each run's evaluations say what `table(rate)` gives: (dev metric above predicting one class, dev loss)."""
+def _scripted_dev(monkeypatch, table, rows: int = 1000):
+    """Each run's evaluations say what `table(rate)` gives: (dev metric above predicting one class, dev loss),
+    judged as on `rows` dev rows (the measurements' own: K=1000 keeps 1,000), not the tiny task's few."""
     real = loop.evaluate
+    monkeypatch.setattr(lr_sweep, "learned_margin", lambda floor, _: LEARNED_MARGIN(floor, rows))
 
     def scripted(model, features, task, settings, *args, **kwargs):
         metrics, gates = real(model, features, task, settings, *args, **kwargs)
@@ -98,6 +101,31 @@ def test_when_no_rate_has_learned_the_sweep_tries_between_the_rungs_first(monkey
     assert result["status"] == "ok", result["reason"]
     assert {float(r) for r in result["lr_choice"]["candidates"]} == set(measured)
     assert result["learning_rate"] == upper and "backed_off_from" not in result["lr_choice"]
+
+
+def test_a_rate_that_beats_one_class_by_less_than_the_noise_of_dev_has_not_learned(monkeypatch, make_settings):
+    """LoRA on SNLI in bf16 after one epoch (measured; one class 0.337 on 1,000 dev rows): 1e-2 beats one class by
+    3.6 points, 2.4 standard errors, and has the lowest loss; continued, it ended at 0.413 on dev. Not learned yet,
+    so the midpoints around it are tried: 5.5e-3 had 0.458 after one epoch and ended at 0.581."""
+    measured = {1e-3: (0.010, 1.097), 3e-3: (0.012, 1.096), 1e-2: (0.036, 1.084), 3e-2: (0.0, 1.110),
+                1.7e-2: (0.0, 1.099), 5.5e-3: (0.121, 1.060)}
+    _scripted_dev(monkeypatch, measured.__getitem__)
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["status"] == "ok", result["reason"]
+    assert {float(r) for r in result["lr_choice"]["candidates"]} == set(measured)
+    assert result["learning_rate"] == 5.5e-3
+
+    _scripted_dev(monkeypatch, measured.__getitem__, rows=100_000)  # as many dev rows: 3.6 points is not noise
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert {float(r) for r in result["lr_choice"]["candidates"]} == {1e-3, 3e-3, 1e-2, 3e-2}
+    assert result["learning_rate"] == 1e-2
+
+
+def test_the_learned_margin_is_three_standard_errors_of_dev_and_never_below_a_point():
+    assert lr_sweep.learned_margin(0.5, 1000) == pytest.approx(3 * 0.5 / math.sqrt(1000))
+    assert lr_sweep.learned_margin(0.337, 1000) == pytest.approx(0.0448, abs=1e-4)
+    assert lr_sweep.learned_margin(0.0, 100) == pytest.approx(0.15)  # a correlation's floor: as at one half
+    assert lr_sweep.learned_margin(0.5, 10**9) == lr_sweep.LEARNED_MARGIN
 
 
 def test_the_sweep_backs_off_from_a_rate_next_to_one_that_collapsed(monkeypatch, make_settings):

@@ -15,6 +15,11 @@ Three failure modes of ranking by the first evaluation, measured at K=1000, 3 ep
   tried, the sweep tries the geometric midpoints on either side of it, once;
 - prefix-tuning on SST-2 shows nothing by the end of epoch 1 at 1e-3, 3e-3 and 1e-2 (all predict one class),
   while 3e-4 learns (71.3 on test): when still no candidate has learned, the sweep walks down;
+- a first evaluation a few points above one class says that a rate moves, not that it is the best: on SNLI in
+  bf16, LoRA's 1e-2 beat one class by 3.6 points on 1,000 dev rows (2.4 standard errors) and ended at 0.413 on
+  dev, while 5.5e-3, between it and 3e-3, had 0.458 after epoch 1 and ended at 0.581. So a rate counts as learned
+  only once it beats one class by LEARNED_SE standard errors of the dev metric; until one has, the rules above
+  (the midpoints, then down) go on;
 - the fastest rate early can sit on the edge of stability: the adapter's 1e-2 led after epoch 1 (3e-2 collapsed
   to one class), ended 3.9 points below 3e-3 and collapsed in one of five seeds. When the rung above the best
   did not learn, the sweep takes the rung below, if that one has learned nearly as much (3e-3 had 85% of 1e-2's
@@ -44,7 +49,8 @@ from autopelt.train.loop import NonFiniteLoss, Training, TrainOutcome, train
 LADDER = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # half-decades
 START = (1e-3, 3e-3, 1e-2)
 MAX_CANDIDATES = 6
-LEARNED_MARGIN = 0.01  # a candidate has learned when its dev metric beats predicting one class by this much
+LEARNED_SE = 3.0  # a candidate has learned when its dev metric beats predicting one class by this many standard
+LEARNED_MARGIN = 0.01  # errors of the dev metric (a proportion of the dev rows), and at least by this much
 BACK_OFF_SHARE = 0.75  # the rate below the best is nearly as good when it has this share of the best's gain
 
 
@@ -92,6 +98,7 @@ class _Sweep:
         self.tried: dict[float, tuple[Training, dict, float]] = {}  # rate -> (run, its state, seconds)
         self.steps_done = 0
         self.floor = one_class_metric(data)
+        self.margin = None if self.floor is None else learned_margin(self.floor, len(data.dev.labels))
         self.midpoints: list[float] | None = None  # to try, around the first best inside that learned nothing
 
     def run(self) -> tuple[Training, LearningRateChoice]:
@@ -186,10 +193,11 @@ class _Sweep:
         return self._first(rate)["dev_metric"] is not None
 
     def _learned(self, rate: float) -> bool:
-        """The candidate's first evaluation is finite and beats predicting one class (any, for regression)."""
+        """The candidate's first evaluation is finite and beats predicting one class by the learned margin (any
+        finite one, for regression)."""
         if not self._finite(rate):
             return False
-        return self.floor is None or self._first(rate)["dev_metric"] > self.floor + LEARNED_MARGIN
+        return self.floor is None or self._first(rate)["dev_metric"] > self.floor + self.margin
 
     def _score(self, rate: float) -> tuple[bool, float, float]:
         """Whether it learned, then dev loss at the first evaluation (lower is better), then the dev metric. The
@@ -209,6 +217,14 @@ class _Sweep:
 def _two_digits(rate: float) -> float:
     """A rate as a person writes it (5.5e-3, not 5.477e-3): what the study records is what it trained at."""
     return float(f"{rate:.2g}")
+
+
+def learned_margin(floor: float, rows: int) -> float:
+    """How far a dev metric must beat predicting one class (`floor`) on `rows` dev rows to count as learned:
+    LEARNED_SE standard errors of a proportion at the floor (at one half for a floor that is no proportion, as a
+    correlation's 0), and at least LEARNED_MARGIN. SST-2 and SNLI at K=1000 (1,000 dev rows): 4.7 and 4.5 points."""
+    share = floor if 0 < floor < 1 else 0.5
+    return max(LEARNED_MARGIN, LEARNED_SE * math.sqrt(share * (1 - share) / max(rows, 1)))
 
 
 def one_class_metric(data) -> float | None:
