@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from autopelt.train import loop, lr_sweep, run_trial
 from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
-LEARNED_MARGIN = lr_sweep.learned_margin
+MEASURED_MARGIN = lr_sweep.learned_margin  # the real one, before a test replaces it
 DROPOUT_LORA = {"methods": [{"method": "lora", "rank": 4, "dropout": 0.1}]}  # dropout: the global RNG matters
 
 
@@ -48,7 +48,7 @@ def _scripted_dev(monkeypatch, table, rows: int = 1000):
     """Each run's evaluations say what `table(rate)` gives: (dev metric above predicting one class, dev loss),
     judged as on `rows` dev rows (the measurements' own: K=1000 keeps 1,000), not the tiny task's few."""
     real = loop.evaluate
-    monkeypatch.setattr(lr_sweep, "learned_margin", lambda floor, _: LEARNED_MARGIN(floor, rows))
+    monkeypatch.setattr(lr_sweep, "learned_margin", lambda floor, _: MEASURED_MARGIN(floor, rows))
 
     def scripted(model, features, task, settings, *args, **kwargs):
         metrics, gates = real(model, features, task, settings, *args, **kwargs)

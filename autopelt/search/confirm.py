@@ -14,8 +14,8 @@ mean dev (answers.py).
 
 The room: on a trial budget, `finalists` trials of it; on a wall-time budget, enough time for their rounds on the
 workers, at the own wall time of the slowest trial they train again (or the study's median trial, if longer; both
-without a learning-rate sweep) with a MARGIN, and as many rounds as fit in a third of the time the baselines left, at least one, at most
-`finalists` trials (the trial budget's rule, `trial_room`). A trial that cannot end before the room is not started
+without a learning-rate sweep) with a MARGIN, and as many rounds as fit in a third of the time the baselines left,
+at least one, at most `finalists` trials (the trial budget's rule, `trial_room`). A trial that cannot end before the room is not started
 (`Controller._finalists`): its worker waits, and when nothing else runs the finalists start at once. A searched
 trial or refinement still running when the finalists are queued is stopped at its next report
 (`Controller.superseded`): it could not be a finalist. Until a trial has finished there is no measure, and the
