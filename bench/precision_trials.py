@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import torch
 
 from autopelt import delta
 from autopelt.train import TrialSettings, run_trial
@@ -53,8 +52,7 @@ def main() -> None:
 
 def _print_table(runs: dict, methods: list[str], precisions: list[str], args) -> None:
     print(f"\n{args.task} K={args.k} · {args.epochs} epochs · lr {args.lr:g} · seeds {args.seeds} · "
-          f"{args.threads} threads · CPU {torch.backends.cpu.get_cpu_capability()}, "
-          f"native bf16: {devices.cpu_has_native_bf16()}\n")
+          f"{args.threads} threads · {devices.cpu_precision_note()}\n")
     print("| delta | precision | test accuracy (mean ± std) | wall s per trial | × fp32 time | Δ accuracy | target |")
     print("|---|---|---:|---:|---:|---:|---|")
     for method in methods:

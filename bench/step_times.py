@@ -166,7 +166,7 @@ def _print_table(medians: dict, params: dict, precisions: list[str], args) -> No
     fp32_forward = medians.get((FORWARD, "fp32"))
     print(f"all-MiniLM-L6-v2 · seq {args.seq} · batch {args.batch} · {args.threads} threads · "
           f"median of {args.steps} interleaved steps after {args.warmup} warm-up round · "
-          f"CPU {torch.backends.cpu.get_cpu_capability()}, native bf16: {devices.cpu_has_native_bf16()}")
+          f"{devices.cpu_precision_note()}")
     print()
     print("| configuration | precision | trainable params | step (s) | × fp32 step | × fp32 forward | × full FT "
           "| × peft LoRA | target |")

@@ -1,4 +1,5 @@
-"""Precision as a setting: `auto` follows the device's native bf16, fp32 is unchanged, bf16 keeps what trains in fp32."""
+"""Precision as a setting: `auto` follows the device's native bf16 where it is faster, fp32 is unchanged, bf16 keeps
+what trains in fp32."""
 
 from __future__ import annotations
 
@@ -26,12 +27,38 @@ CPU = torch.device("cpu")
 # -- which precision ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("native, expected", [(True, "bf16"), (False, "fp32")])
-def test_auto_is_bf16_exactly_where_the_cpu_has_it(monkeypatch, native, expected):
-    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native)
+@pytest.mark.parametrize("pays, expected", [(True, "bf16"), (False, "fp32")])
+def test_auto_is_bf16_exactly_where_the_cpu_computes_it_faster(monkeypatch, pays, expected):
+    monkeypatch.setattr(devices, "cpu_bf16_pays", lambda: pays)
     assert devices.resolve_precision("auto", CPU) == expected
     for asked in ("fp32", "bf16", "fp16"):  # what is asked is what runs
         assert devices.resolve_precision(asked, CPU) == asked
+
+
+@pytest.mark.parametrize("native, speedup, expected", [
+    (True, 2.0, True),    # AMD EPYC with AVX512-BF16: a step in half the time
+    (True, 0.5, False),   # an Intel Xeon VM with AVX512-BF16 and no AMX: bf16 twice as slow
+    (True, 1.1, False),   # not enough faster to change how a trial computes
+    (False, None, False),  # no native bf16: nothing is timed
+])
+def test_native_bf16_is_used_only_where_it_measures_faster(monkeypatch, native, speedup, expected):
+    timed = []
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: timed.append(1) or speedup)
+    devices.cpu_bf16_pays.cache_clear()
+    try:
+        assert devices.cpu_bf16_pays() is expected
+        assert devices.cpu_bf16_pays() is expected
+        assert len(timed) == (1 if native else 0)  # asked once per process
+    finally:
+        devices.cpu_bf16_pays.cache_clear()
+
+
+def test_the_bf16_probe_times_both_precisions_without_touching_the_global_rng():
+    state = torch.get_rng_state()
+    speedup = devices.bf16_matmul_speedup(rows=64, width=32, out=48, rounds=2)
+    assert 0 < speedup < float("inf")
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 @pytest.mark.parametrize("flags, expected", [
