@@ -45,13 +45,14 @@ def test_native_bf16_is_used_only_where_it_measures_faster(monkeypatch, native, 
     timed = []
     monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: timed.append(1) or speedup)
-    devices.cpu_bf16_pays.cache_clear()
+    devices.cpu_bf16_speedup.cache_clear()
     try:
         assert devices.cpu_bf16_pays() is expected
         assert devices.cpu_bf16_pays() is expected
-        assert len(timed) == (1 if native else 0)  # asked once per process
+        assert len(timed) == (1 if native else 0)  # timed once per process
+        assert ("auto = bf16" in devices.cpu_precision_note()) is expected
     finally:
-        devices.cpu_bf16_pays.cache_clear()
+        devices.cpu_bf16_speedup.cache_clear()
 
 
 def test_the_bf16_probe_times_both_precisions_without_touching_the_global_rng():

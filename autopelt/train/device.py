@@ -48,15 +48,21 @@ def bf16_pays(device: torch.device) -> bool:
 BF16_SPEEDUP = 1.25  # a CPU computes in bf16 by default only if its bf16 matmul is at least this much faster
 
 
-@functools.cache
 def cpu_bf16_pays() -> bool:
     """The CPU has AVX512-BF16 or AMX, and a bf16 matmul of a training step's shape is measured faster than fp32.
 
     The flags alone do not tell: on an Intel Xeon VM that reports AVX512-BF16 but no AMX, oneDNN's bf16 kernel
     took twice fp32's time (29 against 14 ms for 4096x384 @ 384x1536 on 2 threads) and whole steps 1.2-1.7x,
-    while on an AMD EPYC with AVX512-BF16 a step took half. Asked once per process; where the flags are absent
-    nothing is timed."""
-    return cpu_has_native_bf16() and bf16_matmul_speedup() >= BF16_SPEEDUP
+    while on an AMD EPYC with AVX512-BF16 a step took half."""
+    speedup = cpu_bf16_speedup()
+    return speedup is not None and speedup >= BF16_SPEEDUP
+
+
+@functools.cache
+def cpu_bf16_speedup() -> float | None:
+    """This CPU's bf16 matmul speed over fp32's, timed once per process; None, and nothing timed, without
+    native bf16."""
+    return bf16_matmul_speedup() if cpu_has_native_bf16() else None
 
 
 def bf16_matmul_speedup(rows: int = 4096, width: int = 384, out: int = 1536, rounds: int = 5) -> float:
@@ -88,9 +94,9 @@ def cpu_has_native_bf16() -> bool:
 
 def cpu_precision_note() -> str:
     """What `auto` makes of this CPU, for benchmark headers: its flags, the measured bf16 speed, the choice."""
-    if not cpu_has_native_bf16():
+    speedup = cpu_bf16_speedup()
+    if speedup is None:
         return f"CPU {torch.backends.cpu.get_cpu_capability()}, no native bf16: auto = fp32"
-    speedup = bf16_matmul_speedup()
     return (f"CPU {torch.backends.cpu.get_cpu_capability()} with native bf16, a bf16 matmul {speedup:.2f}x "
             f"fp32's speed: auto = {'bf16' if cpu_bf16_pays() else 'fp32'}")
 
