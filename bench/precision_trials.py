@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import statistics
 
-
 from autopelt import delta
 from autopelt.train import TrialSettings, run_trial
 from autopelt.train import device as devices

@@ -17,6 +17,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("RAY_TMPDIR", str(_SCRATCH / "ray"))
 os.environ.setdefault("AUTOPELT_CACHE_DIR", str(_SCRATCH / "cache"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `--precision auto` computes as on a CPU without native bf16, whatever this one is: no probe timed beside other
+# tests, the same precision on every machine (tests/test_train_precision.py tests the probe itself)
+os.environ.setdefault("AUTOPELT_CPU_BF16_SPEEDUP", "none")
 
 # The test support package (tests/support) is imported by subprocesses and Ray workers too: they inherit this.
 TESTS_DIR = Path(__file__).resolve().parent

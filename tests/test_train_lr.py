@@ -159,6 +159,10 @@ def test_the_sweep_keeps_the_best_rate_when_the_one_below_has_dropped_its_loss_m
     result = run_trial(make_settings(learning_rate=None, epochs=2))
     assert result["learning_rate"] == 3e-3 and result["lr_choice"]["backed_off_from"] == 1e-2
 
+    measured[3e-2] = (0.0, 0.43)  # the rung above predicts one class but its loss is below the best's: slow, kept
+    result = run_trial(make_settings(learning_rate=None, epochs=2))
+    assert result["learning_rate"] == 1e-2 and "backed_off_from" not in result["lr_choice"]
+
 
 def test_the_sweep_keeps_the_best_rate_when_the_one_below_has_learned_much_less(monkeypatch, make_settings):
     """LoRA on SNLI with seed 2 after one epoch: 1e-2 has not learned yet, 3e-3 leads by 12.7 points over one

@@ -4,12 +4,14 @@ what trains in fp32."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from autopelt import delta
+from autopelt.errors import UserError
 from autopelt.models import load_model
 from autopelt.train import device as devices
 from autopelt.train import run_trial
@@ -39,9 +41,12 @@ def test_auto_is_bf16_exactly_where_the_cpu_computes_it_faster(monkeypatch, pays
     (True, 2.0, True),    # AMD EPYC with AVX512-BF16: a step in half the time
     (True, 0.5, False),   # an Intel Xeon VM with AVX512-BF16 and no AMX: bf16 twice as slow
     (True, 1.1, False),   # not enough faster to change how a trial computes
+    (True, devices.BF16_SPEEDUP, True),  # just enough
+    (True, 0.0, False),   # no bf16 kernel in this torch
     (False, None, False),  # no native bf16: nothing is timed
 ])
 def test_native_bf16_is_used_only_where_it_measures_faster(monkeypatch, native, speedup, expected):
+    monkeypatch.delenv(devices.SPEEDUP_ENV, raising=False)  # the tests' own setting (conftest) aside
     timed = []
     monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: timed.append(1) or speedup)
@@ -51,6 +56,44 @@ def test_native_bf16_is_used_only_where_it_measures_faster(monkeypatch, native, 
         assert devices.cpu_bf16_pays() is expected
         assert len(timed) == (1 if native else 0)  # timed once per process
         assert ("auto = bf16" in devices.cpu_precision_note()) is expected
+    finally:
+        devices.cpu_bf16_speedup.cache_clear()
+
+
+@pytest.mark.parametrize("given, speedup, expected", [("2.0", 2.0, "bf16"), ("0.55", 0.55, "fp32"),
+                                                     ("none", None, "fp32")])
+def test_a_speedup_measured_by_the_search_is_taken_as_it_is(monkeypatch, given, speedup, expected):
+    monkeypatch.setenv(devices.SPEEDUP_ENV, given)
+    monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: pytest.fail("measured again"))
+    devices.cpu_bf16_speedup.cache_clear()
+    try:
+        assert devices.cpu_bf16_speedup() == speedup
+        assert devices.resolve_precision("auto", CPU) == expected
+    finally:
+        devices.cpu_bf16_speedup.cache_clear()
+
+
+def test_a_search_measures_once_and_hands_the_speedup_to_its_workers(monkeypatch):
+    monkeypatch.delenv(devices.SPEEDUP_ENV, raising=False)
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: 0.5432)
+    devices.cpu_bf16_speedup.cache_clear()
+    try:
+        devices.share_cpu_bf16_speedup()
+        assert os.environ[devices.SPEEDUP_ENV] == "0.543"  # what a worker process started now inherits
+        monkeypatch.setenv(devices.SPEEDUP_ENV, "1.5")  # set by the user: kept
+        devices.share_cpu_bf16_speedup()
+        assert os.environ[devices.SPEEDUP_ENV] == "1.5"
+    finally:
+        devices.cpu_bf16_speedup.cache_clear()
+
+
+def test_a_speedup_that_is_no_number_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv(devices.SPEEDUP_ENV, "fast")
+    devices.cpu_bf16_speedup.cache_clear()
+    try:
+        with pytest.raises(UserError, match="AUTOPELT_CPU_BF16_SPEEDUP must be a number or 'none', not 'fast'"):
+            devices.resolve_precision("auto", CPU)
     finally:
         devices.cpu_bf16_speedup.cache_clear()
 

@@ -44,7 +44,8 @@ class SearchOptions:
     out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
     early_stopping: bool = True
     sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
-    precision: str = "auto"  # of every trial: auto (bf16 where the trial's device runs it natively), fp32, bf16, fp16
+    precision: str = "auto"  # of every trial: auto (bf16 where the device computes it natively and faster),
+    # fp32, bf16 or fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
     finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
 

@@ -40,6 +40,7 @@ from autopelt.files import write_atomic
 from autopelt.numbers import is_finite_number
 from autopelt.search.controller import DONE, WAIT, Controller, Ticket
 from autopelt.search.plan import SearchPlan
+from autopelt.train import device as devices
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,8 @@ def ray_session(plan: SearchPlan):
             # a new local cluster turns on token authentication and says so at every start; keep the
             # protection, drop the notice (RAY_AUTH_MODE still decides, as Ray documents)
             logging.getLogger(RAY_TOKEN_NOTICE).setLevel(logging.ERROR)
+            if plan.options.precision == "auto":  # one measurement for every trial on this machine
+                devices.share_cpu_bf16_speedup()
             ray.init(**common)
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = f"the Ray cluster at {plan.options.ray_address}" if plan.options.ray_address else "a local Ray"

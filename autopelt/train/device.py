@@ -49,7 +49,8 @@ BF16_SPEEDUP = 1.25  # a CPU computes in bf16 by default only if its bf16 matmul
 
 
 def cpu_bf16_pays() -> bool:
-    """The CPU has AVX512-BF16 or AMX, and a bf16 matmul of a training step's shape is measured faster than fp32.
+    """The CPU has AVX512-BF16 or AMX, and a bf16 matmul of a training step's shape is measured at least
+    BF16_SPEEDUP times as fast as fp32's.
 
     The flags alone do not tell: on an Intel Xeon VM that reports AVX512-BF16 but no AMX, oneDNN's bf16 kernel
     took twice fp32's time (29 against 14 ms for 4096x384 @ 384x1536 on 2 threads) and whole steps 1.2-1.7x,
@@ -58,28 +59,48 @@ def cpu_bf16_pays() -> bool:
     return speedup is not None and speedup >= BF16_SPEEDUP
 
 
+SPEEDUP_ENV = "AUTOPELT_CPU_BF16_SPEEDUP"  # the speedup measured elsewhere on this machine ("none": no native bf16)
+
+
 @functools.cache
 def cpu_bf16_speedup() -> float | None:
     """This CPU's bf16 matmul speed over fp32's, timed once per process; None, and nothing timed, without
-    native bf16."""
+    native bf16. A search measures it once, before its local workers start, and hands it to them in SPEEDUP_ENV,
+    so that every trial on the machine makes the same choice (trials timing it beside each other could differ)."""
+    given = os.environ.get(SPEEDUP_ENV)
+    if given:
+        try:
+            return None if given.lower() == "none" else float(given)
+        except ValueError:
+            raise UserError(f"{SPEEDUP_ENV} must be a number or 'none', not {given!r}") from None
     return bf16_matmul_speedup() if cpu_has_native_bf16() else None
+
+
+def share_cpu_bf16_speedup() -> None:
+    """Measure the CPU's bf16 speedup here, once, and put it in the environment that local workers inherit."""
+    speedup = cpu_bf16_speedup()
+    os.environ.setdefault(SPEEDUP_ENV, "none" if speedup is None else f"{speedup:.3f}")
 
 
 def bf16_matmul_speedup(rows: int = 4096, width: int = 384, out: int = 1536, rounds: int = 5) -> float:
     """fp32's time over bf16's for one linear layer on the CPU (a batch of 32 x 128 tokens through a MiniLM FFN
-    by default), the best of `rounds` interleaved calls each, after one warm-up call; about 0.3 s. Draws from
-    its own generator, so the global RNG, and with it every trial, is untouched."""
+    by default), the best of `rounds` interleaved calls each, after one warm-up call; about 0.3 s on two
+    threads, 0.5 s on one. Draws from its own generator, so the global RNG, and with it every trial, is
+    untouched. 0.0 where this torch cannot compute the bf16 matmul at all."""
     generator = torch.Generator().manual_seed(0)
     inputs, weight = torch.randn(rows, width, generator=generator), torch.randn(out, width, generator=generator)
     pairs = {"fp32": (inputs, weight), "bf16": (inputs.bfloat16(), weight.bfloat16())}
     best = {name: float("inf") for name in pairs}
-    with torch.inference_mode():
-        for round_ in range(rounds + 1):
-            for name, (a, b) in pairs.items():
-                start = time.perf_counter()
-                nn.functional.linear(a, b)
-                if round_:  # round 0 warms up
-                    best[name] = min(best[name], time.perf_counter() - start)
+    try:
+        with torch.inference_mode():
+            for round_ in range(max(rounds, 1) + 1):
+                for name, (a, b) in pairs.items():
+                    start = time.perf_counter()
+                    nn.functional.linear(a, b)
+                    if round_:  # round 0 warms up
+                        best[name] = min(best[name], time.perf_counter() - start)
+    except RuntimeError:  # no bf16 kernel in this build
+        return 0.0
     return best["fp32"] / best["bf16"]
 
 

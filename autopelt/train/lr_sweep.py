@@ -156,21 +156,26 @@ class _Sweep:
         """(the rate to continue, the best one if that is not it): the rate tried just below the best when the one
         just above it did not learn (the best sits on the edge of stability) and the one below has learned nearly
         as much: BACK_OFF_SHARE of the best's gain over predicting one class, and BACK_OFF_LOSS_SHARE of its drop
-        in dev loss from the rung above (when that one's loss is finite). A safer rate at a small cost."""
+        in dev loss from the rung above (when that one's loss is finite; a rung above whose loss is no higher than
+        the best's did not collapse, and nothing is backed off). A safer rate at a small cost."""
         below, above = self._neighbours(best)
         if above is None or self._learned(above) or below is None or not self._learned(below):
             return best, None
         if self.floor is not None and self._gain(below) < BACK_OFF_SHARE * self._gain(best):
             return best, None
-        reference = self._first(above)["dev_loss"]
-        if reference is not None and self._loss_drop(below, reference) < BACK_OFF_LOSS_SHARE * self._loss_drop(
-                best, reference):
-            return best, None
+        reference = self._loss(above)
+        if math.isfinite(reference):
+            drop_best, drop_below = reference - self._loss(best), reference - self._loss(below)
+            if not drop_best > 0:  # the rung above lost no more than the best: slow, not collapsed
+                return best, None
+            if not drop_below >= BACK_OFF_LOSS_SHARE * drop_best:  # (a NaN loss below does not back off)
+                return best, None
         return below, best
 
-    def _loss_drop(self, rate: float, reference: float) -> float:
+    def _loss(self, rate: float) -> float:
+        """The candidate's dev loss at the first evaluation (NaN where it has none)."""
         loss = self._first(rate)["dev_loss"]
-        return -math.inf if loss is None else reference - loss
+        return math.nan if loss is None else float(loss)
 
     def _gain(self, rate: float) -> float:
         return self._first(rate)["dev_metric"] - self.floor

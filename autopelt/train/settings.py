@@ -36,7 +36,7 @@ class TrialSettings:
     max_train_examples: int | None = None  # a random subset of the protocol's train rows, for quick runs
     threads: int | None = None  # torch CPU threads; None = torch's default
     device: str | None = None  # None = CUDA when available, else CPU
-    precision: str = "auto"  # auto (bf16 where the device runs it natively, else fp32), fp32, bf16 or fp16
+    precision: str = "auto"  # auto (bf16 where the device runs it natively and faster, else fp32), fp32, bf16, fp16
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
 
