@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -209,6 +210,22 @@ def full_trial_seconds(trials: list) -> float:
     return statistics.median(full) if full else float("nan")
 
 
+CALIBRATION_TOLERANCE = 0.15
+
+
+def calibration_check(full: float, tuned_lora: list) -> str:
+    """The calibration against tuned LoRA's own trials trained to the end (the same delta, at the same time of
+    the run as the searches): a calibration timed on a busier machine makes every budget larger than it says."""
+    again = full_trial_seconds(tuned_lora)
+    if not math.isfinite(again):
+        return "(calibration check: tuned LoRA trained no trial to its end)"
+    ratio = again / full
+    verdict = "agrees" if abs(ratio - 1) <= CALIBRATION_TOLERANCE else \
+        f"DOES NOT AGREE: each budget held about {1 / ratio:.2f}x as many such trials as it says"
+    return (f"(calibration check: tuned LoRA's trials trained to the end took a median of {again:.0f} s, "
+            f"{ratio:.2f}x the calibration's: {verdict})")
+
+
 def pick_and_baselines(studies: dict, baselines: str = "all") -> dict:
     """{label: TrialRecord}: each strategy's pick (the study's own rule) and the baselines of study 1 (all, or
     UniPELT(APL) and the best single method on dev)."""
@@ -343,6 +360,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration, trained to its last epoch; "
           f"random also had study 1's {sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} "
           f"baselines)")
+    print(calibration_check(full, studies["tuned-lora"]))
     print()
     reference = reruns.get("autopelt pick", {})
     print(f"| delta | what | lr | params % | study dev | test mean ± std | paired Δ to autopelt's pick |")

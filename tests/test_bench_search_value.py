@@ -42,6 +42,7 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
         assert line in out, out
     assert "target: autopelt's pick beats tuned LoRA by ≥ 1 point" in out
     assert "one full trial:" in out  # the calibration that sets every strategy's budget
+    assert "(calibration check: tuned LoRA's trials trained to the end took a median of" in out
     # the random study starts from study 1's baselines instead of training them again
     import optuna
     storage = f"sqlite:///{tmp_path / 'work' / 'studies.db'}"
@@ -139,3 +140,26 @@ def test_a_picks_study_dev_is_its_own_studys_mean_over_seeds():
     assert bench.study_dev(read(random[0]), studies) == pytest.approx((0.58 + 0.61) / 2)
     assert bench.study_dev(read(first[1]), studies) == pytest.approx((0.58 + 0.63) / 2)
     assert bench.study_dev(read(first[0]), studies) == pytest.approx((0.53 + 0.34) / 2)
+
+
+def test_the_report_checks_the_calibration_against_tuned_loras_own_full_trials():
+    """A calibration timed on a busier machine (65 s where the same trial later took 43 s) makes every budget
+    larger than it says: the report says so."""
+    import datetime
+
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    def trial(seconds, full=True):
+        made = create_trial(state=TrialState.COMPLETE, value=0.8, params={"x": 0.5},
+                            distributions={"x": FloatDistribution(0, 1)}, user_attrs={"full_fidelity": full})
+        made.datetime_start = datetime.datetime(2026, 1, 1)
+        made.datetime_complete = made.datetime_start + datetime.timedelta(seconds=seconds)
+        return made
+
+    bench = load_bench()
+    tuned = [trial(43), trial(44), trial(42), trial(10, full=False)]  # a trial stopped early does not count
+    assert "43 s, 0.66x the calibration's: DOES NOT AGREE: each budget held about 1.51x" in \
+        bench.calibration_check(65.0, tuned)
+    assert "1.05x the calibration's: agrees" in bench.calibration_check(41.0, tuned)
+    assert "trained no trial to its end" in bench.calibration_check(41.0, [trial(10, full=False)])
