@@ -374,7 +374,8 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
                                                                   f"{100 * _std(diffs):.1f}"
         print(f"| {label} | {record.summary or '–'} | {record.learning_rate or float('nan'):.2g} | "
               f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
-              f"{100 * study_dev(record, studies):.1f} | {100 * means[label]:.1f} ± {100 * _std(tests):.1f} | {delta} |")
+              f"{100 * study_dev(record, studies[study_of(label)]):.1f} | {100 * means[label]:.1f} ± "
+              f"{100 * _std(tests):.1f} | {delta} |")
     copied = work_copies(args)
     if copied:
         print(f"({copied} of these re-runs were copied from --reuse, trained there with the same settings: "
@@ -391,16 +392,18 @@ def work_copies(args) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.strip()) if log.exists() else 0
 
 
-def study_dev(record, studies: dict) -> float:
-    """The dev metric the study picked by: a finalist's mean over its seeds (autopelt/search/confirm.py)."""
+def study_of(label: str) -> str:
+    """The study a row of the table comes from: a strategy's pick from its own, the baselines from study 1's."""
+    return label.removesuffix(" pick") if label.endswith(" pick") else "autopelt"
+
+
+def study_dev(record, trials: list) -> float:
+    """The dev metric `record`'s own study picked by: a finalist's mean over its seeds there (confirm.py). Random's
+    copies of the baselines share their result dirs and numbers with study 1's trials, not their finalists."""
     from autopelt.study import answers
     from autopelt.study.record import read
 
-    for trials in studies.values():  # the study the record is from: random's copies of the baselines share
-        records = [read(t) for t in trials]  # their result dirs with study 1's trials, not their numbers
-        if any(r.result_dir == record.result_dir and r.number == record.number for r in records):
-            return answers.dev_score(record, answers.seed_devs(records))
-    return record.values[0]
+    return answers.dev_score(record, answers.seed_devs([read(t) for t in trials]))
 
 
 def curve(trials: list, name: str) -> str:

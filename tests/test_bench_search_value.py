@@ -131,15 +131,16 @@ def test_a_picks_study_dev_is_its_own_studys_mean_over_seeds():
     first = [trial(0, 0.53, "/w/unipelt", baseline="unipelt_apl"), trial(1, 0.58, "/w/lora", baseline="lora"),
              trial(2, 0.34, "/w/unipelt-again", confirms={"trial": 0, "seed": 1000}),
              trial(3, 0.63, "/w/lora-again", confirms={"trial": 1, "seed": 1000})]
-    random = [trial(0, 0.58, "/w/lora", baseline="lora"), trial(1, 0.53, "/w/unipelt", baseline="unipelt_apl"),
-              trial(2, 0.61, "/w/lora-again-r", confirms={"trial": 0, "seed": 1000})]
-    studies = {"autopelt": first, "random": random, "tuned-lora": []}
+    random = [trial(0, 0.53, "/w/unipelt", baseline="unipelt_apl"), trial(1, 0.58, "/w/lora", baseline="lora"),
+              trial(2, 0.61, "/w/lora-again-r", confirms={"trial": 1, "seed": 1000})]  # numbered as study 1's
     from autopelt.study.record import read
 
     bench = load_bench()
-    assert bench.study_dev(read(random[0]), studies) == pytest.approx((0.58 + 0.61) / 2)
-    assert bench.study_dev(read(first[1]), studies) == pytest.approx((0.58 + 0.63) / 2)
-    assert bench.study_dev(read(first[0]), studies) == pytest.approx((0.53 + 0.34) / 2)
+    assert bench.study_of("random pick") == "random" and bench.study_of("baseline lora") == "autopelt"
+    assert bench.study_dev(read(random[1]), random) == pytest.approx((0.58 + 0.61) / 2)
+    assert bench.study_dev(read(first[1]), first) == pytest.approx((0.58 + 0.63) / 2)
+    assert bench.study_dev(read(first[0]), first) == pytest.approx((0.53 + 0.34) / 2)
+    assert bench.study_dev(read(random[0]), random) == pytest.approx(0.53)  # no finalist in random's study
 
 
 def test_the_report_checks_the_calibration_against_tuned_loras_own_full_trials():
