@@ -620,13 +620,15 @@ def test_on_a_time_budget_the_room_lasts_as_long_as_the_slowest_trial_to_train_a
     assert room.seconds == pytest.approx(3 * own * confirm.MARGIN)
 
 
-def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_finalists_start_early(tmp_path):
+def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_finalists_start_early(
+        tmp_path, monkeypatch):
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(4)}, budget="1h")
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
     trials = study.get_trials(deepcopy=False)
     room = control._time_room(trials)
-    control.started = time.monotonic() - (3600 - room.seconds - 0.5 * room.trial)  # half a trial before the room
+    now = _stop_the_clock(monkeypatch)  # a fraction of a fake trial's milliseconds: a loaded machine passes it
+    control.started = now - (3600 - room.seconds - 0.5 * room.trial)  # half a trial before the room
     assert control.next_trial() == WAIT and len(study.trials) == 4  # nothing asked, nothing lost
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
     finalists = [control.next_trial() for _ in range(3)]  # nothing runs: the room begins now, not after the
@@ -639,13 +641,20 @@ def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_
     assert control.next_trial() == DONE and len(study.trials) == 7
 
 
-def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_room(tmp_path):
+def _stop_the_clock(monkeypatch) -> float:
+    """The controller's clock stands at now: a test placed a fraction of a fake trial before the room stays there."""
+    now = time.monotonic()
+    monkeypatch.setattr(controller_module, "time", type("Clock", (), {"monotonic": staticmethod(lambda: now)}))
+    return now
+
+
+def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_room(tmp_path, monkeypatch):
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(6)}, baselines=True,
                           budget="1h")
     fakes.run_serially(control, stop_after=1)
     trials = study.get_trials(deepcopy=False)
     room = control._time_room(trials)
-    control.started = time.monotonic() - (3600 - room.seconds - 0.1 * room.trial)
+    control.started = _stop_the_clock(monkeypatch) - (3600 - room.seconds - 0.1 * room.trial)
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and read_all(study)[ticket.number].baseline == BASELINES[1]
 

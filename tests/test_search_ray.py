@@ -241,16 +241,23 @@ def test_the_finalists_stopper_stops_what_the_controller_says_never_a_final_resu
 
 
 def test_a_local_ray_starts_without_the_token_notice(tmp_path):
+    """A search that starts its own Ray keeps Ray's token authentication but not its notice at every start, and
+    hands its workers the CPU's bf16 speedup it measured."""
     import tempfile
 
-    """A search that starts its own Ray keeps Ray's token authentication but not its notice at every start."""
-    script = ("import types; from autopelt.search.ray_backend import ray_session\n"
-              "with ray_session(types.SimpleNamespace(options=types.SimpleNamespace(ray_address=None))):\n"
-              "    import os; print('auth mode', os.environ.get('RAY_AUTH_MODE'))\n")
+    script = ("import os, types, ray; from autopelt.search.ray_backend import ray_session\n"
+              "options = types.SimpleNamespace(ray_address=None, precision='auto')\n"
+              "with ray_session(types.SimpleNamespace(options=options)):\n"
+              "    print('auth mode', os.environ.get('RAY_AUTH_MODE'))\n"
+              "    worker = ray.get(ray.remote(lambda: os.environ.get('AUTOPELT_CPU_BF16_SPEEDUP')).remote())\n"
+              "    print('bf16 speedup', os.environ.get('AUTOPELT_CPU_BF16_SPEEDUP'), worker)\n")
     short = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     env = {**os.environ, "RAY_TMPDIR": short, "HOME": str(tmp_path)}
     env.pop("RAY_AUTH_MODE", None)
+    env.pop("AUTOPELT_CPU_BF16_SPEEDUP", None)  # measured here, once, and handed to the workers
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith("auth mode token")  # Ray turned token authentication on
+    assert "auth mode token" in done.stdout  # Ray turned token authentication on
+    driver, worker = done.stdout.split("bf16 speedup ")[1].split()
+    assert driver == worker and (driver == "none" or float(driver) > 0)
     assert "Token authentication" not in done.stderr
