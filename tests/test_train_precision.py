@@ -26,6 +26,17 @@ UNIPELT_TINY = {"methods": [{"method": "adapter", "bottleneck": 8, "gate": True}
 CPU = torch.device("cpu")
 
 
+@pytest.fixture
+def fresh_probe():
+    """The CPU's flags and bf16 speedup asked anew in the test, and forgotten after it (both are cached)."""
+    caches = (devices.cpu_bf16_speedup, devices.cpu_has_native_bf16)
+    for cache in caches:
+        cache.cache_clear()
+    yield
+    for cache in caches:
+        cache.cache_clear()
+
+
 # -- which precision ----------------------------------------------------------------------------------------
 
 
@@ -45,57 +56,41 @@ def test_auto_is_bf16_exactly_where_the_cpu_computes_it_faster(monkeypatch, pays
     (True, 0.0, False),   # no bf16 kernel in this torch
     (False, None, False),  # no native bf16: nothing is timed
 ])
-def test_native_bf16_is_used_only_where_it_measures_faster(monkeypatch, native, speedup, expected):
+def test_native_bf16_is_used_only_where_it_measures_faster(monkeypatch, fresh_probe, native, speedup, expected):
     monkeypatch.delenv(devices.SPEEDUP_ENV, raising=False)  # the tests' own setting (conftest) aside
     timed = []
     monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: timed.append(1) or speedup)
-    devices.cpu_bf16_speedup.cache_clear()
-    try:
-        assert devices.cpu_bf16_pays() is expected
-        assert devices.cpu_bf16_pays() is expected
-        assert len(timed) == (1 if native else 0)  # timed once per process
-        assert ("auto = bf16" in devices.cpu_precision_note()) is expected
-    finally:
-        devices.cpu_bf16_speedup.cache_clear()
+    assert devices.cpu_bf16_pays() is expected
+    assert devices.cpu_bf16_pays() is expected
+    assert len(timed) == (1 if native else 0)  # timed once per process
+    assert ("auto = bf16" in devices.cpu_precision_note()) is expected
 
 
 @pytest.mark.parametrize("given, speedup, expected", [("2.0", 2.0, "bf16"), ("0.55", 0.55, "fp32"),
                                                      ("none", None, "fp32")])
-def test_a_speedup_measured_by_the_search_is_taken_as_it_is(monkeypatch, given, speedup, expected):
+def test_a_speedup_measured_by_the_search_is_taken_as_it_is(monkeypatch, fresh_probe, given, speedup, expected):
     monkeypatch.setenv(devices.SPEEDUP_ENV, given)
     monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: pytest.fail("measured again"))
-    devices.cpu_bf16_speedup.cache_clear()
-    try:
-        assert devices.cpu_bf16_speedup() == speedup
-        assert devices.resolve_precision("auto", CPU) == expected
-    finally:
-        devices.cpu_bf16_speedup.cache_clear()
+    assert devices.cpu_bf16_speedup() == speedup
+    assert devices.resolve_precision("auto", CPU) == expected
 
 
-def test_a_search_measures_once_and_hands_the_speedup_to_its_workers(monkeypatch):
+def test_a_search_measures_once_and_hands_the_speedup_to_its_workers(monkeypatch, fresh_probe):
     monkeypatch.delenv(devices.SPEEDUP_ENV, raising=False)
     monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: True)
     monkeypatch.setattr(devices, "bf16_matmul_speedup", lambda: 0.5432)
-    devices.cpu_bf16_speedup.cache_clear()
-    try:
-        devices.share_cpu_bf16_speedup()
-        assert os.environ[devices.SPEEDUP_ENV] == "0.543"  # what a worker process started now inherits
-        monkeypatch.setenv(devices.SPEEDUP_ENV, "1.5")  # set by the user: kept
-        devices.share_cpu_bf16_speedup()
-        assert os.environ[devices.SPEEDUP_ENV] == "1.5"
-    finally:
-        devices.cpu_bf16_speedup.cache_clear()
+    devices.share_cpu_bf16_speedup()
+    assert os.environ[devices.SPEEDUP_ENV] == "0.543"  # what a worker process started now inherits
+    monkeypatch.setenv(devices.SPEEDUP_ENV, "1.5")  # set by the user: kept
+    devices.share_cpu_bf16_speedup()
+    assert os.environ[devices.SPEEDUP_ENV] == "1.5"
 
 
-def test_a_speedup_that_is_no_number_is_a_one_line_error(monkeypatch):
+def test_a_speedup_that_is_no_number_is_a_one_line_error(monkeypatch, fresh_probe):
     monkeypatch.setenv(devices.SPEEDUP_ENV, "fast")
-    devices.cpu_bf16_speedup.cache_clear()
-    try:
-        with pytest.raises(UserError, match="AUTOPELT_CPU_BF16_SPEEDUP must be a number or 'none', not 'fast'"):
-            devices.resolve_precision("auto", CPU)
-    finally:
-        devices.cpu_bf16_speedup.cache_clear()
+    with pytest.raises(UserError, match="AUTOPELT_CPU_BF16_SPEEDUP must be a number or 'none', not 'fast'"):
+        devices.resolve_precision("auto", CPU)
 
 
 def test_the_bf16_probe_times_both_precisions_without_touching_the_global_rng():
@@ -110,26 +105,18 @@ def test_the_bf16_probe_times_both_precisions_without_touching_the_global_rng():
     ({"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": True}, True),
     ({"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": False}, False),
 ])
-def test_cpu_detection_asks_torch_for_avx512_bf16_or_amx(monkeypatch, flags, expected):
+def test_cpu_detection_asks_torch_for_avx512_bf16_or_amx(monkeypatch, fresh_probe, flags, expected):
     for name, value in flags.items():
         monkeypatch.setattr(torch.cpu, name, lambda value=value: value, raising=False)
-    devices.cpu_has_native_bf16.cache_clear()
-    try:
-        assert devices.cpu_has_native_bf16() is expected
-    finally:
-        devices.cpu_has_native_bf16.cache_clear()
+    assert devices.cpu_has_native_bf16() is expected
 
 
 @pytest.mark.parametrize("flags, expected", [("fpu avx2 avx512_bf16", True), ("fpu amx_bf16 amx_tile", True),
                                              ("fpu sse avx2 avx512f", False)])
-def test_without_torch_probes_linux_cpu_flags_decide(monkeypatch, flags, expected):
+def test_without_torch_probes_linux_cpu_flags_decide(monkeypatch, fresh_probe, flags, expected):
     monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
     monkeypatch.setattr(devices, "_cpuinfo_flags", lambda: set(flags.split()))
-    devices.cpu_has_native_bf16.cache_clear()
-    try:
-        assert devices.cpu_has_native_bf16() is expected
-    finally:
-        devices.cpu_has_native_bf16.cache_clear()
+    assert devices.cpu_has_native_bf16() is expected
 
 
 def test_a_bad_precision_is_a_one_line_error():
