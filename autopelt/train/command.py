@@ -206,7 +206,9 @@ def _lr_how(choice: dict | None) -> str:
     if not choice or choice["how"] == "given":
         return ""
     rates = ", ".join(choice["candidates"])
-    return f" (swept {rates} to step {choice['steps']}: {choice['seconds']:.1f}s more)"
+    second = " and ".join(choice.get("second") or ())
+    on = f", {second} on to the 2nd evaluation (none had learned)" if second else ""
+    return f" (swept {rates} to step {choice['steps']}{on}: {choice['seconds']:.1f}s more)"
 
 
 def _metrics(values: dict) -> str:

@@ -6,7 +6,8 @@ Each candidate rate trains from the same initial state, on the same batches, to 
 its run is exactly the run a trial given that rate would make. Candidates start at a decade of rates where
 parameter-efficient methods usually learn and walk along a ladder of half-decades while the best one sits at an
 edge, or, while none has learned anything (beaten predicting one class on dev), between and below them. A sweep
-of n candidates costs (n - 1) first-evaluation segments more than one trial.
+of n candidates costs (n - 1) first-evaluation segments more than one trial, and one segment more when none has
+learned by the first evaluation (below).
 
 Four failure modes of ranking by the first evaluation, measured at K=1000, 3 epochs, and handled here:
 - on SNLI, LoRA learns by the end of epoch 1 only in a narrow band (4e-3 to 6.6e-3: 0.41-0.48 on dev where one
@@ -30,6 +31,12 @@ Four failure modes of ranking by the first evaluation, measured at K=1000, 3 epo
   learned yet is often only slow: with seed 2, LoRA, Compacter and UniPELT led at 3e-3 and 1e-3 had 46-69% of
   its gain; trained on, 3e-3 beat 1e-3 on test by 7.1, 5.7 and 6.6 points (54.7 / 44.3 / 56.7 against 47.6 /
   38.6 / 50.1), so the sweep keeps 3e-3 there.
+- sometimes no rate has learned by the first evaluation at all, and the ranking by dev loss is a coin toss between
+  rates that have barely moved: prompt-tuning on SST-2 with seed 1 had 1e-3 lowest in loss (0.679; it ended at one
+  class) while 1e-2, last in loss (0.691), had moved furthest from one class (0.451 against 0.589) and learned in
+  epoch 2 (0.750; test 68.6). So when nothing has learned, the two most likely rates (the lowest loss, and the one
+  that moved furthest from one class, or else the next lowest loss) train on to the second evaluation and are
+  ranked there: about a third of a trial more, paid only where the first evaluation said nothing.
 
 (A learning-rate range test, one run with a rising rate, was tried first: on SST-2 with all-MiniLM-L6-v2 its loss
 curve stays within noise of its start until the rate is already past the best one, and the rate it suggested
@@ -68,6 +75,7 @@ class LearningRateChoice:
     candidates: dict[str, dict] = field(default_factory=dict)  # rate -> its first evaluation
     steps: int = 0  # of each candidate before the choice
     backed_off_from: float | None = None  # the best rate at the first evaluation, when the rung above it collapsed
+    second: dict[str, dict] = field(default_factory=dict)  # rate -> its second evaluation, when none had learned
 
     def to_dict(self) -> dict:
         out = {"rate": self.rate, "how": self.how, "seconds": round(self.seconds, 3)}
@@ -75,6 +83,8 @@ class LearningRateChoice:
             out.update(candidates=self.candidates, steps=self.steps)
         if self.backed_off_from is not None:
             out["backed_off_from"] = self.backed_off_from
+        if self.second:
+            out["second"] = self.second
         return out
 
 
@@ -90,7 +100,9 @@ def train_at_chosen_rate(model: nn.Module, data, settings, device: torch.device,
     winner.report, winner.on_step = report, on_step
     if outcome is not None:
         winner.adopt(outcome)
-    winner.tell(winner.outcome.history[-1])  # the scheduler sees the first evaluation, as in any trial
+    for entry in winner.outcome.history:  # the scheduler sees the evaluations so far, as in any trial
+        if winner.tell(entry):
+            break
     winner.run()
     return winner.finish(), choice
 
@@ -118,13 +130,50 @@ class _Sweep:
         if not any(self._finite(rate) for rate in self.tried):
             rates = ", ".join(f"{rate:g}" for rate in sorted(self.tried))
             raise NonFiniteLoss(f"the loss became non-finite at every learning rate tried ({rates})")
-        best, backed_off_from = self._back_off(self._best())
+        steps = self.tried[self._best()][0].outcome.steps
+        second = self._second_round()
+        if second:
+            best, backed_off_from = max(second, key=lambda rate: self._score(rate, 1)), None
+        else:
+            best, backed_off_from = self._back_off(self._best())
         winner, state, _ = self.tried[best]
         winner.restore(state)
-        first = {f"{rate:g}": {key: self._first(rate)[key] for key in ("dev_metric", "dev_loss")}
-                 for rate in sorted(self.tried)}
         lost = sum(seconds for rate, (_, _, seconds) in self.tried.items() if rate != best)
-        return winner, LearningRateChoice(best, "sweep", lost, first, winner.outcome.steps, backed_off_from)
+        return winner, LearningRateChoice(best, "sweep", lost, self._evaluations(self.tried, 0), steps,
+                                          backed_off_from, self._evaluations(second, 1))
+
+    def _evaluations(self, rates, index: int) -> dict[str, dict]:
+        return {f"{rate:g}": {key: self._entry(rate, index)[key] for key in ("dev_metric", "dev_loss")}
+                for rate in sorted(rates)}
+
+    def _second_round(self) -> list[float]:
+        """When no candidate learned by the first evaluation: the lowest in dev loss and the one that moved furthest
+        from predicting one class (by the learned margin, either way; else the next lowest in loss) train on to the
+        second evaluation. The two rates, or none when something learned or the trial ends at its first."""
+        finite = sorted((rate for rate in self.tried if self._finite(rate)), key=self._score, reverse=True)
+        if self.floor is None or len(finite) < 2 or any(self._learned(rate) for rate in finite):
+            return []
+        leader, others = finite[0], finite[1:]
+        if self.tried[leader][0].done:
+            return []
+        moved = max(others, key=lambda rate: abs(self._entry(rate, 0)["dev_metric"] - self.floor))
+        if abs(self._entry(moved, 0)["dev_metric"] - self.floor) < self.margin:
+            moved = others[0]
+        pair = [leader, moved]
+        for rate in pair:
+            run, state, seconds = self.tried[rate]
+            started = time.perf_counter()
+            run.restore(state)
+            run.on_step = self._progress(run, second=True)
+            try:
+                run.run(until_evaluations=2)
+                self.steps_done += run.outcome.steps - state["outcome"].steps
+                state = run.snapshot()
+            except NonFiniteLoss:  # it stays as it was at the first evaluation, and out of the second round
+                self.steps_done += run.outcome.steps - state["outcome"].steps
+                run.restore(state)
+            self.tried[rate] = (run, state, seconds + time.perf_counter() - started)
+        return [rate for rate in pair if len(self.tried[rate][0].outcome.history) >= 2]
 
     def _next(self) -> float | None:
         """The rung beyond the edge where the best rate sits; below the lowest when every rate failed. When none has
@@ -196,39 +245,44 @@ class _Sweep:
         self.steps_done += run.outcome.steps
         self.tried[rate] = (run, run.snapshot(), time.perf_counter() - started)
 
-    def _progress(self, run: Training):
+    def _progress(self, run: Training, second: bool = False):
         """Steps of every candidate on one count; the total as planned so far (the winner's rest included)."""
         if self.on_step is None:
             return None
-        done_before = self.steps_done
+        done_before = self.steps_done - run.outcome.steps  # a candidate trained on counts its steps from the start
         first = min(self.settings.eval_every or run.steps_per_epoch, run.total)
-        planned = max(len(self.tried) + 1, len(START)) * first + run.total - first
+        planned = max(len(self.tried) + (0 if second else 1), len(START)) * first + run.total - first
+        if second:
+            planned += min(first, run.total - first)  # the other of the two trained on
         return lambda step, total, loss: self.on_step(done_before + step, planned, loss)
 
     def _first(self, rate: float) -> dict:
         """The candidate's first evaluation (`dev_metric` None: its loss became non-finite)."""
-        return self.tried[rate][0].outcome.history[-1]
+        return self._entry(rate, 0)
 
-    def _finite(self, rate: float) -> bool:
-        return self._first(rate)["dev_metric"] is not None
+    def _entry(self, rate: float, index: int) -> dict:
+        return self.tried[rate][0].outcome.history[index]
 
-    def _learned(self, rate: float) -> bool:
-        """The candidate's first evaluation is finite and beats predicting one class by the learned margin (any
-        finite one, for regression)."""
-        if not self._finite(rate):
+    def _finite(self, rate: float, index: int = 0) -> bool:
+        return self._entry(rate, index)["dev_metric"] is not None
+
+    def _learned(self, rate: float, index: int = 0) -> bool:
+        """The candidate's evaluation (the first by default) is finite and beats predicting one class by the learned
+        margin (any finite one, for regression)."""
+        if not self._finite(rate, index):
             return False
-        return self.floor is None or self._first(rate)["dev_metric"] > self.floor + self.margin
+        return self.floor is None or self._entry(rate, index)["dev_metric"] > self.floor + self.margin
 
-    def _score(self, rate: float) -> tuple[bool, float, float]:
+    def _score(self, rate: float, index: int = 0) -> tuple[bool, float, float]:
         """Whether it learned, then dev loss at the first evaluation (lower is better), then the dev metric. The
         loss comes before the metric: early in training several rates still predict one class and tie on the
         metric (prefix-tuning on SST-2: 0.581, 0.582, 0.581, 0.581), while the loss already tells them apart
         (0.664 at 3e-4, the rate that learns, against 0.679-0.688)."""
-        entry = self._first(rate)
-        if not self._finite(rate):
+        entry = self._entry(rate, index)
+        if not self._finite(rate, index):
             return False, -math.inf, -math.inf
         loss = entry["dev_loss"] if entry["dev_loss"] is not None else math.inf
-        return self._learned(rate), -loss, entry["dev_metric"]
+        return self._learned(rate, index), -loss, entry["dev_metric"]
 
     def _best(self) -> float:
         return max(self.tried, key=self._score)
