@@ -11,6 +11,7 @@ import pytest
 from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 
 from autopelt import cli, delta
+from autopelt.train import lr_sweep
 
 
 @pytest.fixture
@@ -74,7 +75,8 @@ def test_train_from_a_spec_file_and_from_a_preset(train, tmp_path):
     assert saved == delta.parse_spec(delta.PRESETS["lora"]).to_dict()
 
 
-def test_without_lr_a_trial_chooses_its_rate_and_records_how(tiny_model_dir, sst2_dir, tmp_path, capsys):
+def test_without_lr_a_trial_chooses_its_rate_and_records_how(tiny_model_dir, sst2_dir, tmp_path, capsys,
+                                                              monkeypatch):
     def trained(*flags: str) -> dict:
         out = tmp_path / str(len(list(tmp_path.iterdir())))
         argv = ["train", "--model", str(tiny_model_dir), "--data-dir", str(sst2_dir), "--task", "sst2", "--epochs", "1",
@@ -91,6 +93,11 @@ def test_without_lr_a_trial_chooses_its_rate_and_records_how(tiny_model_dir, sst
     given = trained("--preset", "prompt", "--lr", "0.002")
     assert given["learning_rate"] == given["settings"]["learning_rate"] == 0.002
     assert given["lr_choice"]["how"] == "given"
+
+    monkeypatch.setattr(lr_sweep, "learned_margin", lambda floor, rows: 10.0)  # nothing learns by epoch 1
+    second = trained("--method", "lora", "--epochs", "2")["lr_choice"]["second"]
+    training_line = [line for line in capsys.readouterr().out.splitlines() if "  training  " in line][-1]
+    assert f"{' and '.join(second)} on to the 2nd evaluation" in training_line
 
 
 def test_own_data_with_text_labels(train, tmp_path, capsys):

@@ -73,7 +73,7 @@ class LearningRateChoice:
     how: str  # "given", or "sweep"
     seconds: float = 0.0  # spent on the candidates that lost
     candidates: dict[str, dict] = field(default_factory=dict)  # rate -> its first evaluation
-    steps: int = 0  # of each candidate before the choice
+    steps: int = 0  # of each candidate to its first evaluation
     backed_off_from: float | None = None  # the best rate at the first evaluation, when the rung above it collapsed
     second: dict[str, dict] = field(default_factory=dict)  # rate -> its second evaluation, when none had learned
 
@@ -274,7 +274,7 @@ class _Sweep:
         return self.floor is None or self._entry(rate, index)["dev_metric"] > self.floor + self.margin
 
     def _score(self, rate: float, index: int = 0) -> tuple[bool, float, float]:
-        """Whether it learned, then dev loss at the first evaluation (lower is better), then the dev metric. The
+        """Whether it learned, then dev loss (lower is better), then the dev metric, at its evaluation `index`. The
         loss comes before the metric: early in training several rates still predict one class and tie on the
         metric (prefix-tuning on SST-2: 0.581, 0.582, 0.581, 0.581), while the loss already tells them apart
         (0.664 at 3e-4, the rate that learns, against 0.679-0.688)."""
