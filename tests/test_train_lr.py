@@ -224,6 +224,26 @@ def test_when_nothing_has_moved_the_two_lowest_losses_go_on_and_the_second_evalu
     assert result["learning_rate"] == 3e-3 and len(result["lr_choice"]["second"]) == 2
 
 
+def test_a_rate_that_diverges_in_the_second_round_drops_out_of_it(monkeypatch, make_settings):
+    """Nothing learned by epoch 1; 3e-3 leads in loss, but its loss becomes non-finite in epoch 2: the other of the
+    two, 1e-3, goes on, and the trial trains to the end."""
+    first = {3e-4: (-0.010, 1.0986), 1e-3: (-0.007, 1.0961), 1.7e-3: (-0.007, 1.0985), 3e-3: (0.004, 1.0945),
+             5.5e-3: (-0.007, 1.0987), 1e-2: (-0.007, 1.0983)}
+    _scripted_dev(monkeypatch, first.__getitem__)
+    real_step = loop.Training._step
+
+    def step(self, indices):
+        if self.settings.learning_rate == 3e-3 and self.outcome.steps >= self.steps_per_epoch:
+            raise loop.NonFiniteLoss(f"the loss became nan at step {self.outcome.steps + 1}")
+        real_step(self, indices)
+
+    monkeypatch.setattr(loop.Training, "_step", step)
+    result = run_trial(make_settings(learning_rate=None, epochs=3))
+    assert result["status"] == "ok", result["reason"]
+    assert result["learning_rate"] == 1e-3 and list(result["lr_choice"]["second"]) == ["0.001"]
+    assert len(result["history"]) == 3
+
+
 def test_a_sweep_that_has_learned_something_or_ends_at_its_first_evaluation_trains_nothing_on(monkeypatch,
                                                                                              make_settings):
     first = {1e-3: (0.0, 0.68), 3e-3: (0.0, 0.67), 1e-2: (0.0, 0.69), 1.7e-3: (0.0, 0.68), 5.5e-3: (0.0, 0.675),

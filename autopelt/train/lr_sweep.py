@@ -156,10 +156,11 @@ class _Sweep:
         leader, others = finite[0], finite[1:]
         if self.tried[leader][0].done:
             return []
-        moved = max(others, key=lambda rate: abs(self._entry(rate, 0)["dev_metric"] - self.floor))
-        if abs(self._entry(moved, 0)["dev_metric"] - self.floor) < self.margin:
-            moved = others[0]
-        pair = [leader, moved]
+        def moved(rate: float) -> float:
+            return abs(self._first(rate)["dev_metric"] - self.floor)
+
+        furthest = max(others, key=moved)
+        pair = [leader, furthest if moved(furthest) >= self.margin else others[0]]
         for rate in pair:
             run, state, seconds = self.tried[rate]
             started = time.perf_counter()
@@ -167,11 +168,14 @@ class _Sweep:
             run.on_step = self._progress(run, second=True)
             try:
                 run.run(until_evaluations=2)
-                self.steps_done += run.outcome.steps - state["outcome"].steps
-                state = run.snapshot()
-            except NonFiniteLoss:  # it stays as it was at the first evaluation, and out of the second round
-                self.steps_done += run.outcome.steps - state["outcome"].steps
+                diverged = False
+            except NonFiniteLoss:
+                diverged = True
+            self.steps_done += run.outcome.steps - state["outcome"].steps
+            if diverged:  # it stays as it was at the first evaluation, and out of the second round
                 run.restore(state)
+            else:
+                state = run.snapshot()
             self.tried[rate] = (run, state, seconds + time.perf_counter() - started)
         return [rate for rate in pair if len(self.tried[rate][0].outcome.history) >= 2]
 
