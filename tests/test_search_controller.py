@@ -202,24 +202,28 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert [t.baseline for t in trials[:6]] == list(BASELINES) and BASELINES[1:3] == ("lora", "adapter")
     refined = [t for t in trials if t.refines]
     assert [t.number for t in refined] == [6, 7, 8, 9]  # right after the baselines; half of the 8 left
-    # first each in more places, then at half the batch size (the baselines': 32), both at the rate / sqrt(2); 2x
-    # the rate comes last, and half the budget left has no room for it
-    assert [(t.refines["baseline"], t.refines["factor"], t.refines.get("batch_size"), t.refines.get("places"))
-            for t in refined] == [("lora", 0.71, None, {"lora.targets": "query+key+value+attention_output"}),
-                                  ("lora", 0.71, 16, None),
-                                  ("adapter", 0.71, None, {"adapter.placement": "houlsby"}),
-                                  ("adapter", 0.71, 16, None)]
-    assert [t.learning_rate for t in refined] == pytest.approx([fakes.SWEPT_RATE / 2 ** 0.5] * 4)
-    assert [t.hparams.get("batch_size") for t in refined] == [32, 16] * 2
+    # first each with mean pooling at its rate, then in more places and at half the batch size (the baselines':
+    # 32), both at the rate / sqrt(2); 2x the rate comes last, and half the budget left has no room for it
+    assert [(t.refines["baseline"], t.refines["factor"], t.refines.get("batch_size"), t.refines.get("places"),
+             t.refines.get("pooling")) for t in refined] == [
+        ("lora", 1.0, None, None, "mean"), ("adapter", 1.0, None, None, "mean"),
+        ("lora", 0.71, None, {"lora.targets": "query+key+value+attention_output"}, None),
+        ("lora", 0.71, 16, None, None)]
+    assert [t.learning_rate for t in refined] == pytest.approx([fakes.SWEPT_RATE] * 2 +
+                                                               [fakes.SWEPT_RATE / 2 ** 0.5] * 2)
+    assert [t.hparams.get("batch_size") for t in refined] == [32, 32, 32, 16]
     assert [stoppable[n] for n in range(14)] == [False] * 10 + [True] * 4  # neither baselines nor refinements
-    assert [t.spec for t in refined[1::2]] == [trials[1].spec, trials[2].spec]
-    wider_lora, wider_adapter = refined[0].spec["methods"], refined[2].spec["methods"]
+    for pooled, base in zip(refined[:2], trials[1:3]):  # the baseline's delta, read through the mean
+        assert pooled.spec == {**base.spec, "pooling": "mean"} and "pooling" not in base.spec
+    assert refined[3].spec == trials[1].spec
+    wider_lora = refined[2].spec["methods"]
     assert [(m["method"], m["rank"], m["targets"]) for m in wider_lora] == \
         [("lora", 8, ["query", "key", "value", "attention_output"])]
-    assert [(m["method"], m["placement"], m["bottleneck"]) for m in wider_adapter] == [("adapter", "houlsby", 48)]
     assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
-    assert refined[0].label == f"#6 [lora ×0.71 lr, in more places] {refined[0].summary}"
-    assert refined[1].label == f"#7 [lora ×0.71 lr, batch 16] {trials[1].summary}"
+    assert refined[0].label == f"#6 [lora ×1 lr] {refined[0].summary}" and refined[0].summary.endswith(
+        ", mean pooling")
+    assert refined[2].label == f"#8 [lora ×0.71 lr, in more places] {refined[2].summary}"
+    assert refined[3].label == f"#9 [lora ×0.71 lr, batch 16] {trials[1].summary}"
 
     study, again = make(tmp_path, baselines=True, budget=16, space="default", finalists=0)
     fakes.run_serially(again)
@@ -275,13 +279,21 @@ def test_the_best_baselines_go_in_more_places_first_at_their_rate_over_sqrt_2():
     records = [baseline(0, "lora", 0.84, 5e-3), baseline(1, "adapter", 0.83, 3e-3),
                baseline(2, "compacter", 0.82, 7e-3)]
     queue = refine.refinements(records)
-    assert [(q["refines"]["baseline"], q["refines"].get("places"), q["refines"].get("batch_size"))
-            for q in queue] == [
-        ("lora", {"lora.targets": "query+key+value+attention_output"}, None),  # LoRA on all of attention
-        ("lora", None, 16),
-        ("adapter", {"adapter.placement": "houlsby"}, None),  # after attention too
-        ("adapter", None, 16),
-        ("lora", None, None), ("adapter", None, None)]  # 2x the rate, last
+    assert [(q["refines"]["baseline"], q["refines"].get("places"), q["refines"].get("batch_size"),
+             q["refines"].get("pooling")) for q in queue] == [
+        ("lora", None, None, "mean"), ("adapter", None, None, "mean"),  # read through the mean, at their rates
+        ("lora", {"lora.targets": "query+key+value+attention_output"}, None, None),  # LoRA on all of attention
+        ("lora", None, 16, None),
+        ("adapter", {"adapter.placement": "houlsby"}, None, None),  # after attention too
+        ("adapter", None, 16, None),
+        ("lora", None, None, None), ("adapter", None, None, None)]  # 2x the rate, last
+    pooled = queue[0]
+    assert pooled["refines"]["factor"] == 1.0 and pooled["params"]["lr_scale"] == pytest.approx(1.0)
+    assert {**pooled["params"], "lr_scale": 1.0} == {**records[0].params, "pooling": "mean"}
+    assert records[0].params["pooling"] == "cls"
+    _, spec = drawn(pooled["params"])
+    assert parse_spec(spec) == parse_spec({**PRESETS["lora"], "pooling": "mean"})
+    queue = queue[2:]
     wider = queue[0]
     assert wider["refines"]["factor"] == 0.71 and wider["params"]["lr_scale"] == pytest.approx(0.5 ** 0.5)
     assert {k: v for k, v in wider["params"].items() if k not in ("lora.targets", "lr_scale")} == \

@@ -78,7 +78,8 @@ def test_every_file_starts_with_a_comment_saying_what_it_is_for():
 def test_specs_are_plain_json_in_the_design_format(space, draws):
     num_layers, samples = draws
     for spec, train, _ in samples:
-        assert json.loads(json.dumps(spec)) == spec and list(spec) == ["methods"]
+        assert json.loads(json.dumps(spec)) == spec and list(spec) in (["methods"], ["methods", "pooling"])
+        assert spec.get("pooling", "mean") == "mean", "a spec leaves the default pooling (cls) out"
         assert spec["methods"], "a spec is never empty"
         for entry in spec["methods"]:
             check_entry(entry, num_layers)

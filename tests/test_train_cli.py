@@ -75,6 +75,14 @@ def test_train_from_a_spec_file_and_from_a_preset(train, tmp_path):
     assert saved == delta.parse_spec(delta.PRESETS["lora"]).to_dict()
 
 
+def test_train_with_mean_pooling_records_it_in_the_spec_and_the_saved_delta(train, tmp_path):
+    code, out, _ = train("--task", "sst2", "--preset", "lora", "--pooling", "mean", "--out", str(tmp_path))
+    assert code == 0, out
+    assert json.loads((tmp_path / "result.json").read_text())["spec"]["pooling"] == "mean"
+    assert json.loads((tmp_path / "delta" / "delta.json").read_text())["spec"]["pooling"] == "mean"
+    assert "sst2 · lora r8, mean pooling · seed 0" in out.splitlines()
+
+
 def test_without_lr_a_trial_chooses_its_rate_and_records_how(tiny_model_dir, sst2_dir, tmp_path, capsys,
                                                               monkeypatch):
     def trained(*flags: str) -> dict:

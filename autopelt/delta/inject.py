@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
-from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_
+from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_, masked_mean
 from autopelt.delta.modules.ia3 import IA3Linear
 from autopelt.delta.modules.lora import DoRALinear, LoRALinear
 from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
@@ -61,8 +61,26 @@ def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
         inner = config.delta if isinstance(config, AdaMixConfig) else config
         BUILDERS[type(inner)](model, arch, inner, generator, Mixture.of(config))
     _share_padding_mask(model, arch)
+    if spec.pooling == "mean":
+        _pool_mean(model, arch)
     model.get_submodule(arch.head).requires_grad_(True)
     return model
+
+
+def _pool_mean(model: nn.Module, arch: Architecture) -> None:
+    """Let the head read the mean of the last layer's token states over real tokens: as BERT's pooler output
+    (its dense layer and tanh are skipped), or as the first token RoBERTa's head reads. Hooks only, so the
+    model's modules and parameter names stay as they are."""
+    padding = PaddingMask()
+    backbone = arch.backbone_of(model)
+    backbone.register_forward_pre_hook(padding.capture, with_kwargs=True)  # after a soft prompt's: its tokens count
+    if arch.pooler is not None:
+        backbone.register_forward_hook(padding.release)
+        pooler = backbone.get_submodule(arch.pooler.rpartition(".")[0])
+        pooler.register_forward_hook(lambda module, args, output: masked_mean(args[0], padding.current))
+    else:  # the head runs after the backbone's pass: the mask is kept until the next pass replaces it
+        model.get_submodule(arch.head).register_forward_pre_hook(
+            lambda module, args: (masked_mean(args[0], padding.current)[:, None], *args[1:]))
 
 
 def _share_padding_mask(model: nn.Module, arch: Architecture) -> None:

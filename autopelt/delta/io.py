@@ -27,14 +27,15 @@ SPEC_FILE, WEIGHTS_FILE = "delta.json", "delta.safetensors"
 
 def stored_spec(spec) -> DeltaSpec:
     """The spec of a delta's inference form."""
+    spec = parse_spec(spec)
     methods = []
-    for method in parse_spec(spec).methods:
+    for method in spec.methods:
         if isinstance(method, AdaMixConfig):
             method = method.delta
         if isinstance(method, PrefixConfig):
             method = dataclasses.replace(method, reparam_hidden=0)
         methods.append(method)
-    return DeltaSpec(tuple(methods))
+    return DeltaSpec(tuple(methods), spec.pooling)
 
 
 def delta_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -46,6 +46,9 @@ def peft_form(spec) -> tuple[MethodConfig, str]:
     """The one method of the delta's inference form that peft loads, and peft's `bias` setting that trains exactly
     the delta's biases; a one-line UserError when there is none."""
     stored = stored_spec(spec)
+    if stored.pooling != "cls":
+        raise UserError(f"this delta ({stored.summary()}) has no peft form: a peft folder holds no pooling, and "
+                        "loaded with peft the model's head would read its own (first-token) pooling")
     methods = [m for m in stored.methods if not isinstance(m, BitFitConfig)]
     bitfit = next((m for m in stored.methods if isinstance(m, BitFitConfig)), None)
     if len(methods) != 1:

@@ -341,15 +341,27 @@ def parse_method(data: dict) -> MethodConfig:
     return METHODS[name].from_dict(data)
 
 
+POOLINGS = ("cls", "mean")
+
+
 @dataclass(frozen=True)
 class DeltaSpec:
-    """What a delta is made of: at most one entry per method family."""
+    """What a delta is made of: at most one entry per method family, and what the task head reads.
+
+    `pooling` is what the head sees of the sequence: "cls", the model's own (BERT's pooler over the first token,
+    RoBERTa's head over it), or "mean", the mean of the last layer's token states over real tokens, the way
+    sentence-transformers checkpoints were trained to be read. It adds no parameter and is left out of the
+    spec's dict when "cls", so every spec written before it reads and hashes as before.
+    """
 
     methods: tuple[MethodConfig, ...]
+    pooling: str = "cls"
 
     def __post_init__(self) -> None:
         if not self.methods:
             raise UserError("a delta spec needs at least one method")
+        if self.pooling not in POOLINGS:
+            raise UserError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
         families = [self._family(m) for m in self.methods]
         for family in set(families):
             if families.count(family) > 1:
@@ -364,13 +376,15 @@ class DeltaSpec:
         return next((m for m in self.methods if m.method == method), None)
 
     def to_dict(self) -> dict:
-        return {"methods": [m.to_dict() for m in self.methods]}
+        return {"methods": [m.to_dict() for m in self.methods],
+                **({"pooling": self.pooling} if self.pooling != "cls" else {})}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
     def summary(self) -> str:
-        return " + ".join(m.describe() for m in self.methods)
+        return " + ".join(m.describe() for m in self.methods) + (f", {self.pooling} pooling"
+                                                                 if self.pooling != "cls" else "")
 
     @property
     def is_gated(self) -> bool:
@@ -392,6 +406,8 @@ def parse_spec(source: Any) -> DeltaSpec:
             source = json.loads(source)
         except json.JSONDecodeError as error:
             raise UserError(f"delta spec is not valid JSON: {error.msg} at line {error.lineno}") from None
-    if not isinstance(source, dict) or set(source) - {"methods"} or not isinstance(source.get("methods"), list):
-        raise UserError('a delta spec is an object {"methods": [...]} with no other top-level field')
-    return DeltaSpec(tuple(parse_method(entry) for entry in source["methods"]))
+    if not isinstance(source, dict) or set(source) - {"methods", "pooling"} \
+            or not isinstance(source.get("methods"), list):
+        raise UserError('a delta spec is an object {"methods": [...]}, optionally with "pooling": "cls" or "mean", '
+                        'and no other top-level field')
+    return DeltaSpec(tuple(parse_method(entry) for entry in source["methods"]), source.get("pooling", "cls"))

@@ -9,10 +9,11 @@ A file (see autopelt/search_spaces/default.yaml) has four sections:
     combine:   {max_methods: k}: each method switched on or off (parameters use.<method>), at most k on;
                or {combinations: {name: [methods]}}: one categorical parameter `methods`
     shared:    gate / layers, drawn once and given to every chosen method that has the field and leaves it unset
+    head:      pooling (cls or mean): what the task head reads, a field of the spec beside its methods (optional)
     train:     learning_rate (required), epochs, batch_size, weight_decay, warmup_ratio, grad_clip, max_length
 
 Parameter names are <method>.<field> (lora.rank, adapter.n, adamix.delta, adamix.lora.rank), use.<method>,
-methods, gate, layers and the train fields. A spec is never empty.
+methods, gate, layers, pooling and the train fields. A spec is never empty.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 BASELINE_TRAINING = {f.name: f.default for f in dataclasses.fields(TrialSettings)
                      if f.name in TRAIN_FIELDS and f.name not in ("learning_rate", "epochs")}
 FORMAT_VERSION = 1  # part of the fingerprint: bump when the meaning of a file changes
+DEFAULT_HEAD = {"pooling": "cls"}  # what a spec without the field means
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class SearchSpace:
         entries = [self._entry(method, chosen, trial) for method in chosen]
         self._share(entries, trial)
         self._place(entries, num_layers)
-        return _plain({"methods": entries}), _plain(draw_fields(self.tree.train, trial))
+        head = {name: value for name, value in draw_fields(self.tree.head, trial).items()
+                if value != DEFAULT_HEAD.get(name)}  # a spec leaves its defaults out
+        return _plain({"methods": entries, **head}), _plain(draw_fields(self.tree.train, trial))
 
     def params_for(self, spec: dict, num_layers: int) -> dict | None:
         """The parameters with which this space draws `spec` (as Optuna would record them), or None when it cannot
@@ -122,9 +126,9 @@ class SearchSpace:
                         raise UserError(f"{self.path}: {entry['method']}.layers: {error}") from None
 
 
-def _unordered(spec: dict) -> list[dict]:
-    """A spec's entries in a fixed order (the order of entries never changes the delta: inject.py)."""
-    return sorted(spec["methods"], key=lambda entry: entry["method"])
+def _unordered(spec: dict) -> dict:
+    """A spec with its entries in a fixed order (the order of entries never changes the delta: inject.py)."""
+    return {**spec, "methods": sorted(spec["methods"], key=lambda entry: entry["method"])}
 
 
 class _NotDrawable(Exception):
@@ -137,6 +141,7 @@ class _Replay:
 
     def __init__(self, spec: dict, combination: str | None, num_layers: int):
         self.entries = {entry["method"]: entry for entry in spec["methods"]}
+        self.head = {name: spec.get(name, default) for name, default in DEFAULT_HEAD.items()}
         self.combination, self.num_layers, self.params = combination, num_layers, {}
 
     def suggest_categorical(self, name: str, labels: list):
@@ -166,6 +171,8 @@ class _Replay:
     def _wanted(self, name: str, labels: list):
         if name in BASELINE_TRAINING:
             return BASELINE_TRAINING[name]
+        if name in self.head:
+            return self.head[name]
         if name == "methods":
             return self.combination
         if name.startswith("use."):
@@ -234,7 +241,10 @@ def _switch_names(tree: Tree) -> set[str]:
 
 
 def _fingerprint(tree: Tree) -> str:
-    content = json.dumps({"format": FORMAT_VERSION, "tree": dataclasses.asdict(tree)}, sort_keys=True)
+    tree_data = dataclasses.asdict(tree)
+    if not tree.head:  # a space without a head section hashes as before the section existed
+        del tree_data["head"]
+    content = json.dumps({"format": FORMAT_VERSION, "tree": tree_data}, sort_keys=True)
     return hashlib.sha256(content.encode()).hexdigest()[:12]
 
 

@@ -17,9 +17,9 @@ import math
 from typing import Any
 
 from autopelt.delta.fields import (
-    LAYER_INDICES, NESTED_DELTA, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Kind, kind_of,
+    LAYER_INDICES, NESTED_DELTA, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Kind, kind_of, one_of,
 )
-from autopelt.delta.spec import ADAPTER_PRESETS, METHODS
+from autopelt.delta.spec import ADAPTER_PRESETS, METHODS, POOLINGS
 
 NAMED_PLACEMENTS = {"all": None, "upper_half": ("top", 0.5), "lower_half": ("bottom", 0.5)}
 SHARED = ("gate", "layers")  # fields a space may draw once for every chosen method that has them
@@ -29,6 +29,7 @@ TRAIN_FIELDS = {"learning_rate": LEARNING_RATE, "lr_scale": POSITIVE_NUMBER, "ep
                 "batch_size": POSITIVE_INT, "weight_decay": NON_NEGATIVE_NUMBER, "warmup_ratio": PROBABILITY,
                 "grad_clip": POSITIVE_NUMBER, "max_length": POSITIVE_INT}  # TrialSettings' names, and lr_scale
 TRAIN_REQUIRED = ("learning_rate",)
+HEAD_FIELDS = {"pooling": one_of(*POOLINGS)}  # the spec's own fields beside its methods
 
 
 def parse_placement(v: Any) -> tuple[str, float] | None | list[int]:

@@ -14,11 +14,11 @@ import yaml
 
 from autopelt.delta.fields import NESTED_DELTA, Kind
 from autopelt.search.space_schema import (
-    TRAIN_FIELDS, TRAIN_REQUIRED, method_fields, method_names, mixed_fields, mixed_methods, nested_field,
+    HEAD_FIELDS, TRAIN_FIELDS, TRAIN_REQUIRED, method_fields, method_names, mixed_fields, mixed_methods, nested_field,
     preset_fields, required_fields, shared_fields,
 )
 
-TOP_KEYS = ("methods", "combine", "shared", "train")
+TOP_KEYS = ("methods", "combine", "shared", "head", "train")
 
 
 class SpaceError(Exception):
@@ -66,6 +66,7 @@ class Tree:
     combine: int | Choice  # most methods switched on at once (use.<method>), or a categorical over combinations
     shared: dict[str, Node]
     train: dict[str, Node]
+    head: dict[str, Node] = field(default_factory=dict)  # the spec's fields beside its methods (pooling)
 
 
 def draw(node: Node, trial) -> tuple[Any, dict]:
@@ -176,7 +177,8 @@ class Parser:
         combine = self.combine(doc.get("combine"), methods)
         shared = self.shared(doc.get("shared"), methods)
         train = self.fields(doc.get("train"), "train", _Scope(TRAIN_FIELDS, ""), TRAIN_REQUIRED)
-        return Tree(methods, combine, shared, train)
+        head = self.fields(doc.get("head"), "head", _Scope(HEAD_FIELDS, ""))
+        return Tree(methods, combine, shared, train, head)
 
     def methods(self, raw: Any) -> dict[str, dict[str, Node]]:
         raw = _mapping(raw, "methods")

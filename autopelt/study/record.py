@@ -65,8 +65,8 @@ class TrialRecord:
     learning_rate: float | None = None  # the rate it trained at
     lr_choice: dict = field(default_factory=dict)  # how: {"how": "given" | "sweep", "seconds", "candidates", ...}
     lr_from: dict = field(default_factory=dict)  # a searched trial's rate: {"reference", "scale", "families"}
-    refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"][, "places"]}: that
-    #                              baseline's delta at factor x its rate (at that batch size, in more places: refine.py)
+    refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"][, "places"][, "pooling"]}:
+    #      that baseline's delta at factor x its rate (at that batch size, in more places, read through the mean)
     confirms: dict = field(default_factory=dict)  # {"trial", "seed"}: that trial's delta, rate and batch again
     #                                               with another training seed (confirm.py); never an answer
 

@@ -31,6 +31,10 @@ def add_arguments(parser) -> None:
     what.add_argument("--preset", help="a preset, e.g. unipelt_apl, lora, adapter, prefix, compacter, bitfit")
     parser.add_argument("--inner", choices=("adapter", "lora"), default="adapter",
                         help="with --method adamix: the mixed delta")
+    parser.add_argument("--pooling", choices=("cls", "mean"),
+                        help="what the head reads: cls, the model's own pooling (default), or mean, the mean of the "
+                             "last layer's token states, as sentence-transformers models were trained (overrides "
+                             "a --delta file's)")
     fields = parser.add_argument_group("method fields (with --method; see `autopelt methods`)")
     for name in _method_fields():
         fields.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE")
@@ -73,6 +77,8 @@ def run(args) -> int:
         spec = {"methods": [method_from_flags(args)]}
     else:
         spec = delta.parse_spec(args.delta).to_dict()
+    if args.pooling:
+        spec = {**spec, "pooling": args.pooling}
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,

@@ -39,12 +39,15 @@ class Gate(nn.Module):
         self.padding: PaddingMask | None = None  # shared by a model's gates; set by apply_delta
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads)
-        values = torch.sigmoid(self.linear(hidden))
-        mask = self.padding.current if self.padding is not None else None
-        if mask is None or mask.shape != hidden.shape[:2]:
-            return values.mean(dim=1)
-        weights = mask.to(values.dtype).unsqueeze(-1)
-        return (values * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+        return masked_mean(torch.sigmoid(self.linear(hidden)), self.padding.current if self.padding else None)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, ...) -> (B, ...): the mean over real tokens, or over all when the mask does not fit."""
+    if mask is None or mask.shape != values.shape[:2]:
+        return values.mean(dim=1)
+    weights = mask.to(values.dtype).reshape(*mask.shape, *[1] * (values.dim() - 2))
+    return (values * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
 
 
 def init_linear_(linear: nn.Module, generator: torch.Generator, zero: bool = False) -> None:
