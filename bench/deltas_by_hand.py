@@ -8,10 +8,11 @@ seed 0), and prints each one's dev and test mean and the test difference paired 
 
     python bench/deltas_by_hand.py --like /work/benchwork/value-snli-3/reruns/baseline-lora/seed-1/result.json \
         --against /work/benchwork/value-snli-3/reruns/tuned-lora-pick --seeds 5 --work-dir /work/benchwork/snli-hand \
-        --candidate 'lora b16=lora@4e-3/16' --candidate 'houlsby=houlsby@3e-3'
+        --candidate 'lora b16=lora@4e-3/16' --candidate 'houlsby=houlsby@3e-3' --candidate 'lora mean=mean:lora@5.5e-3'
 
-A candidate is NAME=DELTA@LR[/BATCH], DELTA a preset name or a spec file. A run that finished before in the work
-dir is read back, not trained again.
+A candidate is NAME=[POOLING:]DELTA@LR[/BATCH], DELTA a preset name or a spec file, POOLING the head's (`mean`:
+the mean of the token states; left out, the spec's own). A run that finished before in the work dir is read back,
+not trained again.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from pathlib import Path
 
 
 def parse_candidate(text: str) -> dict:
-    """NAME=DELTA@LR[/BATCH] -> {"name", "spec", "lr", "batch_size" (None: the --like run's)}."""
+    """NAME=[POOLING:]DELTA@LR[/BATCH] -> {"name", "spec", "lr", "batch_size" (None: the --like run's)}."""
     from autopelt.delta import parse_spec
     from autopelt.delta.presets import PRESETS
+    from autopelt.delta.spec import POOLINGS
 
     try:
         name, rest = text.split("=", 1)
@@ -35,13 +37,19 @@ def parse_candidate(text: str) -> dict:
         lr, _, batch = rate.partition("/")
         lr, batch = float(lr), int(batch) if batch else None
     except ValueError:
-        raise SystemExit(f"bad --candidate {text!r}: write NAME=DELTA@LR[/BATCH], e.g. 'lora b16=lora@4e-3/16'")
+        raise SystemExit(f"bad --candidate {text!r}: write NAME=[POOLING:]DELTA@LR[/BATCH], "
+                         "e.g. 'lora b16=lora@4e-3/16' or 'lora mean=mean:lora@5.5e-3'")
+    pooling = ""
+    if ":" in delta and delta.split(":", 1)[0] in POOLINGS:  # mean:lora
+        pooling, _, delta = delta.partition(":")
     if delta in PRESETS:
         spec = PRESETS[delta]
     elif Path(delta).is_file():
         spec = json.loads(Path(delta).read_text())
     else:
         raise SystemExit(f"bad --candidate {text!r}: {delta!r} is neither a preset nor a spec file")
+    if pooling:
+        spec = {**spec, "pooling": pooling}
     return {"name": name.strip(), "spec": parse_spec(spec).to_dict(), "lr": lr, "batch_size": batch}
 
 
@@ -76,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--like", required=True, help="a result.json whose settings (task, rows, model, epochs, "
                                                       "data seed, ...) every run shares")
     parser.add_argument("--against", help="a folder of seed-N/result.json to pair each candidate's seeds with")
-    parser.add_argument("--candidate", action="append", required=True, help="NAME=DELTA@LR[/BATCH]")
+    parser.add_argument("--candidate", action="append", required=True, help="NAME=[POOLING:]DELTA@LR[/BATCH]")
     parser.add_argument("--seeds", type=int, default=5, help="training seeds 1..N")
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--workers", type=int, default=2)

@@ -47,6 +47,17 @@ def test_it_trains_each_candidate_per_seed_on_the_rows_of_the_run_it_is_like(mak
     assert other.returncode != 0 and "another run" in other.stderr
 
 
+def test_a_candidate_may_set_the_heads_pooling(make_settings, tmp_path):
+    like = tmp_path / "result.json"
+    like.write_text(json.dumps({"settings": make_settings(data_seed=0, epochs=1).to_dict()}))
+    done = bench("--like", str(like), "--seeds", "1", "--work-dir", str(tmp_path / "w"),
+                 "--candidate", "mean=mean:bitfit@1e-2/8", "--candidate", "cls=bitfit@1e-2/8")
+    assert done.returncode == 0, done.stderr
+    specs = {name: json.loads((tmp_path / "w" / name / "seed-1" / "result.json").read_text())["settings"]["spec"]
+             for name in ("mean", "cls")}
+    assert specs["mean"] == {**specs["cls"], "pooling": "mean"}
+
+
 def test_bad_input_is_one_line_and_trains_nothing(make_settings, tmp_path):
     like = tmp_path / "result.json"
     like.write_text(json.dumps({"settings": make_settings().to_dict()}))  # rows drawn with the training seed
@@ -56,4 +67,4 @@ def test_bad_input_is_one_line_and_trains_nothing(make_settings, tmp_path):
     done = bench("--like", str(like), "--work-dir", str(tmp_path / "w"), "--candidate", "x=nothing@1e-3")
     assert done.returncode != 0 and "neither a preset nor a spec file" in done.stderr
     done = bench("--like", str(like), "--work-dir", str(tmp_path / "w"), "--candidate", "no rate")
-    assert done.returncode != 0 and "NAME=DELTA@LR" in done.stderr and not (tmp_path / "w").exists()
+    assert done.returncode != 0 and "NAME=[POOLING:]DELTA@LR" in done.stderr and not (tmp_path / "w").exists()

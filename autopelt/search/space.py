@@ -1,6 +1,6 @@
 """Declarative search spaces: a YAML file says which deltas a study may try; `sample` draws one per trial.
 
-A file (see autopelt/search_spaces/default.yaml) has four sections:
+A file (see autopelt/search_spaces/default.yaml) has five sections:
 
     methods:   method -> fields (the delta spec's: `autopelt methods` lists them). A field is a fixed value or a
                distribution:
