@@ -1,9 +1,8 @@
 """What the search is worth: autopelt's pick against random search, tuned LoRA and the baselines, at equal compute.
 
 Compute is counted in full-trial equivalents: the seconds of one LoRA r8 trial trained to its last epoch, measured
-first on the task itself by a calibration study (two such trials per worker, side by side as the searches run
-them; the median of the second round: a worker's first trial also loads the model and data, and on a fast machine
-that was 1.6x a later trial's time). Every strategy gets the same budget, --equivalents full trials' worth of training seconds
+first on the task itself by a calibration study (one such trial per worker, side by side as the searches run
+them; the median). Every strategy gets the same budget, --equivalents full trials' worth of training seconds
 (default 20), as a wall time of seconds / workers. On one task the script runs, each as `autopelt search` in a
 subprocess as a user would:
   1. autopelt   the default: default space, TPE, ASHA, the baselines first, `--budget <that wall time>`, so the
@@ -49,7 +48,6 @@ from pathlib import Path
 
 STRATEGIES = ("autopelt", "random", "tuned-lora")
 CALIBRATION = "calibration"
-CALIBRATION_ROUNDS = 2  # of trials on every worker; the first rounds are cold
 TUNED_LORA_SPACE = """\
 # tuned LoRA: LoRA r8 alpha 16 on query/value, only the learning rate searched (bench/search_value.py)
 methods:
@@ -76,9 +74,9 @@ def main() -> None:
 
     space = work / "tuned-lora.yaml"
     space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs})
-    run_study(args, work, storage, CALIBRATION, str(CALIBRATION_ROUNDS * args.workers),
+    run_study(args, work, storage, CALIBRATION, str(args.workers),
               ["--space", str(space), "--no-baselines", "--no-early-stopping"])
-    full = full_trial_seconds(warm(finished_trials(storage, study_name(args, CALIBRATION)), args.workers))
+    full = full_trial_seconds(finished_trials(storage, study_name(args, CALIBRATION)))
     budget = args.equivalents * full
     print(f"one full trial: {full:.0f} s; the budget of each strategy: {args.equivalents:g} of them, "
           f"{budget:.0f} training seconds, {wall(budget, args)} of wall time on {args.workers} workers", flush=True)
@@ -179,13 +177,6 @@ def finished_trials(storage: str, name: str) -> list:
     study = optuna.load_study(study_name=name, storage=storage)
     return sorted((t for t in study.get_trials(deepcopy=False) if t.datetime_complete),
                   key=lambda t: t.datetime_complete)
-
-
-def warm(trials: list, workers: int) -> list:
-    """The trials after the first round, one per worker, which also load the model and the data (all of them when
-    there is no other round: a calibration from before it had two)."""
-    ordered = sorted(trials, key=lambda t: t.datetime_start)
-    return ordered[workers:] if len(ordered) > workers else ordered
 
 
 def seconds(trial) -> float:
@@ -366,8 +357,8 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         spent = sum(seconds(t) for t in own)
         print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "
               f"{states.count('FAIL') - interrupted} | {spent:.0f} | {spent / full:.1f} |")
-    print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration's second round, trained to "
-          f"its last epoch; random also had study 1's {sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} "
+    print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration, trained to its last epoch; "
+          f"random also had study 1's {sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} "
           f"baselines)")
     print(calibration_check(full, studies["tuned-lora"]))
     print()

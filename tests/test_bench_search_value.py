@@ -164,24 +164,3 @@ def test_the_report_checks_the_calibration_against_tuned_loras_own_full_trials()
         bench.calibration_check(65.0, tuned)
     assert "1.05x the calibration's: agrees" in bench.calibration_check(41.0, tuned)
     assert "trained no trial to its end" in bench.calibration_check(41.0, [trial(10, full=False)])
-
-
-def test_the_calibration_times_the_trials_after_each_workers_first():
-    """A worker's first trial also loads the model and the data: on a fast machine 33 s where later ones took 21 s.
-    The calibration runs two rounds and times the second; one round alone (an earlier run's) is used as it is."""
-    import datetime
-
-    from optuna.distributions import FloatDistribution
-    from optuna.trial import TrialState, create_trial
-
-    def trial(start, seconds):
-        made = create_trial(state=TrialState.COMPLETE, value=0.8, params={"x": 0.5},
-                            distributions={"x": FloatDistribution(0, 1)}, user_attrs={"full_fidelity": True})
-        made.datetime_start = datetime.datetime(2026, 1, 1) + datetime.timedelta(seconds=start)
-        made.datetime_complete = made.datetime_start + datetime.timedelta(seconds=seconds)
-        return made
-
-    bench = load_bench()
-    trials = [trial(34, 21), trial(0, 33), trial(33, 22), trial(1, 32)]
-    assert bench.full_trial_seconds(bench.warm(trials, workers=2)) == pytest.approx(21.5)
-    assert bench.full_trial_seconds(bench.warm(trials[1::2], workers=2)) == pytest.approx(32.5)
