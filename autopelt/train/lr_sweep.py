@@ -9,7 +9,7 @@ edge, or, while none has learned anything (beaten predicting one class on dev), 
 of n candidates costs (n - 1) first-evaluation segments more than one trial, and one segment more when none has
 learned by the first evaluation (below).
 
-Five failure modes of ranking by the first evaluation, measured at K=1000, 3 epochs, and handled here:
+Six failure modes of ranking by the first evaluation, measured at K=1000, 3 epochs, and handled here:
 - on SNLI, LoRA learns by the end of epoch 1 only in a narrow band (4e-3 to 6.6e-3: 0.41-0.48 on dev where one
   class gives 0.35), which the half-decade ladder steps over (1e-3, 3e-3, 1e-2 all predict one class; 3e-3,
   continued, ended 9 points of dev below 4e-3): when no candidate has learned and the best sits inside the rates
