@@ -78,3 +78,14 @@ def tiny_batch(batch_size: int = 3, seq_len: int = 7, seed: int = 0, padded: boo
         attention_mask[-1, seq_len - 3 :] = 0
         input_ids[-1, seq_len - 3 :] = 0
     return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def assert_padding_changes_nothing(model) -> None:
+    """The last row's logits are the same alone and right-padded inside a longer batch (`model` in eval mode)."""
+    import torch
+
+    batch = tiny_batch(batch_size=3, seq_len=9, padded=True)
+    together = model(**batch).logits[-1]
+    length = int(batch["attention_mask"][-1].sum())
+    alone = model(input_ids=batch["input_ids"][-1:, :length], attention_mask=batch["attention_mask"][-1:, :length])
+    torch.testing.assert_close(alone.logits[0], together, rtol=1e-4, atol=1e-5)

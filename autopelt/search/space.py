@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autopelt.delta.spec import DeltaSpec
 from autopelt.errors import UserError
 from autopelt.train.settings import TrialSettings
-from autopelt.search.space_schema import TRAIN_FIELDS, layer_indices, method_fields, nested_field
+from autopelt.search.space_schema import HEAD_FIELDS, TRAIN_FIELDS, layer_indices, method_fields, nested_field
 from autopelt.search.space_tree import Choice, Parser, SpaceError, Tree, draw, draw_fields, free_mixtures, read_yaml
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
@@ -36,7 +37,8 @@ SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 BASELINE_TRAINING = {f.name: f.default for f in dataclasses.fields(TrialSettings)
                      if f.name in TRAIN_FIELDS and f.name not in ("learning_rate", "epochs")}
 FORMAT_VERSION = 1  # part of the fingerprint: bump when the meaning of a file changes
-DEFAULT_HEAD = {"pooling": "cls"}  # what a spec without the field means
+# what a spec that leaves out a head field means: the spec's own default
+DEFAULT_HEAD = {name: DeltaSpec.__dataclass_fields__[name].default for name in HEAD_FIELDS}
 
 
 @dataclass(frozen=True)

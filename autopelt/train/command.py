@@ -24,6 +24,8 @@ def _method_fields() -> dict[str, dataclasses.Field]:
 
 
 def add_arguments(parser) -> None:
+    from autopelt.delta.spec import POOLINGS
+
     parser.add_argument("--task", required=True, help="GLUE task: cola sst2 mrpc qqp stsb mnli mnli-mm qnli rte wnli")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--delta", metavar="SPEC.json", help="a delta spec file (see `autopelt methods`)")
@@ -31,7 +33,7 @@ def add_arguments(parser) -> None:
     what.add_argument("--preset", help="a preset, e.g. unipelt_apl, lora, adapter, prefix, compacter, bitfit")
     parser.add_argument("--inner", choices=("adapter", "lora"), default="adapter",
                         help="with --method adamix: the mixed delta")
-    parser.add_argument("--pooling", choices=("cls", "mean"),
+    parser.add_argument("--pooling", choices=POOLINGS,
                         help="what the head reads: cls, the model's own pooling (default), or mean, the mean of the "
                              "last layer's token states, as sentence-transformers models were trained (overrides "
                              "a --delta file's)")
