@@ -1,10 +1,12 @@
 """What the search is worth: autopelt's pick against random search, tuned LoRA and the baselines, at equal compute.
 
 Compute is counted in full-trial equivalents: the seconds of one LoRA r8 trial trained to its last epoch, measured
-first on the task itself by a calibration study (one such trial per worker, side by side as the searches run
-them; the median). Every strategy gets the same budget, --equivalents full trials' worth of training seconds
-(default 20), as a wall time of seconds / workers. On one task the script runs, each as `autopelt search` in a
-subprocess as a user would:
+first on the task itself by a calibration study (two such trials per worker, side by side as the searches run
+them). A worker's first trial also loads the model and the data, so the calibration times two things: one full
+trial, the median of the second round, and a start-up allowance, how much longer the first round's median took.
+Every strategy gets the same budget, --equivalents full trials' worth of training seconds (default 20), as a wall
+time of seconds / workers plus the start-up allowance (every study's workers start cold). On one task the script
+runs, each as `autopelt search` in a subprocess as a user would:
   1. autopelt   the default: default space, TPE, ASHA, the baselines first, `--budget <that wall time>`, so the
                 baselines' cost is inside the budget;
   2. random     the same space and early stopping, drawn at random. It starts from a copy of study 1's
@@ -26,7 +28,8 @@ earlier one's calibration and tuned-LoRA study (with tuned LoRA's re-runs): neit
 sweep, baselines or sampler, so a change to those leaves them as they were, and the run costs about 40% less.
 A re-run that the earlier dir already trained with the very same settings (delta, learning rate, batch, rows,
 seed, model, task, threads, ...) is copied too, not trained again; each copy is listed in --work-dir/COPIED.txt
-and counted under the table. (On CPU such a run reproduces to the last digit; on a GPU it may not.)
+and counted under the table. (On CPU such a run reproduces to the last digit; on a GPU it may not.) --copy-reruns
+DIR copies such re-runs alone, from a dir whose searches are not wanted (a run at another calibration).
 
 Usage:
   python bench/search_value.py --data-dir ../shared/data/glue-full --task sst2 --work-dir /tmp/value-sst2
@@ -48,6 +51,7 @@ from pathlib import Path
 
 STRATEGIES = ("autopelt", "random", "tuned-lora")
 CALIBRATION = "calibration"
+CALIBRATION_ROUNDS = 2  # of trials on every worker: the first round is cold, the second warm
 TUNED_LORA_SPACE = """\
 # tuned LoRA: LoRA r8 alpha 16 on query/value, only the learning rate searched (bench/search_value.py)
 methods:
@@ -74,26 +78,27 @@ def main() -> None:
 
     space = work / "tuned-lora.yaml"
     space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs})
-    run_study(args, work, storage, CALIBRATION, str(args.workers),
+    run_study(args, work, storage, CALIBRATION, str(CALIBRATION_ROUNDS * args.workers),
               ["--space", str(space), "--no-baselines", "--no-early-stopping"])
-    full = full_trial_seconds(finished_trials(storage, study_name(args, CALIBRATION)))
+    full, start_up = calibrate(finished_trials(storage, study_name(args, CALIBRATION)), args.workers)
     budget = args.equivalents * full
-    print(f"one full trial: {full:.0f} s; the budget of each strategy: {args.equivalents:g} of them, "
-          f"{budget:.0f} training seconds, {wall(budget, args)} of wall time on {args.workers} workers", flush=True)
+    print(f"one full trial: {full:.0f} s, and {start_up:.0f} s more for a worker's first; the budget of each "
+          f"strategy: {args.equivalents:g} full trials, {budget:.0f} training seconds, "
+          f"{wall(budget, args, start_up)} of wall time on {args.workers} workers with the start-up", flush=True)
 
-    run_study(args, work, storage, "autopelt", wall(budget, args), [])
+    run_study(args, work, storage, "autopelt", wall(budget, args, start_up), [])
     first = finished_trials(storage, study_name(args, "autopelt"))
     spent = sum(seconds(t) for t in first)
     baseline_spent = sum(seconds(t) for t in first if t.user_attrs.get("baseline"))
     copy_baselines(storage, study_name(args, "autopelt"), study_name(args, "random"))
-    run_study(args, work, storage, "random", wall(spent - baseline_spent, args),
+    run_study(args, work, storage, "random", wall(spent - baseline_spent, args, start_up),
               ["--sampler", "random", "--no-baselines"])  # it has study 1's
-    run_study(args, work, storage, "tuned-lora", wall(budget, args), ["--space", str(space), "--no-baselines"])
+    run_study(args, work, storage, "tuned-lora", wall(budget, args, start_up), ["--space", str(space), "--no-baselines"])
 
     studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
     picks = pick_and_baselines(studies, args.rerun_baselines)
-    reruns = rerun_all(picks, args, work, source)
-    print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns, full)
+    reruns = rerun_all(picks, args, work, Path(args.copy_reruns).resolve() if args.copy_reruns else source)
+    print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns, full, start_up)
 
 
 def parse_args() -> argparse.Namespace:
@@ -116,6 +121,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work-dir", required=True, help="studies, trial outputs and re-runs are kept here")
     parser.add_argument("--reuse", metavar="DIR",
                         help="take the calibration and tuned-LoRA studies from this earlier --work-dir")
+    parser.add_argument("--copy-reruns", metavar="DIR",
+                        help="copy from this earlier --work-dir every re-run trained there with the very same "
+                             "settings, rather than train it again (with --reuse: from that dir)")
     parser.add_argument("--verbose", action="store_true", help="show each search's own output")
     return parser.parse_args()
 
@@ -124,8 +132,9 @@ def study_name(args, strategy: str) -> str:
     return f"value-{args.task}-{strategy}"
 
 
-def wall(training_seconds: float, args) -> str:
-    return f"{max(1, round(training_seconds / args.workers))}s"
+def wall(training_seconds: float, args, start_up: float) -> str:
+    """The --budget of a study that may spend `training_seconds` on its workers, each of which starts cold."""
+    return f"{max(1, round(training_seconds / args.workers + start_up))}s"
 
 
 def run_study(args, work: Path, storage: str, strategy: str, budget: str, flags: list[str]) -> None:
@@ -201,9 +210,18 @@ def copy_baselines(storage: str, source: str, target: str) -> None:
                 user_attrs=trial.user_attrs, intermediate_values=trial.intermediate_values))
 
 
+def calibrate(trials: list, workers: int) -> tuple[float, float]:
+    """(one full trial, the start-up allowance) in seconds: the median full trial of the calibration's second round,
+    and how much longer the first round's median took (a worker's first trial also loads the model and the data).
+    A calibration of one round (made before there were two) gives its median and no allowance."""
+    ordered = sorted(trials, key=lambda t: t.datetime_start)
+    cold, warm = (ordered[:workers], ordered[workers:]) if len(ordered) > workers else (ordered, ordered)
+    full = full_trial_seconds(warm)
+    return full, max(0.0, full_trial_seconds(cold) - full)
+
+
 def full_trial_seconds(trials: list) -> float:
-    """The median wall time of the calibration's LoRA trials (each trained to its last epoch): one full-trial
-    equivalent."""
+    """The median wall time of these LoRA trials trained to their last epoch."""
     from autopelt.study.record import read
 
     full = [seconds(t) for t in trials if read(t).full_fidelity and t.state.name == "COMPLETE"]
@@ -339,7 +357,8 @@ def metric_of(storage: str, name: str) -> str:
     return read_study(optuna.load_study(study_name=name, storage=storage)).metric
 
 
-def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, full: float) -> None:
+def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, full: float,
+                 start_up: float) -> None:
     from autopelt.study.record import CUT_BY_DEADLINE, read
 
     print()
@@ -347,7 +366,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
           f"study's rows")
     print()
     print("| strategy | trials (complete / stopped early / cut by the deadline / failed) | training seconds | "
-          "full-trial equivalents |")
+          "full-trial equivalents after start-up |")
     print("|---|---|---:|---:|")
     for name, trials in studies.items():
         own = [t for t in trials if not (name == "random" and t.user_attrs.get("baseline"))]
@@ -356,10 +375,12 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         interrupted = sum(read(t).fail_reason == "interrupted" for t in own)  # cut in its first epoch
         spent = sum(seconds(t) for t in own)
         print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "
-              f"{states.count('FAIL') - interrupted} | {spent:.0f} | {spent / full:.1f} |")
-    print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration, trained to its last epoch; "
-          f"random also had study 1's {sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} "
-          f"baselines)")
+              f"{states.count('FAIL') - interrupted} | {spent:.0f} | "
+              f"{max(0.0, spent - args.workers * start_up) / full:.1f} |")
+    print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration's second round, trained to its "
+          f"last epoch; a worker's first trial took {start_up:.0f} s more, which every study's budget allows each "
+          f"worker once; random also had study 1's "
+          f"{sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} baselines)")
     print(calibration_check(full, studies["tuned-lora"]))
     print()
     reference = reruns.get("autopelt pick", {})
