@@ -61,6 +61,21 @@ def test_mean_pooling_changes_what_the_head_reads_and_adds_no_parameter(family):
     assert not torch.allclose(cls.eval()(**batch).logits, mean.eval()(**batch).logits)
 
 
+def test_bitfit_does_not_train_or_store_the_pooler_that_mean_pooling_skips(tmp_path):
+    """BitFit trains BERT's pooler bias by default; under mean pooling the pooler is skipped, so its bias would
+    take no gradient and be stored unchanged: it is left frozen, out of the delta and out of the count."""
+    plain = {"methods": [{"method": "bitfit"}]}
+    spec = {**plain, "pooling": "mean"}
+    cls, mean = delta.apply_delta(tiny_model("bert"), plain), delta.apply_delta(tiny_model("bert"), spec)
+    trained = lambda m: {n for n, p in m.named_parameters() if p.requires_grad}  # noqa: E731
+    assert trained(cls) - trained(mean) == {"bert.pooler.dense.bias"}
+    stored = delta.save_delta(mean, spec, tmp_path)
+    assert "bert.pooler.dense.bias" not in delta.delta_state(delta.load_delta(tiny_model("bert"), stored))
+    counted = delta.count_parameters(spec, mean.config)
+    assert counted.stored == sum(p.numel() for n, p in mean.named_parameters() if n in trained(mean))
+    assert counted.stored == delta.count_parameters(plain, cls.config).stored - cls.config.hidden_size
+
+
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_a_saved_mean_pooled_delta_loads_with_its_pooling(family, tmp_path):
     model = delta.apply_delta(tiny_model(family), MEAN)

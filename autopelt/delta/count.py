@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import dataclasses
 from dataclasses import dataclass
 
 from autopelt.delta.inject import check_fits
@@ -46,6 +47,8 @@ def count_parameters(spec, config, num_labels: int | None = None) -> ParamCount:
     head = arch.head_params(config.hidden_size, num_labels)
     trainable = stored = head
     for method in spec.methods:
+        if isinstance(method, BitFitConfig) and spec.pooling != "cls":  # the pooler is skipped: its bias is not trained
+            method = dataclasses.replace(method, pooler=False)
         t, s = _count(method, config, arch)
         trainable, stored = trainable + t, stored + s
     return ParamCount(trainable, stored, base_parameters(config, num_labels))

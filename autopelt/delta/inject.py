@@ -69,14 +69,15 @@ def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
 
 def _pool_mean(model: nn.Module, arch: Architecture) -> None:
     """Let the head read the mean of the last layer's token states over real tokens: as BERT's pooler output
-    (its dense layer and tanh are skipped), or as the first token RoBERTa's head reads. Hooks only, so the
-    model's modules and parameter names stay as they are."""
+    (its dense layer and tanh are skipped, so nothing in it trains, BitFit's bias included), or as the first token
+    RoBERTa's head reads. Hooks only, so the model's modules and parameter names stay as they are."""
     padding = PaddingMask()
     backbone = arch.backbone_of(model)
     backbone.register_forward_pre_hook(padding.capture, with_kwargs=True)  # after a soft prompt's: its tokens count
     if arch.pooler is not None:
         backbone.register_forward_hook(padding.release)
         pooler = backbone.get_submodule(arch.pooler.rpartition(".")[0])
+        pooler.requires_grad_(False)
         pooler.register_forward_hook(lambda module, args, output: masked_mean(args[0], padding.current))
     else:  # the head runs after the backbone's pass: the mask is kept until the next pass replaces it
         model.get_submodule(arch.head).register_forward_pre_hook(

@@ -211,7 +211,7 @@ class BitFitConfig(MethodConfig):
     layers: tuple[int, ...] | None = declare("layer indices whose biases train; null = all", None, LAYER_INDICES,
                                              search=False)
     pooler: bool = declare("also train the pooler's bias (BERT; RoBERTa's head has none), as BitFit's code always "
-                           "does", True, BOOL)
+                           "does; not under mean pooling, which skips the pooler", True, BOOL)
 
     def describe(self) -> str:
         targets = None if self.targets is None else ",".join(self.targets)
