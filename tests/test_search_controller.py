@@ -620,6 +620,19 @@ def test_on_a_time_budget_the_finalists_take_the_rounds_that_fit_in_a_third_of_w
     assert confirm.time_count(0, 2, left=5000, seconds=190) == 0 and confirm.time_room(190, 0, 2) == 0
 
 
+def test_on_a_time_budget_the_room_is_one_round_while_a_baseline_still_runs(tmp_path):
+    """What the baselines will leave is less than what is left now: a room of --finalists rounds sized then began
+    while the last SST-2 baseline ran (second best on dev when it ended) and took two rounds of the four best."""
+    study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(8)}, baselines=True,
+                          budget="1h", workers=2, finalists=6)
+    fakes.run_serially(control, stop_after=5)
+    running = control.next_trial()  # the sixth baseline, still training
+    assert read_all(study)[running.number].baseline == BASELINES[5]
+    assert control._time_room(study.get_trials(deepcopy=False)).count == 2  # one round of the two workers
+    control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
+    assert control._time_room(study.get_trials(deepcopy=False)).count == 6  # a third of an hour holds three rounds
+
+
 def test_on_a_time_budget_the_room_lasts_as_long_as_the_slowest_trial_to_train_again(tmp_path):
     # #0 answers best and trains 5x slower than the median: the room is three rounds of it, not of the median
     trials = {0: {"quality": 0.9, "seconds_per_epoch": 0.5}, **{n: {"seconds_per_epoch": 0.1} for n in (1, 2, 3)}}

@@ -15,7 +15,8 @@ mean dev (answers.py).
 The room: on a trial budget, `finalists` trials of it; on a wall-time budget, enough time for their rounds on the
 workers, at the own wall time of the slowest trial they train again (or the study's median trial, if longer; both
 without a learning-rate sweep) with a MARGIN, and as many rounds as fit in a third of the time the baselines left,
-at least one, at most `finalists` trials (the trial budget's rule, `trial_room`). A trial that cannot end before the room is not started
+at least one, at most `finalists` trials (the trial budget's rule, `trial_room`); one round while a baseline still
+runs (what they leave is less than what is left then). A trial that cannot end before the room is not started
 (`Controller._finalists`): its worker waits, and when nothing else runs the finalists start at once. A searched
 trial or refinement still running when the finalists are queued is stopped at its next report
 (`Controller.superseded`): it could not be a finalist. Until a trial has finished there is no measure, and the
@@ -26,6 +27,9 @@ starting just before it. On SNLI at 20 equivalents the baselines left 566 s of 1
 it: none of the five refinements started, and a searched draw begun 108 s before the room was stopped (210 s
 lost). On SST-2 the one refinement that started was stopped after epoch 1. The refinements are the study's only
 deltas that have beaten its baselines (refine.py), so the finalists now leave them two thirds of that time.
+Until the baselines had finished the room was `finalists` rounds' worth: on SST-2 at 20 warm equivalents (8cb617c)
+it began while the Compacter baseline still ran, second best on dev once it ended, and queued four finalists, two
+rounds, for the best four that had finished, BitFit the fourth; now it is one round then.
 """
 
 from __future__ import annotations

@@ -206,9 +206,9 @@ class Controller:
         return WAIT if self.running else DONE
 
     def _time_room(self, trials: list[FrozenTrial]) -> confirm.Room | None:
-        """The finalists' room on a wall-time budget (confirm.py): rounds of --finalists until the baselines have
-        finished, then the rounds that fit in a third of what they left, each as long as the slowest trial to
-        train again (at least the median trial); None while no trial measures the time of one."""
+        """The finalists' room on a wall-time budget (confirm.py): one round until the baselines have finished,
+        then the rounds that fit in a third of what they left, each as long as the slowest trial to train again
+        (at least the median trial); None while no trial measures the time of one."""
         records = [record.read(t) for t in trials]
         seconds = confirm.seconds_per_trial(records)
         if seconds is None:
@@ -216,9 +216,10 @@ class Controller:
         workers = self.plan.options.workers
         if self._left_after_baselines is None and refine.due(trials, self.plan.baselines):
             self._left_after_baselines = self.time_left()
-        count = self.plan.finalists
         if self._left_after_baselines is not None:
-            count = confirm.time_count(count, workers, self._left_after_baselines, seconds)
+            count = confirm.time_count(self.plan.finalists, workers, self._left_after_baselines, seconds)
+        else:  # they leave less than is left now, and the room begins while they run only if that is little
+            count = confirm.time_count(self.plan.finalists, workers, 0.0, seconds)
         slowest = confirm.slowest_finalist(records, count, answers.maximizes(self.study))
         return confirm.Room(confirm.time_room(max(seconds, slowest or 0.0), count, workers), count, seconds)
 
