@@ -20,7 +20,7 @@ from support import fakes
 from autopelt.delta import parse_spec
 from autopelt.delta.presets import BASELINES, PRESETS
 from autopelt.errors import UserError
-from autopelt.search import claims, confirm, controller as controller_module, recovery
+from autopelt.search import claims, confirm, controller as controller_module, recovery, refine
 from autopelt.search.controller import DONE, WAIT, Controller
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.recovery import Owner, host_id
@@ -230,10 +230,32 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert sum(1 for t in read_all(study) if t.refines) == 4 and len(study.trials) == 16
 
 
+def test_a_worker_freed_while_the_last_baseline_runs_refines_the_best_two_that_have_finished(tmp_path):
+    # UniPELT(APL) (trial 0) and LoRA (trial 1) score best; Compacter, the last baseline, still trains
+    study, control = make(tmp_path, trials={0: {"quality": 0.9}, 1: {"quality": 0.8}}, baselines=True,
+                          budget="1h", space="default", finalists=0)
+    fakes.run_serially(control, stop_after=5)
+    running = control.next_trial()
+    assert read_all(study)[running.number].baseline == BASELINES[5] == "compacter"
+    ticket = control.next_trial()  # not a searched draw: the best finished baseline, read through the mean
+    refined = [t for t in read_all(study) if t.refines]
+    assert refined[0].number == ticket.number and refined[0].state == TrialState.RUNNING
+    assert [(t.refines["baseline"], t.refines.get("pooling")) for t in refined[:2]] == \
+        [("unipelt_apl", "mean"), ("lora", "mean")]
+    assert refine.unsettled(study.get_trials(deepcopy=False)) == {"compacter"}
+    control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
+    control.finish(ticket.number, fakes.fake_trial(ticket.settings, lambda event: None))
+    fakes.run_serially(control, stop_after=3)
+    assert sum(1 for t in read_all(study) if t.refines) == len(refined)  # queued once per study
+    # a baseline whose family's rate a running baseline still measures is not refined yet: its rate would move
+    records = read_all(study)[:5]
+    assert [q["refines"]["baseline"] for q in refine.refinements(records, skip={"lora"})] == []  # both have LoRA
+    assert {q["refines"]["baseline"] for q in refine.refinements(records, skip={"bitfit"})} == {"unipelt_apl", "lora"}
+
+
 def test_a_refinement_stays_in_the_spaces_lr_scale_range_and_records_the_factor_it_gets():
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from autopelt.search import refine
     from autopelt.study.record import TrialRecord
 
     def baseline(number, name, dev, rate, batches=(16, 32)):
@@ -258,7 +280,6 @@ def test_a_refinement_stays_in_the_spaces_lr_scale_range_and_records_the_factor_
 
 
 def test_the_best_baselines_go_in_more_places_first_at_their_rate_over_sqrt_2():
-    from autopelt.search import refine
     from autopelt.search.space import load_space
     from autopelt.study.record import TrialRecord
 

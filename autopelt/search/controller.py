@@ -148,19 +148,21 @@ class Controller:
                 return DONE
 
     def _queue_refinements(self, budget: int | None) -> None:
-        """Once every baseline has finished: the best two again, reshaped (refine.py), once per study; on a
-        trial budget, at most half of what it leaves."""
+        """Once every baseline has finished, or has begun with two finished: the best two again, reshaped
+        (refine.py), once per study; on a trial budget, at most half of what it leaves."""
         if self._refinements_settled:
             return
         trials = self.study.get_trials(deepcopy=False)
         if not refine.queued(trials):  # by no process yet
-            if not refine.due(trials, self.plan.baselines):
+            if not refine.ready(trials, self.plan.baselines):
                 return
             counts = claims.tally(trials)
             room = None if budget is None else \
                 max(0, budget - self._trial_room(budget) - counts.trained - counts.running) // 2
             if refine.enqueue(self.study, trials, room):
                 log.info("queued the best baselines again, in more places, at half the batch and at other rates")
+            elif not refine.due(trials, self.plan.baselines):
+                return  # none could be queued while a baseline runs: again once it has finished
         self._refinements_settled = True
 
     def _trial_room(self, budget: int) -> int:

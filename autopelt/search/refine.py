@@ -29,7 +29,14 @@ Drawn through the space like any other delta, so the sampler learns from them. E
 on SST-2 it stopped UniPELT(APL) at 2x (2e-3) after epoch 1 (dev 0.750 against the baseline's 0.789 there),
 and its first rung ranks rates poorly.
 
-They are queued once per study, when every baseline has finished, and only where the space can say them: it
+They are queued once per study, when every baseline has finished or, sooner, when a worker comes free after every
+baseline has begun and BEST of them have finished: the best two that have finished then are refined, each only if
+no running baseline is still measuring the rate of one of its families (a refinement's rate is its families' rate
+times a scale; a rate measured after it was queued would move it). On SST-2 at 20 warm equivalents (8cb617c plus
+the one-round room) the worker freed while the Compacter baseline ran drew a searched delta (0.806 on dev), after
+which the budget held only the finalists; UniPELT(APL) with mean pooling, the first refinement, had given 0.849 and
+been the answer (81.0 on test against the baseline's 78.4) in the run with the larger budget before. Queued so,
+they are the best two finished then, not the best two of all. Refinements go only where the space can say them: it
 draws the baselines' presets (they were queued with its parameters) and its learning rate is `auto` with an
 `lr_scale` (a searched delta trains at its families' baseline rates times `lr_scale`, `learning_rates.py`); the
 smaller batch only where the space draws `batch_size` with that value, more places only where it draws LoRA's or
@@ -59,6 +66,21 @@ WIDER = 0.5 ** 0.5  # times the rate, in twice the places: the rate each chose s
 POOLING, MEAN = "pooling", "mean"
 
 
+def ready(trials: list[FrozenTrial], baselines: list[str]) -> bool:
+    """The refinements may be queued: every baseline has finished, or every one has begun and BEST have finished
+    (the controller asks when a worker is free)."""
+    if due(trials, baselines):
+        return True
+    begun = {record.baseline_of(t) for t in trials if t.state != TrialState.WAITING and covers(t)}
+    return set(baselines) <= begun and len(set(baselines) & _finished(trials)) >= BEST
+
+
+def unsettled(trials: list[FrozenTrial]) -> set[str]:
+    """The families whose measured rate may still change: those of the baselines still running."""
+    return {learning_rates.BASELINE_FAMILIES[name] for t in trials if t.state == TrialState.RUNNING
+            and (name := record.baseline_of(t)) in learning_rates.BASELINE_FAMILIES}
+
+
 def queued(trials: list[FrozenTrial]) -> bool:
     """A refinement was queued in this study (by this process or another, now or in an earlier run)."""
     return any(record.read(t).refines for t in trials)
@@ -66,15 +88,18 @@ def queued(trials: list[FrozenTrial]) -> bool:
 
 def due(trials: list[FrozenTrial], baselines: list[str]) -> bool:
     """Every baseline of the study has finished."""
-    finished = {record.baseline_of(t) for t in trials
-                if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) and covers(t)}
-    return set(baselines) <= finished
+    return set(baselines) <= _finished(trials)
 
 
-def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[dict]:
+def _finished(trials: list[FrozenTrial]) -> set[str]:
+    return {record.baseline_of(t) for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) and covers(t)}
+
+
+def refinements(records: Iterable[TrialRecord], maximize: bool = True, skip: set[str] = frozenset()) -> list[dict]:
     """[{"params", "refines"}] to queue: the best BEST drawn baselines that answer the study, each with mean
     pooling (at its rate); then each in more places and at half its batch size (both at its rate / sqrt 2), best
-    baseline first; then each at FACTOR times its rate."""
+    baseline first; then each at FACTOR times its rate. A baseline with a family in `skip` is left out."""
     records = list(records)
     rates = learning_rates.measured(records)
     drawn = [r for r in records if r.baseline and r.baseline_drawn and r.learning_rate
@@ -82,7 +107,7 @@ def refinements(records: Iterable[TrialRecord], maximize: bool = True) -> list[d
     pooled, first, last = [], [], []
     for base in answers.ranked(drawn, maximize)[:BEST]:  # the study's one rule for "best"
         reference, _ = learning_rates.reference_rate(base.spec, rates)
-        if reference is None:
+        if reference is None or skip & set(learning_rates.families(base.spec)):
             continue
         if _can_pool_mean(base):
             pooled.append(_again(base, reference, 1.0, pooling=MEAN))
@@ -149,7 +174,7 @@ def _half_batch(base: TrialRecord) -> int | None:
 
 def enqueue(study: optuna.Study, trials: list[FrozenTrial], limit: int | None = None) -> int:
     """Queue the refinements of `trials`' baselines, at most `limit`; how many."""
-    queue = refinements((record.read(t) for t in trials), answers.maximizes(study))[:limit]
+    queue = refinements((record.read(t) for t in trials), answers.maximizes(study), unsettled(trials))[:limit]
     for item in queue:
         study.enqueue_trial(item["params"], user_attrs=record.attrs(refines=item["refines"]))
     return len(queue)
