@@ -70,6 +70,8 @@ def main() -> None:
     args = parse_args()
     work = Path(args.work_dir).resolve()
     source = reusable(Path(args.reuse).resolve()) if args.reuse else None  # before anything is written
+    if args.copy_reruns and not (Path(args.copy_reruns) / "reruns").is_dir():
+        raise SystemExit(f"--copy-reruns {args.copy_reruns}: no re-runs there; give an earlier --work-dir")
     work.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{work / 'studies.db'}"
     print(f"studies in {storage}", flush=True)
@@ -93,7 +95,8 @@ def main() -> None:
     copy_baselines(storage, study_name(args, "autopelt"), study_name(args, "random"))
     run_study(args, work, storage, "random", wall(spent - baseline_spent, args, start_up),
               ["--sampler", "random", "--no-baselines"])  # it has study 1's
-    run_study(args, work, storage, "tuned-lora", wall(budget, args, start_up), ["--space", str(space), "--no-baselines"])
+    run_study(args, work, storage, "tuned-lora", wall(budget, args, start_up),
+              ["--space", str(space), "--no-baselines"])
 
     studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
     picks = pick_and_baselines(studies, args.rerun_baselines)

@@ -70,6 +70,9 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--reuse", str(tmp_path / "nothing")])
     assert missing.returncode != 0 and "no finished calibration and tuned-LoRA study there" in missing.stderr
     assert not (tmp_path / "work3").exists()  # nothing written
+    missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--copy-reruns", str(tmp_path / "nothing")])
+    assert missing.returncode != 0 and "--copy-reruns" in missing.stderr and "no re-runs there" in missing.stderr
+    assert not (tmp_path / "work3").exists()
 
 
 def load_bench():

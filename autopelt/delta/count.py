@@ -6,9 +6,9 @@ delta holds (prefix without its MLP, AdaMix experts merged): the size a user dep
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import dataclasses
 from dataclasses import dataclass
 
 from autopelt.delta.inject import check_fits
