@@ -17,9 +17,10 @@ runs, each as `autopelt search` in a subprocess as a user would:
                 whole budget.
   4. the baselines, as study 1 ran them (each its paper structure at the learning rate it swept).
 
-Then every strategy's pick and every baseline is trained again with seeds 1..S on the same rows (the study's
-data seed) at the learning rate it trained with, and the script prints one table: test mean ± std over those
-seeds, stored params %, and the paired difference to autopelt's pick (mean ± std over seeds). It also prints
+Then every strategy's pick and every baseline is trained again with seeds 1..S (--seed + 1 to --seed + S) on the
+same rows (the study's data seed) at the learning rate it trained with, and the script prints one table: test mean
+± std over those seeds, stored params %, and the paired difference to autopelt's pick (mean ± std over seeds).
+--seed (default 0) sets every study's rows and training seed: another seed is another draw of K rows. It also prints
 the best dev metric against cumulative training seconds for strategies 1 and 2, and the targets of issue 10.
 
 Everything is kept in --work-dir (one SQLite file, trial outputs, re-runs); a second run with the same
@@ -69,7 +70,7 @@ train:
 def main() -> None:
     args = parse_args()
     work = Path(args.work_dir).resolve()
-    source = reusable(Path(args.reuse).resolve()) if args.reuse else None  # before anything is written
+    source = reusable(Path(args.reuse).resolve(), args) if args.reuse else None  # before anything is written
     if args.copy_reruns and not (Path(args.copy_reruns) / "reruns").is_dir():
         raise SystemExit(f"--copy-reruns {args.copy_reruns}: no re-runs there; give an earlier --work-dir")
     work.mkdir(parents=True, exist_ok=True)
@@ -113,7 +114,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--equivalents", type=float, default=20,
                         help="each strategy's budget, in full LoRA trials' worth of training seconds")
-    parser.add_argument("--seeds", type=int, default=5, help="re-train picks and baselines with seeds 1..N")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="every study's seed: the rows it trains and picks on, and its training seed")
+    parser.add_argument("--seeds", type=int, default=5,
+                        help="re-train picks and baselines with N seeds after --seed: 1..N by default")
     parser.add_argument("--rerun-baselines", choices=("all", "best"), default="all",
                         help="re-train every baseline, or only UniPELT(APL) and the single method best on dev")
     parser.add_argument("--workers", type=int, default=2)
@@ -129,6 +133,11 @@ def parse_args() -> argparse.Namespace:
                              "settings, rather than train it again (with --reuse: from that dir)")
     parser.add_argument("--verbose", action="store_true", help="show each search's own output")
     return parser.parse_args()
+
+
+def rerun_seeds(args) -> list[int]:
+    """The re-runs' training seeds: none is a study's own (--seed) or its finalists' (--seed + 1000)."""
+    return list(range(args.seed + 1, args.seed + args.seeds + 1))
 
 
 def study_name(args, strategy: str) -> str:
@@ -148,7 +157,7 @@ def run_study(args, work: Path, storage: str, strategy: str, budget: str, flags:
     command = [sys.executable, "-m", "autopelt.cli", "search", "--task", args.task, "--data-dir", args.data_dir,
                "--k", str(args.k), "--epochs", str(args.epochs), "--budget", budget, "--storage", storage,
                "--study-name", name, "--out", str(work / name), "--workers", str(args.workers),
-               "--cpus-per-trial", str(args.cpus_per_trial), *flags]
+               "--cpus-per-trial", str(args.cpus_per_trial), "--seed", str(args.seed), *flags]
     for flag in ("model", "text_columns", "label_column", "label_names"):
         if getattr(args, flag):
             command += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
@@ -157,10 +166,22 @@ def run_study(args, work: Path, storage: str, strategy: str, budget: str, flags:
     (work / f"{strategy}.done").write_text(budget)
 
 
-def reusable(source: Path) -> Path:
+def reusable(source: Path, args) -> Path:
     if not (source / f"{CALIBRATION}.done").exists() or not (source / "tuned-lora.done").exists():
         raise SystemExit(f"--reuse {source}: no finished calibration and tuned-LoRA study there; run it first")
+    seed = study_seed(f"sqlite:///{source / 'studies.db'}", study_name(args, CALIBRATION))
+    if seed != args.seed:
+        raise SystemExit(f"--reuse {source}: its studies ran with --seed {seed}, not {args.seed}; give the same seed")
     return source
+
+
+def study_seed(storage: str, name: str) -> int | None:
+    """The training seed a study's first finished trial ran with (every trial of a study has the study's)."""
+    from autopelt.export.export import trial_outputs
+    from autopelt.study.record import read
+
+    trials = [t for t in finished_trials(storage, name) if t.state.name == "COMPLETE"]
+    return trial_outputs(read(trials[0]))[0]["settings"]["seed"] if trials else None
 
 
 def reuse(args, source: Path, work: Path, storage: str) -> None:
@@ -268,7 +289,7 @@ def pick_and_baselines(studies: dict, baselines: str = "all") -> dict:
 
 
 def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict:
-    """{label: {seed: (dev, test)}}: each delta trained again with seeds 1..S at its own learning rate. A trial
+    """{label: {seed: (dev, test)}}: each delta trained again with `rerun_seeds` at its own learning rate. A trial
     that is two things (autopelt's pick is often one of its baselines) is trained once and reported under both.
     A run `source` (--reuse) trained with the same settings is copied instead (copy_same_run)."""
     from autopelt.export.export import trial_outputs
@@ -283,7 +304,7 @@ def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict
         settings = dict(result["settings"])
         split_seed = settings.get("data_seed")
         split_seed = settings["seed"] if split_seed is None else split_seed
-        for seed in range(1, args.seeds + 1):
+        for seed in rerun_seeds(args):
             out = work / "reruns" / label.replace(" ", "-") / f"seed-{seed}"
             jobs.append((label, seed, {**settings, "seed": seed, "data_seed": split_seed,
                                        "learning_rate": result["learning_rate"], "threads": args.cpus_per_trial,
@@ -365,7 +386,8 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     from autopelt.study.record import CUT_BY_DEADLINE, read
 
     print()
-    print(f"## {args.task} · K={args.k} · {args.epochs} epochs · test {metric}, seeds 1-{args.seeds} on the "
+    seeds = rerun_seeds(args)
+    print(f"## {args.task} · K={args.k} · {args.epochs} epochs · test {metric}, seeds {seeds[0]}-{seeds[-1]} on the "
           f"study's rows")
     print()
     print("| strategy | trials (complete / stopped early / cut by the deadline / failed) | training seconds | "

@@ -70,6 +70,8 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--reuse", str(tmp_path / "nothing")])
     assert missing.returncode != 0 and "no finished calibration and tuned-LoRA study there" in missing.stderr
     assert not (tmp_path / "work3").exists()  # nothing written
+    other = run_bench([*command[:-1], str(tmp_path / "work3"), "--reuse", str(tmp_path / "work"), "--seed", "3"])
+    assert other.returncode != 0 and "its studies ran with --seed 0, not 3" in other.stderr
     missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--copy-reruns", str(tmp_path / "nothing")])
     assert missing.returncode != 0 and "--copy-reruns" in missing.stderr and "no re-runs there" in missing.stderr
     assert not (tmp_path / "work3").exists()
@@ -176,6 +178,12 @@ def test_the_calibration_times_a_warm_trial_and_allows_each_worker_its_cold_star
     assert bench.calibrate([timed_trial(33), timed_trial(35)], workers=2) == (34.0, 0.0)
     # a warm round slower than the cold one allows nothing, not a negative start-up
     assert bench.calibrate([timed_trial(20, start=0), timed_trial(25, start=30)], workers=1) == (25.0, 0.0)
+
+
+def test_no_rerun_repeats_a_studys_own_seed_or_its_finalists():
+    bench = load_bench()
+    assert bench.rerun_seeds(argparse.Namespace(seed=0, seeds=5)) == [1, 2, 3, 4, 5]
+    assert bench.rerun_seeds(argparse.Namespace(seed=10, seeds=3)) == [11, 12, 13]  # not 10, not 1010
 
 
 def test_the_report_checks_the_calibration_against_tuned_loras_own_full_trials():
