@@ -47,7 +47,7 @@ def count_parameters(spec, config, num_labels: int | None = None) -> ParamCount:
     head = arch.head_params(config.hidden_size, num_labels)
     trainable = stored = head
     for method in spec.methods:
-        if isinstance(method, BitFitConfig) and spec.pooling != "cls":  # the pooler is skipped: its bias is not trained
+        if isinstance(method, BitFitConfig) and spec.pooling == "mean":  # the pooler is skipped: its bias is not trained
             method = dataclasses.replace(method, pooler=False)
         t, s = _count(method, config, arch)
         trainable, stored = trainable + t, stored + s

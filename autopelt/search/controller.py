@@ -218,10 +218,9 @@ class Controller:
         workers = self.plan.options.workers
         if self._left_after_baselines is None and refine.due(trials, self.plan.baselines):
             self._left_after_baselines = self.time_left()
-        if self._left_after_baselines is not None:
-            count = confirm.time_count(self.plan.finalists, workers, self._left_after_baselines, seconds)
-        else:  # they leave less than is left now, and the room begins while they run only if that is little
-            count = confirm.time_count(self.plan.finalists, workers, 0.0, seconds)
+        # while they run: one round (they leave less than is left now; the room begins then only if that is little)
+        left = self._left_after_baselines if self._left_after_baselines is not None else 0.0
+        count = confirm.time_count(self.plan.finalists, workers, left, seconds)
         slowest = confirm.slowest_finalist(records, count, answers.maximizes(self.study))
         return confirm.Room(confirm.time_room(max(seconds, slowest or 0.0), count, workers), count, seconds)
 

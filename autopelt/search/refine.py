@@ -69,10 +69,11 @@ POOLING, MEAN = "pooling", "mean"
 def ready(trials: list[FrozenTrial], baselines: list[str]) -> bool:
     """The refinements may be queued: every baseline has finished, or every one has begun and BEST have finished
     (the controller asks when a worker is free)."""
-    if due(trials, baselines):
+    finished = set(baselines) & _finished(trials)
+    if finished == set(baselines):
         return True
     begun = {record.baseline_of(t) for t in trials if t.state != TrialState.WAITING and covers(t)}
-    return set(baselines) <= begun and len(set(baselines) & _finished(trials)) >= BEST
+    return set(baselines) <= begun and len(finished) >= BEST
 
 
 def unsettled(trials: list[FrozenTrial]) -> set[str]:
