@@ -1,7 +1,8 @@
 """Deltas trained by hand over seeds, on a study's rows, against a reference's re-runs on the same rows and seeds.
 
 Does a delta better than the study's answer exist at all? This trains each candidate (a spec or preset, a
-learning rate, a batch size) with training seeds 1..S, on the rows and everything else of an earlier run
+learning rate, a batch size) with training seeds 1..S (or S seeds from --first-seed), on the rows and everything
+else of an earlier run
 (`--like`: a result.json, e.g. one of `bench/search_value.py`'s re-runs, which train on the study's rows, data
 seed 0), and prints each one's dev and test mean and the test difference paired by seed against a reference
 (`--against`: a folder of seed-N/result.json, e.g. tuned LoRA's re-runs).
@@ -85,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                                                       "data seed, ...) every run shares")
     parser.add_argument("--against", help="a folder of seed-N/result.json to pair each candidate's seeds with")
     parser.add_argument("--candidate", action="append", required=True, help="NAME=[POOLING:]DELTA@LR[/BATCH]")
-    parser.add_argument("--seeds", type=int, default=5, help="training seeds 1..N")
+    parser.add_argument("--seeds", type=int, default=5, help="how many training seeds: F..F+N-1")
+    parser.add_argument("--first-seed", type=int, default=1, help="F (11 for a study run with --seed 10, whose "
+                                                                  "re-runs train with seeds 11-15)")
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--like {like} drew its rows with its training seed (no data_seed): give a run on a "
                          "study's rows, e.g. a re-run of bench/search_value.py")
     candidates = [parse_candidate(text) for text in args.candidate]
-    seeds = range(1, args.seeds + 1)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     jobs = [{**base, "spec": c["spec"], "learning_rate": c["lr"], "batch_size": c["batch_size"] or base["batch_size"],
              "seed": seed, "out_dir": str(Path(args.work_dir) / c["name"].replace(" ", "-") / f"seed-{seed}")}
             for c in candidates for seed in seeds]
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             if path.is_file():
                 reference[seed] = scores(json.loads(path.read_text()))[1]
     print(f"{base['task']} · K={base['protocol']} · {base['epochs']} epochs · data seed {base['data_seed']} · "
-          f"seeds 1-{args.seeds}" + (f" · paired against {args.against}" if args.against else ""))
+          f"seeds {seeds[0]}-{seeds[-1]}" + (f" · paired against {args.against}" if args.against else ""))
     print()
     print("| delta | lr | batch | dev | test mean ± std | per seed | paired Δ |")
     print("|---|---:|---:|---:|---:|---|---:|")

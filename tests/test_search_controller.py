@@ -202,28 +202,26 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert [t.baseline for t in trials[:6]] == list(BASELINES) and BASELINES[1:3] == ("lora", "adapter")
     refined = [t for t in trials if t.refines]
     assert [t.number for t in refined] == [6, 7, 8, 9]  # right after the baselines; half of the 8 left
-    # first each with mean pooling at its rate, then in more places and at half the batch size (the baselines':
-    # 32), both at the rate / sqrt(2); 2x the rate comes last, and half the budget left has no room for it
+    # first each with mean pooling at half the batch size (the baselines': 32), then each in more places, all at the
+    # rate / sqrt(2); 2x the rate comes last, and half the budget left has no room for it
     assert [(t.refines["baseline"], t.refines["factor"], t.refines.get("batch_size"), t.refines.get("places"),
              t.refines.get("pooling")) for t in refined] == [
-        ("lora", 1.0, None, None, "mean"), ("adapter", 1.0, None, None, "mean"),
+        ("lora", 0.71, 16, None, "mean"), ("adapter", 0.71, 16, None, "mean"),
         ("lora", 0.71, None, {"lora.targets": "query+key+value+attention_output"}, None),
-        ("lora", 0.71, 16, None, None)]
-    assert [t.learning_rate for t in refined] == pytest.approx([fakes.SWEPT_RATE] * 2 +
-                                                               [fakes.SWEPT_RATE / 2 ** 0.5] * 2)
-    assert [t.hparams.get("batch_size") for t in refined] == [32, 32, 32, 16]
+        ("adapter", 0.71, None, {"adapter.placement": "houlsby"}, None)]
+    assert [t.learning_rate for t in refined] == pytest.approx([fakes.SWEPT_RATE / 2 ** 0.5] * 4)
+    assert [t.hparams.get("batch_size") for t in refined] == [16, 16, 32, 32]
     assert [stoppable[n] for n in range(14)] == [False] * 10 + [True] * 4  # neither baselines nor refinements
     for pooled, base in zip(refined[:2], trials[1:3]):  # the baseline's delta, read through the mean
         assert pooled.spec == {**base.spec, "pooling": "mean"} and "pooling" not in base.spec
-    assert refined[3].spec == trials[1].spec
     wider_lora = refined[2].spec["methods"]
     assert [(m["method"], m["rank"], m["targets"]) for m in wider_lora] == \
         [("lora", 8, ["query", "key", "value", "attention_output"])]
+    assert [(m["method"], m["placement"]) for m in refined[3].spec["methods"]] == [("adapter", "houlsby")]
     assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
-    assert refined[0].label == f"#6 [lora ×1 lr] {refined[0].summary}" and refined[0].summary.endswith(
+    assert refined[0].label == f"#6 [lora ×0.71 lr, batch 16] {refined[0].summary}" and refined[0].summary.endswith(
         ", mean pooling")
     assert refined[2].label == f"#8 [lora ×0.71 lr, in more places] {refined[2].summary}"
-    assert refined[3].label == f"#9 [lora ×0.71 lr, batch 16] {trials[1].summary}"
 
     study, again = make(tmp_path, baselines=True, budget=16, space="default", finalists=0)
     fakes.run_serially(again)
@@ -279,7 +277,7 @@ def test_a_refinement_stays_in_the_spaces_lr_scale_range_and_records_the_factor_
     assert not any("places" in q["refines"] for q in queue)
 
 
-def test_the_best_baselines_go_in_more_places_first_at_their_rate_over_sqrt_2():
+def test_the_best_baselines_go_first_through_the_mean_at_half_the_batch_then_in_more_places():
     from autopelt.search.space import load_space
     from autopelt.study.record import TrialRecord
 
@@ -302,16 +300,14 @@ def test_the_best_baselines_go_in_more_places_first_at_their_rate_over_sqrt_2():
     queue = refine.refinements(records)
     assert [(q["refines"]["baseline"], q["refines"].get("places"), q["refines"].get("batch_size"),
              q["refines"].get("pooling")) for q in queue] == [
-        ("lora", None, None, "mean"), ("adapter", None, None, "mean"),  # read through the mean, at their rates
+        ("lora", None, 16, "mean"), ("adapter", None, 16, "mean"),  # read through the mean, at half the batch
         ("lora", {"lora.targets": "query+key+value+attention_output"}, None, None),  # LoRA on all of attention
-        ("lora", None, 16, None),
         ("adapter", {"adapter.placement": "houlsby"}, None, None),  # after attention too
-        ("adapter", None, 16, None),
         ("lora", None, None, None), ("adapter", None, None, None)]  # 2x the rate, last
     pooled = queue[0]
-    assert pooled["refines"]["factor"] == 1.0 and pooled["params"]["lr_scale"] == pytest.approx(1.0)
-    assert {**pooled["params"], "lr_scale": 1.0} == {**records[0].params, "pooling": "mean"}
-    assert records[0].params["pooling"] == "cls"
+    assert pooled["refines"]["factor"] == 0.71 and pooled["params"]["lr_scale"] == pytest.approx(0.5 ** 0.5)
+    assert {**pooled["params"], "lr_scale": 1.0} == {**records[0].params, "pooling": "mean", "batch_size": 16}
+    assert records[0].params["pooling"] == "cls" and records[0].params["batch_size"] == 32
     _, spec = drawn(pooled["params"])
     assert parse_spec(spec) == parse_spec({**PRESETS["lora"], "pooling": "mean"})
     queue = queue[2:]
@@ -323,7 +319,7 @@ def test_the_best_baselines_go_in_more_places_first_at_their_rate_over_sqrt_2():
     _, spec = drawn(wider["params"])
     assert [(m["method"], m["rank"], m["targets"]) for m in spec["methods"]] == \
         [("lora", 8, ["query", "key", "value", "attention_output"])]
-    _, spec = drawn(queue[2]["params"])
+    _, spec = drawn(queue[1]["params"])
     assert spec["methods"][0]["placement"] == "houlsby" and spec["methods"][0]["bottleneck"] == 48
     label = TrialRecord(9, TrialState.COMPLETE, (0.8,), wider["params"], {}, refines=wider["refines"]).label
     assert label.startswith("#9 [lora ×0.71 lr, in more places]")
