@@ -424,7 +424,8 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
               f"{100 * _std(tests):.1f} | {delta} |")
     copied = work_copies(args)
     if copied:
-        print(f"({copied} of these re-runs were copied from --reuse, trained there with the same settings: "
+        source = "--copy-reruns" if args.copy_reruns else "--reuse"
+        print(f"({copied} of these re-runs were copied from {source}, trained there with the same settings: "
               f"{Path(args.work_dir) / 'COPIED.txt'})")
     print()
     for name in ("autopelt", "random"):
