@@ -32,7 +32,8 @@ paired against tuned LoRA's re-runs, bench/deltas_by_hand.py):
     against tuned LoRA (80.1); LoRA r8 so: 81.3 +- 0.8, +1.2 +- 0.7 against tuned LoRA;
   - SNLI seed 0, LoRA r8: 65.4 +- 2.2, +2.2 +- 4.6 against mean pooling alone (63.3), +4.5 +- 5.3 against tuned
     LoRA (60.9).
-  The batch of 16 takes 5-15% longer to train (192 steps instead of 96).
+  At 16 a trial takes 192 steps instead of 96: LoRA 5-15% longer, UniPELT(APL) about a third (45 s against 33 in
+  the SST-2 study at 44f62ee, where it then missed the finalists' room; README).
 - at 2x the rate: never better over five seeds (the adapter at 1.5x on SST-2 78.4 against its baseline's 78.2;
   UniPELT at 2e-3 73.5, one seed at the majority class), so it comes last and on a tight budget never runs.
   0.5x, tried before, never beat its baseline (0 of 4 on SST-2 and SNLI).
