@@ -3,8 +3,8 @@
 Does a delta better than the study's answer exist at all? This trains each candidate (a spec or preset, a
 learning rate, a batch size) with training seeds 1..S (or S seeds from --first-seed), on the rows and everything
 else of an earlier run (`--like`: a result.json, e.g. one of `bench/search_value.py`'s re-runs, which train on
-the study's rows, data seed 0), and prints each one's dev and test mean and the test difference paired by seed against a reference
-(`--against`: a folder of seed-N/result.json, e.g. tuned LoRA's re-runs).
+the study's rows, data seed 0), and prints each one's dev and test mean and the test difference paired by seed
+against a reference (`--against`: a folder of seed-N/result.json, e.g. tuned LoRA's re-runs).
 
     python bench/deltas_by_hand.py --like /work/benchwork/value-snli-3/reruns/baseline-lora/seed-1/result.json \
         --against /work/benchwork/value-snli-3/reruns/tuned-lora-pick --seeds 5 --work-dir /work/benchwork/snli-hand \
