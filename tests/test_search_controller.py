@@ -752,3 +752,73 @@ def test_on_a_trial_budget_no_trial_is_stopped_for_the_finalists(tmp_path):
     ticket = control.next_trial()
     control.report(ticket.number, {"epoch": 1, "dev_metric": 0.4})
     assert not control.superseded(ticket.number)
+
+
+def test_on_a_time_budget_baselines_start_in_its_first_half_and_what_is_left_goes_to_the_best_refined(
+        tmp_path, monkeypatch):
+    """On SST-2 at 20 trials' worth of time the six baselines took 68-79% of it and no refinement of the best of them
+    had room to run (README): the baselines not begun by half the budget give way, and a larger budget runs them."""
+    study, control = make(tmp_path, trials={0: {"quality": 0.9}, 1: {"quality": 0.8}}, baselines=True, budget="1h",
+                          space="default", finalists=0)
+    fakes.run_serially(control, stop_after=3)  # UniPELT(APL), LoRA, the adapter
+    control.started = _stop_the_clock(monkeypatch) - 1800
+    ticket = control.next_trial()
+    trials = read_all(study)
+    assert [(t.baseline, t.state, t.fail_reason) for t in trials[3:6]] == \
+        [(name, TrialState.FAIL, claims.LATE_BASELINE) for name in ("bitfit", "prefix", "compacter")]
+    refined = trials[ticket.number]  # the three that ran are all there is to wait for: the best one, refined
+    assert refined.refines["baseline"] == "unipelt_apl" and refined.refines.get("pooling") == "mean"
+
+    from autopelt.search.view import summary_lines
+
+    text = "\n".join(summary_lines(study, control.plan, 1.0))
+    assert "not run (baselines start in the first half of a wall-time budget; a larger --budget runs them): " \
+           "bitfit, prefix, compacter" in text
+    control.finish(ticket.number, fakes.fake_trial(ticket.settings, lambda event: None))
+
+    monkeypatch.undo()
+    study, again = make(tmp_path, baselines=True, budget="2h", space="default", finalists=0)
+    assert set(BASELINES[3:]) <= {t.baseline for t in read_all(study) if t.state == TrialState.WAITING}
+    fakes.run_serially(again, stop_after=12)  # a new run of the study: its budget starts anew, and they run
+    ran = {t.baseline for t in read_all(study) if t.baseline and t.state == TrialState.COMPLETE}
+    assert ran == set(BASELINES)
+
+
+def test_on_a_time_budget_a_refinement_that_cannot_end_before_the_room_gives_way_to_the_next_that_can(
+        tmp_path, monkeypatch):
+    """On SST-2 at 44f62ee UniPELT(APL) with mean pooling at half the batch took 45 s, began 36 s before the room, and
+    was stopped at its last report; LoRA so, 25 s, would have ended in time."""
+    slow, fast = 0.3, 0.05  # seconds per epoch: UniPELT(APL) (#0, best on dev) and LoRA (#1, second)
+    trials = {0: {"quality": 0.9, "seconds_per_epoch": slow}, 1: {"quality": 0.8, "seconds_per_epoch": fast},
+              **{n: {"quality": 0.5, "seconds_per_epoch": 0.02} for n in range(2, 12)}}
+    study, control = make(tmp_path, trials=trials, baselines=True, budget="1h", space="default")
+    fakes.run_serially(control, stop_after=6)
+    records = read_all(study)
+    lora_b16 = refine.expected_seconds({"baseline": "lora", "batch_size": 16}, records)
+    unipelt_b16 = refine.expected_seconds({"baseline": "unipelt_apl", "batch_size": 16}, records)
+    assert lora_b16 == pytest.approx(3 * fast * refine.HALF_BATCH_SLOWER, abs=0.05)
+    assert unipelt_b16 == pytest.approx(3 * slow * refine.HALF_BATCH_SLOWER, abs=0.05)
+    room = control._time_room(study.get_trials(deepcopy=False))
+    spare = 2 * confirm.MARGIN * lora_b16  # room for LoRA at half the batch, not for UniPELT(APL)
+    assert confirm.MARGIN * unipelt_b16 > spare
+    control.started = _stop_the_clock(monkeypatch) - (3600 - room.seconds - spare)
+    ticket = control.next_trial()
+    trials = read_all(study)
+    skipped = [t for t in trials if t.refines and t.state == TrialState.FAIL]
+    assert [(t.refines["baseline"], t.refines.get("batch_size"), t.fail_reason) for t in skipped] == \
+        [("unipelt_apl", 16, claims.BUDGET_REACHED)]
+    assert trials[ticket.number].refines == {**trials[ticket.number].refines, "baseline": "lora", "batch_size": 16}
+
+
+def test_on_a_time_budget_a_trial_that_has_reported_its_last_epoch_is_not_stopped_for_the_finalists(tmp_path):
+    study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
+    fakes.run_serially(control, stop_after=3)
+    running = control.next_trial()
+    for epoch in range(1, running.settings.epochs + 1):
+        control.report(running.number, {"epoch": epoch, "dev_metric": 0.9})
+    room = control._time_room(study.get_trials(deepcopy=False)).seconds
+    control.started = time.monotonic() - (3600 - room + 0.1)
+    assert not isinstance(control.next_trial(), str)  # the finalists are queued
+    assert not control.superseded(running.number)  # trained to its end: it finishes
+    control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
+    assert read_all(study)[running.number].is_answer

@@ -2,6 +2,13 @@
 
 They are queued as trials tagged with their preset's name (the `baseline` attribute; the spec comes from
 `autopelt.delta.presets`), once per study: a later run queues only the ones no trial stands for yet.
+
+They take at most half of a budget, so that a study always searches: on a trial budget at most half its trials
+(`plan.baselines_for`), on a wall-time budget they start in its first half (WALL_SHARE). A baseline costs about two
+trials (its rate sweep), so at 20 trials' worth of time the six took 68-79% of it on SST-2 (README), and the
+finalists' room left no refinement of the best of them the time to run: the last in line (prefix, Compacter)
+now give way to those. One not started is recorded as FAIL, `claims.LATE_BASELINE`, and queued again by a later
+run of the study, whose budget may hold it.
 """
 
 from __future__ import annotations
@@ -10,8 +17,12 @@ from typing import Callable
 
 import optuna
 
-from autopelt.search.claims import baseline_covered
-from autopelt.study.record import queued_baseline
+from optuna.trial import FrozenTrial, TrialState
+
+from autopelt.search.claims import LATE_BASELINE, baseline_covered
+from autopelt.study.record import queued_baseline, read
+
+WALL_SHARE = 0.5  # of a wall-time budget in which baselines may start
 
 
 def baseline_hparams(name: str, epochs: int) -> dict:
@@ -30,3 +41,15 @@ def enqueue_missing(study: optuna.Study, names: list[str], params_of: Callable[[
         params = params_of(name)
         study.enqueue_trial(params or {}, user_attrs=queued_baseline(name, drawn=params is not None))
     return missing
+
+
+def too_late(elapsed: float, deadline: float | None) -> bool:
+    """No baseline starts `elapsed` seconds into a wall-time budget of `deadline` seconds (None: a trial budget)."""
+    return deadline is not None and elapsed >= WALL_SHARE * deadline
+
+
+def in_play(names: list[str], trials: list[FrozenTrial]) -> list[str]:
+    """The study's baselines less those a wall-time budget left no time to start (no other trial stands for them):
+    the ones the refinements and the finalists' room wait for."""
+    late = {read(t).baseline for t in trials if t.state == TrialState.FAIL and read(t).fail_reason == LATE_BASELINE}
+    return [name for name in names if name not in late or baseline_covered(name, trials)]

@@ -34,7 +34,8 @@ TRAINED = (TrialState.COMPLETE, TrialState.PRUNED)
 INTERRUPTED = "interrupted"
 BUDGET_REACHED = "budget reached"
 DUPLICATE_BASELINE = "duplicate baseline"
-NOT_DONE_REASONS = (INTERRUPTED, BUDGET_REACHED, DUPLICATE_BASELINE)
+LATE_BASELINE = "no time for this baseline"  # past the first half of a wall-time budget (baselines.in_play)
+NOT_DONE_REASONS = (INTERRUPTED, BUDGET_REACHED, DUPLICATE_BASELINE, LATE_BASELINE)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ workers, at the own wall time of the slowest trial they train again (or the stud
 without a learning-rate sweep) with a MARGIN, and as many rounds as fit in a third of the time the baselines left,
 at least one, at most `finalists` trials (the trial budget's rule, `trial_room`); one round while a baseline still
 runs (what they leave is less than what is left then). A trial that cannot end before the room is not started
-(`Controller._finalists`): its worker waits, and when nothing else runs the finalists start at once. A searched
+(`Controller._finalists`; a refinement is timed by its own baseline, refine.expected_seconds): its worker waits,
+and when nothing else runs the finalists start at once. A searched
 trial or refinement still running when the finalists are queued is stopped at its next report
 (`Controller.superseded`): it could not be a finalist. Until a trial has finished there is no measure, and the
 search runs on.

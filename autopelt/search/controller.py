@@ -23,12 +23,12 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
-from autopelt.search import claims, confirm, learning_rates, recovery, refine
+from autopelt.search import baselines, claims, confirm, learning_rates, recovery, refine
 from autopelt.search.baselines import baseline_hparams, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
 from autopelt.study import answers, record
-from autopelt.study.record import read_all
+from autopelt.study.record import TrialRecord, read_all
 from autopelt.train.settings import TrialSettings
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,12 @@ class Controller:
                 self._fail(trial, claims.BUDGET_REACHED)
                 return WAIT
             baseline = record.baseline_of(trial)
+            if baseline and baselines.too_late(time.monotonic() - self.started, self.plan.deadline_seconds):
+                self._fail(trial, claims.LATE_BASELINE)
+                continue
+            if not finalist and not self._ends_before_room(trial, trials):
+                self._fail(trial, claims.BUDGET_REACHED)
+                continue
             if baseline and claims.baseline_covered(baseline, trials, below=trial.number):
                 self._fail(trial, claims.DUPLICATE_BASELINE)
                 continue
@@ -154,14 +160,14 @@ class Controller:
             return
         trials = self.study.get_trials(deepcopy=False)
         if not refine.queued(trials):  # by no process yet
-            if not refine.ready(trials, self.plan.baselines):
+            if not refine.ready(trials, baselines.in_play(self.plan.baselines, trials)):
                 return
             counts = claims.tally(trials)
             room = None if budget is None else \
                 max(0, budget - self._trial_room(budget) - counts.trained - counts.running) // 2
             if refine.enqueue(self.study, trials, room):
                 log.info("queued the best baselines again, in more places, at half the batch and at other rates")
-            elif not refine.due(trials, self.plan.baselines):
+            elif not refine.due(trials, baselines.in_play(self.plan.baselines, trials)):
                 return  # none could be queued while a baseline runs: again once it has finished
         self._refinements_settled = True
 
@@ -216,7 +222,7 @@ class Controller:
         if seconds is None:
             return None
         workers = self.plan.options.workers
-        if self._left_after_baselines is None and refine.due(trials, self.plan.baselines):
+        if self._left_after_baselines is None and refine.due(trials, baselines.in_play(self.plan.baselines, trials)):
             self._left_after_baselines = self.time_left()
         # while they run: one round (they leave less than is left now; the room begins then only if that is little)
         left = self._left_after_baselines if self._left_after_baselines is not None else 0.0
@@ -226,12 +232,30 @@ class Controller:
 
     @staticmethod
     def _next_fits(trials: list[FrozenTrial], left: float, room: confirm.Room) -> bool:
-        """Whether the trial the study asks next can end before the room, at the study's median trial with the
-        margin. A baseline always starts: the study is compared with it."""
-        waiting = [t for t in trials if t.state == TrialState.WAITING]
-        if waiting and record.baseline_of(min(waiting, key=lambda t: t.number)):
+        """Whether the trial the study asks next can end before the room, with the margin: a queued refinement at
+        its own expected time (one that cannot is skipped for the next queued one that can, `_ends_before_room`),
+        any other trial at the study's median trial. A baseline always starts (in the first half of the budget,
+        baselines.py): the study is compared with it."""
+        waiting = sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: t.number)
+        if waiting and record.baseline_of(waiting[0]):
             return True  # what the study asks next (Optuna pops the oldest queued trial)
+        records = [record.read(t) for t in trials]
+        for trial in waiting:
+            if not record.is_refinement(trial):
+                break
+            if _fits(record.read(trial).refines, left, room, records):
+                return True
         return left - room.seconds >= confirm.MARGIN * room.trial
+
+    def _ends_before_room(self, trial: optuna.Trial, trials: list[FrozenTrial]) -> bool:
+        """A refinement starts on a wall-time budget only if it can end before the finalists' room at its own
+        expected time: on SST-2 at 44f62ee UniPELT(APL) at half the batch took 45 s where the study's median trial
+        was 23, began 36 s before the room, and was stopped at its last report with the study's best dev."""
+        refines, left = trial.user_attrs.get("refines"), self.time_left()
+        if not isinstance(refines, dict) or not refines or left is None or self._finalists_queued:
+            return True
+        room = self._time_room(trials)
+        return room is None or _fits(refines, left, room, [record.read(t) for t in trials])
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's
@@ -352,9 +376,13 @@ class Controller:
         are queued, a searched trial or a refinement can no longer be the answer (finalists rank first), and
         its worker is due to a finalist. (On the SNLI benchmark a searched trial of 413 s held a worker into the
         finalists' room, and the last two finalists were cut by the deadline.) Baselines train on: they are the
-        reference the study is compared with. On a trial budget every trial has finished before the finalists."""
+        reference the study is compared with, and so does a trial that has reported its last epoch: it is trained
+        (on SST-2 at 44f62ee a refinement was stopped so, with the study's best dev). On a trial budget every trial
+        has finished before the finalists."""
         run = self.running.get(number)
         if run is None or self.plan.deadline_seconds is None or not self._finalists_queued:
+            return False
+        if run.fidelity >= run.max_fidelity:  # trained to its end: stopping it would throw that away
             return False
         if record.confirms(run.trial) or record.baseline_of(run.trial):
             return False
@@ -431,3 +459,9 @@ class Controller:
         for trial in recovery.interrupted_trials(self.study, own=self.running):
             self.requeued += recovery.fail_and_requeue(self.study, trial)
 
+
+def _fits(refines: dict, left: float, room: confirm.Room, records: list[TrialRecord]) -> bool:
+    """A refinement (its `refines`) can end before the room, at its expected time with the margin (the study's
+    median trial while its baseline has not measured it)."""
+    expected = refine.expected_seconds(refines, records)
+    return left - room.seconds >= confirm.MARGIN * (room.trial if expected is None else expected)

@@ -54,6 +54,11 @@ draws the baselines' presets (they were queued with its parameters) and its lear
 `lr_scale` (a searched delta trains at its families' baseline rates times `lr_scale`, `learning_rates.py`); the
 smaller batch only where the space draws `batch_size` with that value, more places only where it draws LoRA's or
 VeRA's targets with all of attention or the adapter's placement, mean pooling only where it draws `pooling`.
+
+On a wall-time budget a refinement starts only if it can end before the finalists' room at its own expected time
+(`expected_seconds`: its baseline's training, 1.4x at half the batch), and one that cannot gives way to the next
+queued one that can (`Controller._ends_before_room`): on SST-2 at 44f62ee UniPELT(APL) at half the batch began 36 s
+before the room, took 45 s and was stopped, where LoRA at half the batch takes about 25.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autopelt.search import learning_rates
+from autopelt.search import confirm, learning_rates
 from autopelt.search.claims import covers
 from autopelt.study import answers, record
 from autopelt.study.record import TrialRecord
@@ -77,6 +82,9 @@ ATTENTION = ("query", "key", "value", "attention_output")  # every projection of
 PLACEMENT = "adapter.placement"
 WIDER = 0.5 ** 0.5  # times the rate, in twice the places: the rate each chose sits near the edge of stability
 POOLING, MEAN = "pooling", "mean"
+HALF_BATCH_SLOWER = 1.4  # training time at half the batch (twice the steps): on SST-2 at 44f62ee a LoRA r8 trial took
+#                          25 s against 21, UniPELT(APL) 45 against 33, about 1.25x and 1.4x of their training alone
+MORE_PLACES_SLOWER = 1.15  # training time with twice the LoRA targets or adapters: an estimate, not measured
 
 
 def ready(trials: list[FrozenTrial], baselines: list[str]) -> bool:
@@ -184,6 +192,28 @@ def _half_batch(base: TrialRecord) -> int | None:
     if not isinstance(choices, CategoricalDistribution) or not isinstance(batch, int) or batch < 2:
         return None
     return batch // 2 if batch // 2 in choices.choices else None
+
+
+def expected_seconds(refines: dict, records: list[TrialRecord]) -> float | None:
+    """How long a queued refinement (its `refines`) should take: its baseline's own training (its rate sweep's
+    losing candidates left out) at the refinement's batch size and places, the baseline's evaluations, and the
+    least overhead any trial of the study had (a warm worker's: a worker's first trial also starts up); None while
+    its baseline has not measured that."""
+    base = next((r for r in records if r.baseline == refines.get("baseline") and r.is_answer
+                 and r.train_seconds is not None), None)
+    if base is None:
+        return None
+    train = base.train_seconds * (HALF_BATCH_SLOWER if BATCH in refines else 1.0) \
+        * (MORE_PLACES_SLOWER if refines.get("places") else 1.0)
+    return train + (base.eval_seconds or 0.0) + _warm_overhead(records)
+
+
+def _warm_overhead(records: list[TrialRecord]) -> float:
+    """The least wall time a trial of the study spent outside training and evaluating (0 when none says)."""
+    spent = [seconds - r.train_seconds - r.eval_seconds for r in records
+             if (seconds := confirm.seconds_of(r)) is not None and r.train_seconds is not None
+             and r.eval_seconds is not None]
+    return max(0.0, min(spent, default=0.0))
 
 
 def enqueue(study: optuna.Study, trials: list[FrozenTrial], limit: int | None = None) -> int:

@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.models import model_name
 from autopelt.search import confirm
 from autopelt.search.budget import TrialBudget, format_duration
-from autopelt.search.claims import NOT_DONE_REASONS, TRAINED
+from autopelt.search.claims import LATE_BASELINE, NOT_DONE_REASONS, TRAINED
 from autopelt.search.plan import SearchPlan
 from autopelt.study import answers
 from autopelt.study.record import FOR_FINALISTS, TIME_BUDGET, TrialRecord, read, read_all
@@ -49,6 +49,9 @@ class LiveView:
             searched = max(plan.budget.trials - len(plan.baselines) - plan.finalists, 0)
             self.echo(f"budget: {len(plan.baselines)} baseline trials + {searched} searched deltas{final}; searched "
                       f"deltas train at the rates the baselines chose for their methods, times a drawn lr_scale")
+        elif plan.baselines:
+            self.echo("budget: baselines start in its first half; what they leave goes to the best of them refined, "
+                      "searched deltas (at the rates the baselines chose, times a drawn lr_scale) and the finalists")
         if plan.finalists:
             best = f"the best {plan.finalists} trials" if isinstance(plan.budget, TrialBudget) else \
                 f"the best {plan.finalists} trials, or the rounds that fit in a third of what the baselines leave,"
@@ -152,17 +155,24 @@ def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
     """Each baseline's finished trial; the ones still queued (the budget ran out first) on one line."""
     finished: dict[str, TrialRecord] = {}
     queued: list[str] = []
+    late: list[str] = []
     for trial in trials:
         name = trial.baseline
         if name and trial.state.is_finished() and _reason(trial) not in NOT_DONE_REASONS:
             finished[name] = trial
         elif name and trial.state == TrialState.WAITING:
             queued.append(name)
+        elif name and _reason(trial) == LATE_BASELINE:
+            late.append(name)
     width = max((len(name) for name in finished), default=0)
     lines = [f"  {name:<{width}}  {_trial_text(trial, plan)}" for name, trial in finished.items()]
     waiting = [name for name in dict.fromkeys(queued) if name not in finished]
     if waiting:
         lines.append(f"  not run yet (the budget ran out first): {', '.join(waiting)}")
+    skipped = [name for name in dict.fromkeys(late) if name not in finished and name not in waiting]
+    if skipped:
+        lines.append(f"  not run (baselines start in the first half of a wall-time budget; a larger --budget runs "
+                     f"them): {', '.join(skipped)}")
     return lines
 
 

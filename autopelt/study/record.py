@@ -57,7 +57,8 @@ class TrialRecord:
     retry_of: int | None = None  # the interrupted trial this one runs again
     intermediate: dict = field(default_factory=dict)  # {epoch: dev metric}; the attribute (multi-objective
     #                                                   studies) and Optuna's intermediate values, merged
-    train_seconds: float | None = None
+    train_seconds: float | None = None  # the delta's own training steps (not its rate sweep's losing candidates)
+    eval_seconds: float | None = None
     examples_per_second: float | None = None
     peak_memory_mb: float | None = None
     best_epoch: int | None = None
@@ -139,7 +140,8 @@ def read(trial: FrozenTrial) -> TrialRecord:
         fail_reason=_text(a.get("fail_reason")), stopped_by=_text(a.get("stopped_by")),
         seconds=_number(a.get("seconds")), controller=_mapping(a.get("controller")) or None,
         retry_of=_integer(a.get("retry_of")), intermediate=_intermediate(trial),
-        train_seconds=_number(a.get("train_seconds")), examples_per_second=_number(a.get("examples_per_second")),
+        train_seconds=_number(a.get("train_seconds")), eval_seconds=_number(a.get("eval_seconds")),
+        examples_per_second=_number(a.get("examples_per_second")),
         peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
         precision=_text(a.get("precision")), learning_rate=_number(a.get("learning_rate")),
         lr_choice=_mapping(a.get("lr_choice")), lr_from=_mapping(a.get("lr_from")),
@@ -259,7 +261,7 @@ def trained(result: dict, fidelity: int, max_fidelity: int) -> dict:
             values[key] = result[key]
     if isinstance(result.get("lr_choice"), dict):
         values["lr_choice"] = result["lr_choice"]
-    for key in ("train_seconds", "examples_per_second", "peak_memory_mb", "best_epoch", "learning_rate"):
+    for key in ("train_seconds", "eval_seconds", "examples_per_second", "peak_memory_mb", "best_epoch", "learning_rate"):
         if isinstance(result.get(key), (int, float)):
             values[key] = result[key]
     return attrs(**values)
