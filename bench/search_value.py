@@ -465,7 +465,9 @@ def curve(trials: list, name: str) -> str:
         spent += seconds(trial) if not (name == "random" and record.baseline) else 0.0
         best = answers.best(seen)
         dev = answers.dev_score(best, answers.seed_devs(seen)) if best else None
-        points.append(f"{spent:.0f}s→{dev:.3f}" if dev is not None else f"{spent:.0f}s→–")
+        point = f"{spent:.0f}s→{dev:.3f}" if dev is not None else f"{spent:.0f}s→–"
+        if not points or point != points[-1]:  # a trial that never trained (budget reached) moves neither
+            points.append(point)
     return ", ".join(points)
 
 

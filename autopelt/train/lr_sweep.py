@@ -9,7 +9,7 @@ edge, or, while none has learned anything (beaten predicting one class on dev), 
 of n candidates costs (n - 1) first-evaluation segments more than one trial, and one segment more when none has
 learned by the first evaluation (below).
 
-Six failure modes of ranking by the first evaluation, measured at K=1000, 3 epochs, and handled here:
+Seven failure modes of ranking by the first evaluation, measured at K=1000, 3 epochs, and handled here:
 - on SNLI, LoRA learns by the end of epoch 1 only in a narrow band (4e-3 to 6.6e-3: 0.41-0.48 on dev where one
   class gives 0.35), which the half-decade ladder steps over (1e-3, 3e-3, 1e-2 all predict one class; 3e-3,
   continued, ended 9 points of dev below 4e-3): when no candidate has learned and the best sits inside the rates
@@ -37,6 +37,11 @@ Six failure modes of ranking by the first evaluation, measured at K=1000, 3 epoc
   1.0986 and the 1.0967 of 1e-3 and 3e-3, which had not moved; continued, it ended at 0.433 on dev. Its accuracy
   moved by confident predictions, not by learning: the edge of stability again. So when the best learned so, the
   sweep tries the geometric midpoint below it (once), which wins when it learned with a loss below the best's;
+- a rung can learn by the first evaluation with its loss below the shares' and still sit on that edge when the
+  rungs on either side of it have not learned: on SNLI (AMD EPYC, bf16, seed 0) LoRA's 1e-2 had 0.396 after epoch 1
+  (one class 0.345) at a loss of 1.0695, 3e-3 0.350 and 3e-2 0.337, and went on to 0.348 and 0.336; the band that
+  learns (about 3.7e-3 to 6.6e-3, above) is narrower than the ladder's step. So the midpoint below such a rung is
+  tried too (once), ranked with the rest;
 - sometimes no rate has learned by the first evaluation at all, and the ranking by dev loss is a coin toss between
   rates that have barely moved: prompt-tuning on SST-2 with seed 1 had 1e-3 lowest in loss (0.679; it ended at one
   class) while 1e-2, last in loss (0.691), had moved furthest from one class (0.451 against 0.589) and learned in
@@ -190,12 +195,12 @@ class _Sweep:
     def _next(self) -> float | None:
         """The rung beyond the edge where the best rate sits; below the lowest when every rate failed. When none has
         learned and the best is inside the rates tried: first the midpoints on either side of it (once), then the
-        rung below the lowest. When the best learned with its dev loss above the class shares': first the midpoint
-        below it (once). None when the best learned inside the rates tried, or the ladder ends."""
+        rung below the lowest. When the best learned with its dev loss above the class shares', or is a rung of the
+        ladder that learned between two that did not: first the midpoint below it (once). None when the best learned inside the rates tried, or the ladder ends."""
         tried, best = sorted(self.tried), self._best()
         failed = not any(self._finite(rate) for rate in tried)
         learned = any(self._learned(rate) for rate in tried)
-        if self.steadier is None and self._unsteady(best):
+        if self.steadier is None and (self._unsteady(best) or self._isolated(best)):
             below, _ = self._neighbours(best)
             if below is not None:
                 self.steadier = _two_digits(math.sqrt(best * below))
@@ -295,6 +300,14 @@ class _Sweep:
     def _unsteady(self, rate: float) -> bool:
         """The candidate learned by its first evaluation while its dev loss rose above predicting the class shares."""
         return self.prior is not None and self._learned(rate) and self._loss(rate) > self.prior
+
+    def _isolated(self, rate: float) -> bool:
+        """The candidate is a rung of the ladder that learned by its first evaluation while the rungs tried on either
+        side of it did not: the rates that learn form a band narrower than the ladder's step, and it may sit on the
+        band's upper edge."""
+        below, above = self._neighbours(rate)
+        return rate in LADDER and self._learned(rate) and below is not None and above is not None \
+            and not self._learned(below) and not self._learned(above)
 
     def _score(self, rate: float, index: int = 0) -> tuple[bool, float, float]:
         """Whether it learned, then dev loss (lower is better), then the dev metric, at its evaluation `index`. The
