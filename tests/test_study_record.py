@@ -106,8 +106,9 @@ def test_equal_size_ties_go_to_the_earlier_trial():
     assert [t.number for t in pick_trials(study, None, pareto=False)] == [1]
 
 
-# attributes trials gained after that study was written: the rate a trial trained at and how it was chosen
-ADDED_SINCE = {"learning_rate", "lr_choice", "lr_from", "precision"}
+# attributes trials gained after that study was written: the rate a trial trained at and how it was chosen, the
+# precision, and the seconds its evaluations took (a refinement's expected time, refine.expected_seconds)
+ADDED_SINCE = {"learning_rate", "lr_choice", "lr_from", "precision", "eval_seconds"}
 
 
 def test_new_trials_hold_the_attributes_old_ones_hold(old_url, tmp_path):
