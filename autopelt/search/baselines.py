@@ -51,5 +51,5 @@ def too_late(elapsed: float, deadline: float | None) -> bool:
 def in_play(names: list[str], trials: list[FrozenTrial]) -> list[str]:
     """The study's baselines less those a wall-time budget left no time to start (no other trial stands for them):
     the ones the refinements and the finalists' room wait for."""
-    late = {read(t).baseline for t in trials if t.state == TrialState.FAIL and read(t).fail_reason == LATE_BASELINE}
+    late = {r.baseline for r in map(read, trials) if r.state == TrialState.FAIL and r.fail_reason == LATE_BASELINE}
     return [name for name in names if name not in late or baseline_covered(name, trials)]

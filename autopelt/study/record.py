@@ -261,7 +261,8 @@ def trained(result: dict, fidelity: int, max_fidelity: int) -> dict:
             values[key] = result[key]
     if isinstance(result.get("lr_choice"), dict):
         values["lr_choice"] = result["lr_choice"]
-    for key in ("train_seconds", "eval_seconds", "examples_per_second", "peak_memory_mb", "best_epoch", "learning_rate"):
+    for key in ("train_seconds", "eval_seconds", "examples_per_second", "peak_memory_mb", "best_epoch",
+                "learning_rate"):
         if isinstance(result.get(key), (int, float)):
             values[key] = result[key]
     return attrs(**values)

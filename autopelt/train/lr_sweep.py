@@ -196,7 +196,8 @@ class _Sweep:
         """The rung beyond the edge where the best rate sits; below the lowest when every rate failed. When none has
         learned and the best is inside the rates tried: first the midpoints on either side of it (once), then the
         rung below the lowest. When the best learned with its dev loss above the class shares', or is a rung of the
-        ladder that learned between two that did not: first the midpoint below it (once). None when the best learned inside the rates tried, or the ladder ends."""
+        ladder that learned between two that did not: first the midpoint below it (once). None when the best
+        learned inside the rates tried, or the ladder ends."""
         tried, best = sorted(self.tried), self._best()
         failed = not any(self._finite(rate) for rate in tried)
         learned = any(self._learned(rate) for rate in tried)
