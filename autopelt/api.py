@@ -52,7 +52,9 @@ def apply(model, spec, *, seed: int = 0):
     _check_model(model)
     if getattr(model, ATTACHED, None) is not None:
         raise UserError("this model already carries an autopelt delta; apply a delta to a fresh base model")
-    parsed = delta.parse_spec(PRESETS.get(spec, spec) if isinstance(spec, str) else spec)
+    if isinstance(spec, str) and spec in PRESETS or isinstance(spec, dict):  # as `autopelt train` reads them
+        spec = read_as_trained(PRESETS.get(spec, spec) if isinstance(spec, str) else spec, settings.get("model"))
+    parsed = delta.parse_spec(spec)
     delta.apply_delta(model, parsed, seed=seed)
     setattr(model, ATTACHED, {"spec": parsed.to_dict(), "metadata": {}})
     return model
@@ -135,7 +137,9 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     """Train and evaluate one delta on a task, as `autopelt train` does; the result (docs/design.md: dev and test
     metrics, parameters, timings, and `delta_dir` when `out_dir` is given; `load(None, result["delta_dir"])`).
 
-    `spec` as for `apply`; without `learning_rate` the trial chooses one by a range test (as `autopelt train`
+    `spec` as for `apply`; a preset's name or a dict that does not name its `pooling` reads the sequence as the
+    model was trained to be read (mean pooling for a sentence-transformers checkpoint, as `autopelt train`), a
+    DeltaSpec as it says. Without `learning_rate` the trial chooses one by a range test (as `autopelt train`
     does without --lr). `k`: the
     low-resource protocol (K training examples). `settings`: any `autopelt.train.TrialSettings` field
     (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`, `out_dir`, …). `progress` prints a
@@ -143,7 +147,7 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     from autopelt import delta
     from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings
-    from autopelt.train.command import check_inputs, with_progress
+    from autopelt.train.command import check_inputs, read_as_trained, with_progress
 
     parsed = delta.parse_spec(PRESETS.get(spec, spec) if isinstance(spec, str) else spec)
     if k is not None:

@@ -6,6 +6,7 @@ is installed (offline), else by its hub id.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from autopelt import hub
@@ -127,6 +128,39 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
         hf_logging.set_verbosity(verbosity)
     _fresh_head(model, seed)
     return model
+
+
+def own_pooling(name_or_path: str) -> str:
+    """How the model was trained to be read: "mean" when it is a sentence-transformers checkpoint whose Pooling
+    module takes the mean of the token states (modules.json and its Pooling folder's config.json, as
+    all-MiniLM-L6-v2 ships), else "cls", the first token through the model's own pooler or head. Such a
+    checkpoint's BERT pooler was never trained: all-MiniLM-L6-v2's has weights of std 0.009 and bias 0, and
+    LoRA r8 read through it tests a point below LoRA read by the mean, on SST-2 and on SNLI (docs/search-value.md).
+    A hub id is read from the local cache only; what cannot be read is "cls"."""
+    modules = _model_file(name_or_path, "modules.json")
+    try:
+        entries = json.loads(modules.read_text()) if modules else []
+        folder = next(e.get("path", "") for e in entries if str(e.get("type", "")).endswith(".Pooling"))
+        config = _model_file(name_or_path, f"{folder}/config.json" if folder else "config.json")
+        modes = json.loads(config.read_text()) if config else {}
+    except (OSError, ValueError, StopIteration, AttributeError, TypeError):
+        return "cls"
+    on = [name for name, value in modes.items() if name.startswith("pooling_mode_") and value is True]
+    return "mean" if on == ["pooling_mode_mean_tokens"] else "cls"
+
+
+def _model_file(name_or_path: str, name: str) -> Path | None:
+    """A file of a model folder, or of a hub id's cached snapshot (never downloaded); None when absent."""
+    folder = Path(str(name_or_path)).expanduser()
+    if folder.is_dir():
+        return folder / name if (folder / name).is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(name_or_path), name)
+    except (ImportError, ValueError):
+        return None
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def _fresh_head(model, seed: int) -> None:

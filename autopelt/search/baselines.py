@@ -19,10 +19,19 @@ import optuna
 
 from optuna.trial import FrozenTrial, TrialState
 
+from autopelt.delta.presets import PRESETS
 from autopelt.search.claims import LATE_BASELINE, baseline_covered
 from autopelt.study.record import queued_baseline, read
 
 WALL_SHARE = 0.5  # of a wall-time budget in which baselines may start
+
+
+def baseline_spec(name: str, pooling: str) -> dict:
+    """A baseline's delta: its preset, the paper's structure, with the head reading the sequence as the model was
+    trained to be read (`pooling`, models.own_pooling): the mean of the token states for a sentence-transformers
+    checkpoint, whose BERT pooler was never trained, else the first token, as the papers' BERT and RoBERTa."""
+    spec = PRESETS[name]
+    return {**spec, "pooling": pooling} if pooling != "cls" else spec
 
 
 def baseline_hparams(name: str, epochs: int) -> dict:

@@ -24,7 +24,7 @@ from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
 from autopelt.search import baselines, claims, confirm, learning_rates, recovery, refine
-from autopelt.search.baselines import baseline_hparams, enqueue_missing
+from autopelt.search.baselines import baseline_hparams, baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
 from autopelt.study import answers, record
@@ -99,7 +99,7 @@ class Controller:
         self._maintain(force=True)
         plan = self.plan
         return enqueue_missing(self.study, plan.baselines,
-                               lambda name: plan.space.params_for(PRESETS[name], plan.num_layers))
+                               lambda name: plan.space.params_for(baseline_spec(name, plan.pooling), plan.num_layers))
 
     def running_trial_ids(self) -> list[int]:
         return [run.trial._trial_id for run in list(self.running.values())]
@@ -306,7 +306,7 @@ class Controller:
                 raise UserError(f"unknown baseline {baseline!r}")
             if record.is_drawn_baseline(trial):  # queued with the parameters that draw it: record them
                 self.plan.space.sample(trial, self.plan.num_layers)
-            return PRESETS[baseline], baseline_hparams(baseline, self.plan.epochs)
+            return baseline_spec(baseline, self.plan.pooling), baseline_hparams(baseline, self.plan.epochs)
         spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
         hparams, lr_from = learning_rates.resolve(spec, hparams, learning_rates.measured(read_all(self.study)))
         if lr_from:

@@ -73,6 +73,7 @@ class SearchPlan:
     data_dir: str | None  # absolute: Ray workers run elsewhere
     gpus_per_trial: float = 0
     finalists: int = 0  # the best trials trained again with another seed at the end of the search (confirm.py)
+    pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
 
     @property
     def num_layers(self) -> int:
@@ -90,7 +91,7 @@ class SearchPlan:
 def prepare(options: SearchOptions) -> SearchPlan:
     """Check and resolve every input; raise UserError on the first bad one. Writes nothing."""
     from autopelt.delta.presets import BASELINES
-    from autopelt.models import load_config
+    from autopelt.models import load_config, own_pooling
     from autopelt.search.space import load_space
 
     budget = parse_budget(options.budget)
@@ -123,6 +124,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
         baselines=baselines, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
+        pooling=own_pooling(model),
         finalists=finalists,
     )
 

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields
 from autopelt.errors import UserError
@@ -34,9 +35,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--inner", choices=("adapter", "lora"), default="adapter",
                         help="with --method adamix: the mixed delta")
     parser.add_argument("--pooling", choices=POOLINGS,
-                        help="what the head reads: cls, the model's own pooling (default), or mean, the mean of the "
-                             "last layer's token states, as sentence-transformers models were trained (overrides "
-                             "a --delta file's)")
+                        help="what the head reads: cls, the first token through the model's pooler, or mean, the "
+                             "mean of the last layer's token states (default: as the model was trained to be read, "
+                             "mean for a sentence-transformers checkpoint such as the default model, else cls; "
+                             "overrides a --delta file's)")
     fields = parser.add_argument_group("method fields (with --method; see `autopelt methods`)")
     for name in _method_fields():
         fields.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE")
@@ -79,9 +81,11 @@ def run(args) -> int:
         spec = {"methods": [method_from_flags(args)]}
     else:
         spec = delta.parse_spec(args.delta).to_dict()
+        if _names_pooling(args.delta):
+            spec["pooling"] = delta.parse_spec(args.delta).pooling
     if args.pooling:
         spec = {**spec, "pooling": args.pooling}
-    spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
+    spec = delta.parse_spec(read_as_trained(spec, args.model)).to_dict()  # a bad spec: one line before any loading
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
         protocol="full" if args.k is None else args.k, seed=args.seed, data_seed=args.data_seed,
@@ -96,6 +100,24 @@ def run(args) -> int:
     result = with_progress(settings, run_trial)
     print(summary(result))
     return 0 if result["status"] == "ok" else 1
+
+
+def read_as_trained(spec: dict, model: str | None) -> dict:
+    """`spec`, its head reading the sequence as the model was trained to be read (models.own_pooling: the mean of
+    the token states for a sentence-transformers checkpoint such as the default model) unless it names its
+    pooling."""
+    if "pooling" in spec:
+        return spec
+    from autopelt.models import own_pooling, resolve_model
+
+    pooling = own_pooling(resolve_model(model))
+    return {**spec, "pooling": pooling} if pooling != "cls" else spec
+
+
+def _names_pooling(source: str) -> bool:
+    """A spec file (or inline JSON) that says its pooling, "cls" included (parse_spec has read it already)."""
+    text = source if source.lstrip().startswith("{") else Path(source).read_text()
+    return "pooling" in json.loads(text)
 
 
 def method_from_flags(args) -> dict:
