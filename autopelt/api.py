@@ -52,9 +52,7 @@ def apply(model, spec, *, seed: int = 0):
     _check_model(model)
     if getattr(model, ATTACHED, None) is not None:
         raise UserError("this model already carries an autopelt delta; apply a delta to a fresh base model")
-    if isinstance(spec, str) and spec in PRESETS or isinstance(spec, dict):  # as `autopelt train` reads them
-        spec = read_as_trained(PRESETS.get(spec, spec) if isinstance(spec, str) else spec, settings.get("model"))
-    parsed = delta.parse_spec(spec)
+    parsed = delta.parse_spec(PRESETS.get(spec, spec) if isinstance(spec, str) else spec)
     delta.apply_delta(model, parsed, seed=seed)
     setattr(model, ATTACHED, {"spec": parsed.to_dict(), "metadata": {}})
     return model
@@ -139,9 +137,8 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
 
     `spec` as for `apply`; a preset's name or a dict that does not name its `pooling` reads the sequence as the
     model was trained to be read (mean pooling for a sentence-transformers checkpoint, as `autopelt train`), a
-    DeltaSpec as it says. Without `learning_rate` the trial chooses one by a range test (as `autopelt train`
-    does without --lr). `k`: the
-    low-resource protocol (K training examples). `settings`: any `autopelt.train.TrialSettings` field
+    DeltaSpec as it says. Without `learning_rate` the trial chooses one by a short sweep of rates (as `autopelt
+    train` does without --lr). `k`: the low-resource protocol (K training examples). `settings`: any `autopelt.train.TrialSettings` field
     (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`, `out_dir`, …). `progress` prints a
     line per epoch (a bar on a terminal). Raises UserError for bad input, TrialFailed when training fails."""
     from autopelt import delta
@@ -149,7 +146,10 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     from autopelt.train import TrialSettings
     from autopelt.train.command import check_inputs, read_as_trained, with_progress
 
-    parsed = delta.parse_spec(PRESETS.get(spec, spec) if isinstance(spec, str) else spec)
+    spec = PRESETS.get(spec, spec) if isinstance(spec, str) else spec
+    if isinstance(spec, dict):  # as `autopelt train` reads it
+        spec = read_as_trained(spec, settings.get("model"))
+    parsed = delta.parse_spec(spec)
     if k is not None:
         settings["protocol"] = k
     trial = TrialSettings.from_dict({"task": task, "spec": parsed.to_dict(), **settings})

@@ -48,7 +48,8 @@ def peft_form(spec) -> tuple[MethodConfig, str]:
     stored = stored_spec(spec)
     if stored.pooling != "cls":
         raise UserError(f"this delta ({stored.summary()}) has no peft form: a peft folder holds no pooling, and "
-                        "loaded with peft the model's head would read its own (first-token) pooling")
+                        "loaded with peft the model's head would read its first token; train it with --pooling cls "
+                        "for one")
     methods = [m for m in stored.methods if not isinstance(m, BitFitConfig)]
     bitfit = next((m for m in stored.methods if isinstance(m, BitFitConfig)), None)
     if len(methods) != 1:

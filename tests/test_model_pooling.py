@@ -1,0 +1,106 @@
+"""A model is read as it was trained to be read: mean pooling for a sentence-transformers checkpoint (its
+modules.json and Pooling config say so), the first token otherwise; `autopelt train` and the study's baselines
+take that unless told otherwise."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
+
+from autopelt import cli, delta
+from autopelt.delta.presets import PRESETS
+from autopelt.models import default_model, own_pooling
+
+MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+           {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
+
+
+def sentence_transformer(folder, mode: str = "mean_tokens", *, also: str | None = None):
+    """`folder` made a sentence-transformers checkpoint whose Pooling module uses `mode` (and `also`)."""
+    (folder / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    (folder / "modules.json").write_text(json.dumps(MODULES))
+    config = {"word_embedding_dimension": 32, **{f"pooling_mode_{m}": m in (mode, also) for m in MODES}}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_sentence_transformers_checkpoint_pooled_by_its_mean_is_read_by_the_mean(tmp_path):
+    assert own_pooling(str(sentence_transformer(tmp_path / "st"))) == "mean"
+    assert own_pooling(default_model()) == "mean"  # all-MiniLM-L6-v2, as the package ships it
+
+
+@pytest.mark.parametrize("mode, also", [("cls_token", None), ("max_tokens", None), ("mean_tokens", "cls_token")])
+def test_any_other_pooling_is_read_through_the_first_token(tmp_path, mode, also):
+    assert own_pooling(str(sentence_transformer(tmp_path, mode, also=also))) == "cls"
+
+
+def test_a_plain_or_unreadable_model_folder_or_an_uncached_hub_id_is_read_through_the_first_token(tmp_path):
+    assert own_pooling(str(tmp_path)) == "cls"  # no modules.json
+    (tmp_path / "modules.json").write_text("not json")
+    assert own_pooling(str(tmp_path)) == "cls"
+    (tmp_path / "modules.json").write_text(json.dumps(MODULES))  # its Pooling folder missing
+    assert own_pooling(str(tmp_path)) == "cls"
+    assert own_pooling("no-such-org/no-such-model") == "cls"
+
+
+@pytest.fixture
+def st_model_dir(tiny_model_dir, tmp_path):
+    return sentence_transformer(shutil.copytree(tiny_model_dir, tmp_path / "tiny-st"))
+
+
+def train(model, data, out, capsys, *flags):
+    argv = ["train", "--task", "sst2", "--model", str(model), "--data-dir", str(data), "--epochs", "1",
+            "--batch-size", "16", "--lr", "0.01", "--max-length", "32", "--threads", "1", "--out", str(out), *flags]
+    code = cli.main(argv)
+    out_text, _ = capsys.readouterr()
+    assert code == 0, out_text
+    return json.loads((out / "result.json").read_text())["spec"], out_text
+
+
+def test_train_reads_a_sentence_transformer_by_its_mean_unless_told(st_model_dir, tiny_model_dir, sst2_dir, tmp_path,
+                                                                     capsys):
+    spec, out = train(st_model_dir, sst2_dir, tmp_path / "a", capsys, "--preset", "lora")
+    assert spec == delta.parse_spec({**PRESETS["lora"], "pooling": "mean"}).to_dict()
+    assert "sst2 · lora r8, mean pooling · seed 0" in out.splitlines()
+    saved = json.loads((tmp_path / "a" / "delta" / "delta.json").read_text())["spec"]
+    assert saved["pooling"] == "mean"
+    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "b", capsys, "--preset", "lora", "--pooling", "cls")
+    assert "pooling" not in spec
+    spec, _ = train(tiny_model_dir, sst2_dir, tmp_path / "c", capsys, "--preset", "lora")  # a plain BERT folder
+    assert "pooling" not in spec
+
+
+def test_train_keeps_the_pooling_a_spec_file_names_cls_included(st_model_dir, sst2_dir, tmp_path, capsys):
+    named = tmp_path / "cls.json"
+    named.write_text(json.dumps({**PRESETS["bitfit"], "pooling": "cls"}))
+    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "a", capsys, "--delta", str(named))
+    assert "pooling" not in spec
+    unnamed = tmp_path / "plain.json"
+    unnamed.write_text(json.dumps(PRESETS["bitfit"]))
+    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "b", capsys, "--delta", str(unnamed))
+    assert spec["pooling"] == "mean"
+
+
+def test_the_api_reads_a_preset_or_a_plain_dict_as_train_does_and_a_delta_spec_as_it_says(st_model_dir, sst2_dir):
+    from autopelt import api
+
+    common = {"model": str(st_model_dir), "data_dir": str(sst2_dir), "epochs": 1, "batch_size": 16,
+              "learning_rate": 0.01, "max_length": 32, "threads": 1, "progress": False}
+    assert api.train_delta("sst2", "lora", **common)["spec"]["pooling"] == "mean"
+    assert api.train_delta("sst2", {"methods": [{"method": "bitfit"}]}, **common)["spec"]["pooling"] == "mean"
+    assert "pooling" not in api.train_delta("sst2", delta.parse_spec(PRESETS["bitfit"]), **common)["spec"]
+
+
+def test_a_studys_baselines_read_a_plain_bert_through_the_first_token(tiny_model_dir, tmp_path):
+    from optuna.trial import TrialState
+    from test_search_controller import fakes, make
+
+    study, control = make(tmp_path, baselines=True, budget=12, finalists=0, model=str(tiny_model_dir))
+    fakes.run_serially(control)
+    baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")]
+    assert len(baselines) == 6 and all(t.state == TrialState.COMPLETE for t in baselines)
+    assert all("pooling" not in t.user_attrs["spec"] for t in baselines)
