@@ -186,8 +186,10 @@ def test_baselines_over_the_trial_budget_run_when_the_budget_grows(tmp_path):
     assert set(done[:6]) == set(BASELINES) and done[6:] == [None, None]
 
 
-def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_study(tmp_path):
-    # the fake baselines all "sweep" to SWEPT_RATE; LoRA (trial 1) and the adapter (trial 2) score best
+def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_study(tmp_path, monkeypatch):
+    # the fake baselines all "sweep" to SWEPT_RATE; LoRA (trial 1) and the adapter (trial 2) score best. The model
+    # read as a plain BERT is (through its first token), so the refinements read it by the mean
+    monkeypatch.setattr("autopelt.models.own_pooling", lambda model: "cls")
     study, control = make(tmp_path, trials={1: {"quality": 0.9}, 2: {"quality": 0.8}}, baselines=True, budget=14,
                           space="default", finalists=0)
     stoppable, next_trial = {}, control.next_trial
@@ -230,6 +232,20 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert sum(1 for t in read_all(study) if t.refines) == 4 and len(study.trials) == 16
 
 
+def test_baselines_read_by_the_mean_are_refined_at_half_the_batch_alone(tmp_path):
+    # the default model is a sentence-transformers checkpoint: its baselines read it by the mean already
+    study, control = make(tmp_path, trials={1: {"quality": 0.9}, 2: {"quality": 0.8}}, baselines=True, budget=14,
+                          space="default", finalists=0)
+    fakes.run_serially(control)
+    trials = read_all(study)
+    refined = [t for t in trials if t.refines]
+    assert [(t.refines["baseline"], t.refines.get("batch_size"), "pooling" in t.refines) for t in refined[:2]] == \
+        [("lora", 16, False), ("adapter", 16, False)]
+    for halved, base in zip(refined[:2], trials[1:3]):  # the baseline's delta, as it read the model
+        assert halved.spec == base.spec and base.spec["pooling"] == "mean"
+    assert refined[0].label == f"#6 [lora ×0.71 lr, batch 16] {refined[0].summary}"
+
+
 def test_a_worker_freed_while_the_last_baseline_runs_refines_the_best_two_that_have_finished(tmp_path):
     # UniPELT(APL) (trial 0) and LoRA (trial 1) score best; Compacter, the last baseline, still trains
     study, control = make(tmp_path, trials={0: {"quality": 0.9}, 1: {"quality": 0.8}}, baselines=True,
@@ -237,11 +253,11 @@ def test_a_worker_freed_while_the_last_baseline_runs_refines_the_best_two_that_h
     fakes.run_serially(control, stop_after=5)
     running = control.next_trial()
     assert read_all(study)[running.number].baseline == BASELINES[5] == "compacter"
-    ticket = control.next_trial()  # not a searched draw: the best finished baseline, read through the mean
+    ticket = control.next_trial()  # not a searched draw: the best finished baseline, at half the batch
     refined = [t for t in read_all(study) if t.refines]
     assert refined[0].number == ticket.number and refined[0].state == TrialState.RUNNING
-    assert [(t.refines["baseline"], t.refines.get("pooling")) for t in refined[:2]] == \
-        [("unipelt_apl", "mean"), ("lora", "mean")]
+    assert [(t.refines["baseline"], t.refines.get("batch_size")) for t in refined[:2]] == \
+        [("unipelt_apl", 16), ("lora", 16)]
     assert refine.unsettled(study.get_trials(deepcopy=False)) == {"compacter"}
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
     control.finish(ticket.number, fakes.fake_trial(ticket.settings, lambda event: None))
@@ -772,7 +788,7 @@ def test_on_a_time_budget_baselines_start_in_its_first_half_and_what_is_left_goe
     assert [(t.baseline, t.state, t.fail_reason) for t in trials[3:6]] == \
         [(name, TrialState.FAIL, claims.LATE_BASELINE) for name in ("bitfit", "prefix", "compacter")]
     refined = trials[ticket.number]  # the three that ran are all there is to wait for: the best one, refined
-    assert refined.refines["baseline"] == "unipelt_apl" and refined.refines.get("pooling") == "mean"
+    assert refined.refines["baseline"] == "unipelt_apl" and refined.refines.get("batch_size") == 16
 
     from autopelt.search.view import summary_lines
 
@@ -813,7 +829,7 @@ def test_on_a_time_budget_a_refinement_that_cannot_end_before_the_room_gives_way
     assert [(t.refines["baseline"], t.refines.get("batch_size"), t.fail_reason) for t in skipped] == \
         [("unipelt_apl", 16, claims.BUDGET_REACHED)]
     started = trials[ticket.number].refines
-    assert (started["baseline"], started.get("batch_size"), started.get("pooling")) == ("lora", 16, "mean")
+    assert (started["baseline"], started.get("batch_size")) == ("lora", 16)
 
 
 def test_on_a_time_budget_a_trial_that_has_reported_its_last_epoch_is_not_stopped_for_the_finalists(tmp_path):
