@@ -138,9 +138,10 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     `spec` as for `apply`; a preset's name or a dict that does not name its `pooling` reads the sequence as the
     model was trained to be read (mean pooling for a sentence-transformers checkpoint, as `autopelt train`), a
     DeltaSpec as it says. Without `learning_rate` the trial chooses one by a short sweep of rates (as `autopelt
-    train` does without --lr). `k`: the low-resource protocol (K training examples). `settings`: any `autopelt.train.TrialSettings` field
-    (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`, `out_dir`, …). `progress` prints a
-    line per epoch (a bar on a terminal). Raises UserError for bad input, TrialFailed when training fails."""
+    train` does without --lr). `k`: the low-resource protocol (K training examples). `settings`: any
+    `autopelt.train.TrialSettings` field (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`,
+    `out_dir`, …). `progress` prints a line per epoch (a bar on a terminal). Raises UserError for bad input,
+    TrialFailed when training fails."""
     from autopelt import delta
     from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings

@@ -104,3 +104,17 @@ def test_a_studys_baselines_read_a_plain_bert_through_the_first_token(tiny_model
     baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")]
     assert len(baselines) == 6 and all(t.state == TrialState.COMPLETE for t in baselines)
     assert all("pooling" not in t.user_attrs["spec"] for t in baselines)
+
+
+def test_the_baselines_read_the_first_token_where_the_space_never_reads_the_mean(tmp_path):
+    from autopelt.search.space import load_space
+    from test_search_controller import prepare, search_options
+
+    default = (load_space("default").path).read_text()
+    assert "  pooling: {choice: [cls, mean]}" in default
+    pinned = tmp_path / "cls.yaml"
+    pinned.write_text(default.replace("  pooling: {choice: [cls, mean]}", "  pooling: cls"))
+    assert load_space(str(pinned)).poolings() == ("cls",)
+    assert prepare(search_options(tmp_path, space=str(pinned), baselines=True)).pooling == "cls"
+    assert prepare(search_options(tmp_path, space="default", baselines=True)).pooling == "mean"
+    assert prepare(search_options(tmp_path, baselines=True)).pooling == "mean"  # a space that says nothing of it

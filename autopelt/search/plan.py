@@ -124,7 +124,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
         baselines=baselines, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
-        pooling=own_pooling(model),
+        pooling=_baseline_pooling(own_pooling(model), space),
         finalists=finalists,
     )
 
@@ -204,6 +204,13 @@ def _data_dir(given: str | None, task) -> str | None:
         if find_split_file(folder / task.dataset, split) is None:
             raise UserError(f"--data-dir {value}: no {task.dataset}/{split}.jsonl|csv|parquet for task {task.name!r}")
     return str(folder)
+
+
+def _baseline_pooling(own: str, space) -> str:
+    """What the baselines' head reads: the model as it was trained to be read, unless the space's deltas never read
+    it so (`head: pooling: cls` alone, say, for deltas with a peft form)."""
+    allowed = space.poolings()
+    return own if allowed is None or own in allowed else allowed[0]
 
 
 def _space_epochs(space, model_config) -> int | None:

@@ -29,7 +29,8 @@ from autopelt.delta.spec import DeltaSpec
 from autopelt.errors import UserError
 from autopelt.train.settings import TrialSettings
 from autopelt.search.space_schema import HEAD_FIELDS, TRAIN_FIELDS, layer_indices, method_fields, nested_field
-from autopelt.search.space_tree import Choice, Parser, SpaceError, Tree, draw, draw_fields, free_mixtures, read_yaml
+from autopelt.search.space_tree import (Choice, Fixed, Parser, SpaceError, Tree, draw, draw_fields, free_mixtures,
+                                        read_yaml)
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 # what a baseline trains with for a training field a space may draw (batch_size, weight_decay, ...): the defaults
@@ -64,6 +65,13 @@ class SearchSpace:
         head = {name: value for name, value in draw_fields(self.tree.head, trial).items()
                 if value != DEFAULT_HEAD.get(name)}  # a spec leaves its defaults out
         return _plain({"methods": entries, **head}), _plain(draw_fields(self.tree.train, trial))
+
+    def poolings(self) -> tuple[str, ...] | None:
+        """What the task head may read in this space's deltas (`head: pooling`); None when the space does not say."""
+        node = self.tree.head.get("pooling")
+        if node is None:
+            return None
+        return (node.value,) if isinstance(node, Fixed) else tuple(o.value for o in node.options)
 
     def params_for(self, spec: dict, num_layers: int) -> dict | None:
         """The parameters with which this space draws `spec` (as Optuna would record them), or None when it cannot
