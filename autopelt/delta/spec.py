@@ -348,10 +348,12 @@ POOLINGS = ("cls", "mean")
 class DeltaSpec:
     """What a delta is made of: at most one entry per method family, and what the task head reads.
 
-    `pooling` is what the head sees of the sequence: "cls", the model's own (BERT's pooler over the first token,
-    RoBERTa's head over it), or "mean", the mean of the last layer's token states over real tokens, the way
-    sentence-transformers checkpoints were trained to be read. It adds no parameter and is left out of the
-    spec's dict when "cls", so every spec written before it reads and hashes as before.
+    `pooling` is what the head sees of the sequence: "cls", the first token through the model's own head (BERT's
+    pooler over it, RoBERTa's head), or "mean", the mean of the last layer's token states over real tokens, the
+    way sentence-transformers checkpoints were trained to be read. It adds no parameter and is left out of the
+    spec's dict when "cls", so every spec written before it reads and hashes as before. Which one a model was
+    trained for is `models.own_pooling`'s answer; `autopelt train` and the study's baselines fill it in from there
+    where no one chose.
     """
 
     methods: tuple[MethodConfig, ...]

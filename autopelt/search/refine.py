@@ -166,7 +166,7 @@ def _again(base: TrialRecord, reference: float, factor: float, batch: int | None
 
 
 def _can_pool_mean(base: TrialRecord) -> bool:
-    """The space draws the head's pooling, mean among its choices, and the baseline read the model's own."""
+    """The space draws the head's pooling, mean among its choices, and the baseline read the first token."""
     choices = base.distributions.get(POOLING)
     return isinstance(choices, CategoricalDistribution) and MEAN in choices.choices and base.params.get(POOLING) != MEAN
 
