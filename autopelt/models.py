@@ -136,7 +136,8 @@ def own_pooling(name_or_path: str) -> str:
     all-MiniLM-L6-v2 ships), else "cls", the first token through the model's own pooler or head. Such a
     checkpoint's BERT pooler was never trained: all-MiniLM-L6-v2's has weights of std 0.009 and bias 0, and
     LoRA r8 read through it tests a point below LoRA read by the mean, on SST-2 and on SNLI (docs/search-value.md).
-    A hub id is read from the local cache only; what cannot be read is "cls"."""
+    A hub id's files come from the local cache, else from the hub while it is in reach; what cannot be read
+    is "cls"."""
     modules = _model_file(name_or_path, "modules.json")
     try:
         entries = json.loads(modules.read_text()) if modules else []
@@ -150,17 +151,20 @@ def own_pooling(name_or_path: str) -> str:
 
 
 def _model_file(name_or_path: str, name: str) -> Path | None:
-    """A file of a model folder, or of a hub id's cached snapshot (never downloaded); None when absent."""
+    """A file of a model folder, or of a hub id: from the local cache, else fetched while the hub is in reach (the
+    model's own loading does not fetch sentence-transformers' files); None when it has no such file or cannot say."""
     folder = Path(str(name_or_path)).expanduser()
     if folder.is_dir():
         return folder / name if (folder / name).is_file() else None
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
         cached = try_to_load_from_cache(str(name_or_path), name)
-    except (ImportError, ValueError):
-        return None
-    return Path(cached) if isinstance(cached, str) else None
+        if cached is not None or hub.unreachable():  # a path, or the cache's record that the repo has no such file
+            return Path(cached) if isinstance(cached, str) else None
+        return Path(hf_hub_download(str(name_or_path), name))
+    except Exception:  # no such file or repo, a time-out, a bad id: nothing says to read it other than by its first
+        return None  # token
 
 
 def _fresh_head(model, seed: int) -> None:

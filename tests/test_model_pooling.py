@@ -118,3 +118,26 @@ def test_the_baselines_read_the_first_token_where_the_space_never_reads_the_mean
     assert prepare(search_options(tmp_path, space=str(pinned), baselines=True)).pooling == "cls"
     assert prepare(search_options(tmp_path, space="default", baselines=True)).pooling == "mean"
     assert prepare(search_options(tmp_path, baselines=True)).pooling == "mean"  # a space that says nothing of it
+
+
+def test_a_hub_ids_pooling_is_fetched_while_the_hub_is_in_reach_and_never_when_it_is_not(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from autopelt import hub
+
+    sentence_transformer(tmp_path)
+    fetched = []
+
+    def download(repo_id, filename, **kwargs):
+        fetched.append((repo_id, filename))
+        return str(tmp_path / filename)
+
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo_id, filename, **kwargs: None)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(hub, "unreachable", lambda datasets=False: None)
+    assert own_pooling("some-org/a-sentence-model") == "mean"
+    assert fetched == [("some-org/a-sentence-model", "modules.json"),
+                       ("some-org/a-sentence-model", "1_Pooling/config.json")]
+    monkeypatch.setattr(hub, "unreachable", lambda datasets=False: "HF_HUB_OFFLINE is set")
+    fetched.clear()
+    assert own_pooling("some-org/a-sentence-model") == "cls" and fetched == []
