@@ -44,15 +44,21 @@ class TrialFailed(RuntimeError):
 
 def apply(model, spec, *, seed: int = 0):
     """Add the delta `spec` to `model` in place and return it: every base weight frozen, the delta and the task
-    head trainable. `spec`: a preset name ("lora", "unipelt_apl", … see `autopelt methods`), a dict
-    {"methods": [...]}, a JSON string, or a path to a JSON file. `seed` draws the delta's initial weights."""
+    head trainable. `spec`: a preset name ("lora", "unipelt_apl", … see `autopelt methods`), read as the model
+    was trained to be read (mean pooling for a sentence-transformers checkpoint: models.own_pooling of
+    `model.name_or_path`), or, taken as written, a dict {"methods": [...]}, a JSON string, or a path to a JSON
+    file. `seed` draws the delta's initial weights."""
     from autopelt import delta
     from autopelt.delta.presets import PRESETS
+    from autopelt.train.command import read_as_trained
 
     _check_model(model)
     if getattr(model, ATTACHED, None) is not None:
         raise UserError("this model already carries an autopelt delta; apply a delta to a fresh base model")
-    parsed = delta.parse_spec(PRESETS.get(spec, spec) if isinstance(spec, str) else spec)
+    if isinstance(spec, str) and spec in PRESETS:
+        name = getattr(model, "name_or_path", None)
+        spec = read_as_trained(PRESETS[spec], name) if name else PRESETS[spec]
+    parsed = delta.parse_spec(spec)
     delta.apply_delta(model, parsed, seed=seed)
     setattr(model, ATTACHED, {"spec": parsed.to_dict(), "metadata": {}})
     return model
@@ -135,9 +141,8 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     """Train and evaluate one delta on a task, as `autopelt train` does; the result (docs/design.md: dev and test
     metrics, parameters, timings, and `delta_dir` when `out_dir` is given; `load(None, result["delta_dir"])`).
 
-    `spec` as for `apply`; a preset's name or a dict that does not name its `pooling` reads the sequence as the
-    model was trained to be read (mean pooling for a sentence-transformers checkpoint, as `autopelt train`), a
-    DeltaSpec as it says. Without `learning_rate` the trial chooses one by a short sweep of rates (as `autopelt
+    `spec` as for `apply`: a preset's name reads the sequence as the model was trained to be read (mean pooling
+    for a sentence-transformers checkpoint, as `autopelt train --preset`), any other spec as written. Without `learning_rate` the trial chooses one by a short sweep of rates (as `autopelt
     train` does without --lr). `k`: the low-resource protocol (K training examples). `settings`: any
     `autopelt.train.TrialSettings` field (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`,
     `out_dir`, …). `progress` prints a line per epoch (a bar on a terminal). Raises UserError for bad input,
@@ -147,9 +152,8 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     from autopelt.train import TrialSettings
     from autopelt.train.command import check_inputs, read_as_trained, with_progress
 
-    spec = PRESETS.get(spec, spec) if isinstance(spec, str) else spec
-    if isinstance(spec, dict):  # as `autopelt train` reads it
-        spec = read_as_trained(spec, settings.get("model"))
+    if isinstance(spec, str) and spec in PRESETS:  # as `autopelt train --preset` reads it
+        spec = read_as_trained(PRESETS[spec], settings.get("model"))
     parsed = delta.parse_spec(spec)
     if k is not None:
         settings["protocol"] = k

@@ -144,9 +144,9 @@ def own_pooling(name_or_path: str) -> str:
         folder = next(e.get("path", "") for e in entries if str(e.get("type", "")).endswith(".Pooling"))
         config = _model_file(name_or_path, f"{folder}/config.json" if folder else "config.json")
         modes = json.loads(config.read_text()) if config else {}
-    except (OSError, ValueError, StopIteration, AttributeError, TypeError):
-        return "cls"
-    on = [name for name, value in modes.items() if name.startswith("pooling_mode_") and value is True]
+        on = [name for name, value in modes.items() if name.startswith("pooling_mode_") and value is True]
+    except (OSError, ValueError, StopIteration, AttributeError, TypeError):  # not the files sentence-transformers
+        return "cls"  # writes: nothing says to read it other than by its first token
     return "mean" if on == ["pooling_mode_mean_tokens"] else "cls"
 
 

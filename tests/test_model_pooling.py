@@ -44,6 +44,16 @@ def test_a_plain_or_unreadable_model_folder_or_an_uncached_hub_id_is_read_throug
     assert own_pooling(str(tmp_path)) == "cls"
     (tmp_path / "modules.json").write_text(json.dumps(MODULES))  # its Pooling folder missing
     assert own_pooling(str(tmp_path)) == "cls"
+    for config in ("[]", "null", '"mean"'):  # a Pooling config that is not an object
+        (tmp_path / "1_Pooling").mkdir(exist_ok=True)
+        (tmp_path / "1_Pooling" / "config.json").write_text(config)
+        assert own_pooling(str(tmp_path)) == "cls"
+
+
+def test_an_uncached_hub_id_is_read_through_the_first_token_while_the_hub_is_out_of_reach(monkeypatch):
+    from autopelt import hub
+
+    monkeypatch.setattr(hub, "unreachable", lambda datasets=False: "HF_HUB_OFFLINE is set")
     assert own_pooling("no-such-org/no-such-model") == "cls"
 
 
@@ -74,25 +84,33 @@ def test_train_reads_a_sentence_transformer_by_its_mean_unless_told(st_model_dir
     assert "pooling" not in spec
 
 
-def test_train_keeps_the_pooling_a_spec_file_names_cls_included(st_model_dir, sst2_dir, tmp_path, capsys):
-    named = tmp_path / "cls.json"
-    named.write_text(json.dumps({**PRESETS["bitfit"], "pooling": "cls"}))
-    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "a", capsys, "--delta", str(named))
+def test_train_reads_a_method_as_the_model_was_trained_and_a_spec_file_as_written(st_model_dir, sst2_dir, tmp_path,
+                                                                                  capsys):
+    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "m", capsys, "--method", "bitfit")
+    assert spec["pooling"] == "mean"
+    stored = tmp_path / "stored.json"  # a cls delta's stored spec leaves its pooling out: it trains the same again
+    stored.write_text(json.dumps(spec | {"pooling": "cls"}))
+    stored.write_text(json.dumps(delta.parse_spec(stored).to_dict()))
+    assert "pooling" not in json.loads(stored.read_text())
+    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "a", capsys, "--delta", str(stored))
     assert "pooling" not in spec
-    unnamed = tmp_path / "plain.json"
-    unnamed.write_text(json.dumps(PRESETS["bitfit"]))
-    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "b", capsys, "--delta", str(unnamed))
+    mean = tmp_path / "mean.json"
+    mean.write_text(json.dumps({**PRESETS["bitfit"], "pooling": "mean"}))
+    spec, _ = train(st_model_dir, sst2_dir, tmp_path / "b", capsys, "--delta", str(mean))
     assert spec["pooling"] == "mean"
 
 
-def test_the_api_reads_a_preset_or_a_plain_dict_as_train_does_and_a_delta_spec_as_it_says(st_model_dir, sst2_dir):
+def test_the_api_reads_a_presets_name_as_train_does_and_a_spec_as_written(st_model_dir, sst2_dir):
     from autopelt import api
+    from autopelt.models import load_model
 
     common = {"model": str(st_model_dir), "data_dir": str(sst2_dir), "epochs": 1, "batch_size": 16,
               "learning_rate": 0.01, "max_length": 32, "threads": 1, "progress": False}
     assert api.train_delta("sst2", "lora", **common)["spec"]["pooling"] == "mean"
-    assert api.train_delta("sst2", {"methods": [{"method": "bitfit"}]}, **common)["spec"]["pooling"] == "mean"
+    assert "pooling" not in api.train_delta("sst2", {"methods": [{"method": "bitfit"}]}, **common)["spec"]
     assert "pooling" not in api.train_delta("sst2", delta.parse_spec(PRESETS["bitfit"]), **common)["spec"]
+    assert api.apply(load_model(str(st_model_dir), 2), "lora").autopelt_delta["spec"]["pooling"] == "mean"
+    assert "pooling" not in api.apply(load_model(str(st_model_dir), 2), PRESETS["lora"]).autopelt_delta["spec"]
 
 
 def test_a_studys_baselines_read_a_plain_bert_through_the_first_token(tiny_model_dir, tmp_path):
@@ -106,7 +124,7 @@ def test_a_studys_baselines_read_a_plain_bert_through_the_first_token(tiny_model
     assert all("pooling" not in t.user_attrs["spec"] for t in baselines)
 
 
-def test_the_baselines_read_the_first_token_where_the_space_never_reads_the_mean(tmp_path):
+def test_the_baselines_read_as_the_spaces_deltas_where_they_never_read_the_mean(tmp_path):
     from autopelt.search.space import load_space
     from test_search_controller import prepare, search_options
 
@@ -117,7 +135,27 @@ def test_the_baselines_read_the_first_token_where_the_space_never_reads_the_mean
     assert load_space(str(pinned)).poolings() == ("cls",)
     assert prepare(search_options(tmp_path, space=str(pinned), baselines=True)).pooling == "cls"
     assert prepare(search_options(tmp_path, space="default", baselines=True)).pooling == "mean"
-    assert prepare(search_options(tmp_path, baselines=True)).pooling == "mean"  # a space that says nothing of it
+    assert prepare(search_options(tmp_path, baselines=True)).pooling == "cls"  # no head: its deltas read cls
+    assert load_space("lora").poolings() is None
+    assert prepare(search_options(tmp_path, space="lora", baselines=True)).pooling == "cls"
+
+
+def test_a_study_made_before_its_baselines_pooling_was_recorded_keeps_them_on_the_first_token(tmp_path):
+    from test_search_controller import Controller, fakes, open_study, prepare, search_options
+
+    fakes.script(tmp_path / "out")
+    plan = prepare(search_options(tmp_path, baselines=True, budget=12, finalists=0, space="default"))
+    assert plan.pooling == "mean"
+    study = open_study(plan)
+    assert study.user_attrs["baseline_pooling"] == "mean"
+    study.set_user_attr("baseline_pooling", None)  # as an older study holds nothing there
+    control = Controller(study, plan)
+    control.start()
+    fakes.run_serially(control)
+    baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")]
+    assert len(baselines) == 6 and all("pooling" not in t.user_attrs["spec"] for t in baselines)
+    drawn = [t for t in baselines if t.user_attrs.get("baseline_drawn")]  # queued with the space's cls parameter
+    assert drawn and all(t.params.get("pooling") == "cls" for t in drawn)
 
 
 def test_a_hub_ids_pooling_is_fetched_while_the_hub_is_in_reach_and_never_when_it_is_not(tmp_path, monkeypatch):

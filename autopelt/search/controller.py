@@ -73,6 +73,8 @@ class Controller:
                  on_progress: Callable[[int, int, int, float | None], None] | None = None):
         self.study = study
         self.plan = plan
+        # what the baselines' head reads: as the study was made (a study from before it was recorded: the first token)
+        self.baseline_pooling = record.read_study(study).baseline_pooling or "cls"
         self.owner = recovery.Owner.current()
         self.on_record = on_record or (lambda trial: None)
         self.on_progress = on_progress or (lambda *event: None)  # (trial, epoch, of epochs, dev metric)
@@ -99,7 +101,8 @@ class Controller:
         self._maintain(force=True)
         plan = self.plan
         return enqueue_missing(self.study, plan.baselines,
-                               lambda name: plan.space.params_for(baseline_spec(name, plan.pooling), plan.num_layers))
+                               lambda name: plan.space.params_for(baseline_spec(name, self.baseline_pooling),
+                                                                  plan.num_layers))
 
     def running_trial_ids(self) -> list[int]:
         return [run.trial._trial_id for run in list(self.running.values())]
@@ -306,7 +309,7 @@ class Controller:
                 raise UserError(f"unknown baseline {baseline!r}")
             if record.is_drawn_baseline(trial):  # queued with the parameters that draw it: record them
                 self.plan.space.sample(trial, self.plan.num_layers)
-            return baseline_spec(baseline, self.plan.pooling), baseline_hparams(baseline, self.plan.epochs)
+            return baseline_spec(baseline, self.baseline_pooling), baseline_hparams(baseline, self.plan.epochs)
         spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
         hparams, lr_from = learning_rates.resolve(spec, hparams, learning_rates.measured(read_all(self.study)))
         if lr_from:

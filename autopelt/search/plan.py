@@ -89,7 +89,8 @@ class SearchPlan:
 
 
 def prepare(options: SearchOptions) -> SearchPlan:
-    """Check and resolve every input; raise UserError on the first bad one. Writes nothing."""
+    """Check and resolve every input; raise UserError on the first bad one. Writes nothing (but a hub id's files
+    fetched into the hub's cache: its config, and how it is pooled)."""
     from autopelt.delta.presets import BASELINES
     from autopelt.models import load_config, own_pooling
     from autopelt.search.space import load_space
@@ -207,10 +208,11 @@ def _data_dir(given: str | None, task) -> str | None:
 
 
 def _baseline_pooling(own: str, space) -> str:
-    """What the baselines' head reads: the model as it was trained to be read, unless the space's deltas never read
-    it so (`head: pooling: cls` alone, say, for deltas with a peft form)."""
-    allowed = space.poolings()
-    return own if allowed is None or own in allowed else allowed[0]
+    """What the baselines' head reads: the model as it was trained to be read where the space's deltas may read it
+    so; else as they read (a space without `head: pooling` reads the first token, as does one pinned to `cls` for
+    deltas with a peft form), so that the baselines are drawn by the space like its own deltas."""
+    allowed = space.poolings() or ("cls",)  # the spec's default
+    return own if own in allowed else allowed[0]
 
 
 def _space_epochs(space, model_config) -> int | None:

@@ -330,6 +330,7 @@ class StudyInfo:
     objectives: tuple[str, ...] = ()
     protocol: Any = None  # {"name": "k-shot", "k": 1000} as a search writes it
     epochs: int | None = None
+    baseline_pooling: str | None = None  # what its baselines' head reads (SearchPlan.pooling); older studies: "cls"
 
     def to_attrs(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
@@ -345,4 +346,5 @@ def read_study(study) -> StudyInfo:
         space_fingerprint=_text(a.get("space_fingerprint")), metric=_text(a.get("metric")),
         direction=_text(a.get("direction")), objectives=tuple(a.get("objectives") or ()),
         protocol=a.get("protocol") if a.get("protocol") is not None else None, epochs=_integer(a.get("epochs")),
+        baseline_pooling=_text(a.get("baseline_pooling")),
     )

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields
 from autopelt.errors import UserError
@@ -36,9 +34,9 @@ def add_arguments(parser) -> None:
                         help="with --method adamix: the mixed delta")
     parser.add_argument("--pooling", choices=POOLINGS,
                         help="what the head reads: cls, the first token through the model's pooler, or mean, the "
-                             "mean of the last layer's token states (default: as the model was trained to be read, "
-                             "mean for a sentence-transformers checkpoint such as the default model, else cls; "
-                             "overrides a --delta file's)")
+                             "mean of the last layer's token states (default with --preset or --method: as the "
+                             "model was trained to be read, mean for a sentence-transformers checkpoint such as the "
+                             "default model, else cls; with --delta: the file's, cls when it names none)")
     fields = parser.add_argument_group("method fields (with --method; see `autopelt methods`)")
     for name in _method_fields():
         fields.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE")
@@ -76,16 +74,14 @@ def run(args) -> int:
     if args.preset:
         if args.preset not in PRESETS:
             raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
-        spec = PRESETS[args.preset]
+        spec = read_as_trained(PRESETS[args.preset], args.model)
     elif args.method:
-        spec = {"methods": [method_from_flags(args)]}
-    else:
+        spec = read_as_trained({"methods": [method_from_flags(args)]}, args.model)
+    else:  # a spec file is taken as written: one without "pooling" reads the first token, as every stored spec
         spec = delta.parse_spec(args.delta).to_dict()
-        if _names_pooling(args.delta):
-            spec["pooling"] = delta.parse_spec(args.delta).pooling
     if args.pooling:
         spec = {**spec, "pooling": args.pooling}
-    spec = delta.parse_spec(read_as_trained(spec, args.model)).to_dict()  # a bad spec: one line before any loading
+    spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     settings = TrialSettings(
         task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
         protocol="full" if args.k is None else args.k, seed=args.seed, data_seed=args.data_seed,
@@ -103,21 +99,14 @@ def run(args) -> int:
 
 
 def read_as_trained(spec: dict, model: str | None) -> dict:
-    """`spec`, its head reading the sequence as the model was trained to be read (models.own_pooling: the mean of
-    the token states for a sentence-transformers checkpoint such as the default model) unless it names its
-    pooling."""
-    if "pooling" in spec:
-        return spec
+    """A preset's or a method's `spec` with its head reading the sequence as the model was trained to be read
+    (models.own_pooling: the mean of the token states for a sentence-transformers checkpoint such as the default
+    model). A spec as written (a file, a dict) is never passed here: without "pooling" it reads the first token,
+    as every stored spec does, so a delta trained again from its stored spec is the same delta."""
     from autopelt.models import own_pooling, resolve_model
 
     pooling = own_pooling(resolve_model(model))
     return {**spec, "pooling": pooling} if pooling != "cls" else spec
-
-
-def _names_pooling(source: str) -> bool:
-    """A spec file (or inline JSON) that says its pooling, "cls" included (parse_spec has read it already)."""
-    text = source if source.lstrip().startswith("{") else Path(source).read_text()
-    return "pooling" in json.loads(text)
 
 
 def method_from_flags(args) -> dict:
