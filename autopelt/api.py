@@ -50,7 +50,7 @@ def apply(model, spec, *, seed: int = 0):
     file. `seed` draws the delta's initial weights."""
     from autopelt import delta
     from autopelt.delta.presets import PRESETS
-    from autopelt.train.command import read_as_trained
+    from autopelt.models import read_as_trained
 
     _check_model(model)
     if getattr(model, ATTACHED, None) is not None:
@@ -142,15 +142,16 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     metrics, parameters, timings, and `delta_dir` when `out_dir` is given; `load(None, result["delta_dir"])`).
 
     `spec` as for `apply`: a preset's name reads the sequence as the model was trained to be read (mean pooling
-    for a sentence-transformers checkpoint, as `autopelt train --preset`), any other spec as written. Without `learning_rate` the trial chooses one by a short sweep of rates (as `autopelt
-    train` does without --lr). `k`: the low-resource protocol (K training examples). `settings`: any
-    `autopelt.train.TrialSettings` field (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`,
-    `out_dir`, …). `progress` prints a line per epoch (a bar on a terminal). Raises UserError for bad input,
-    TrialFailed when training fails."""
+    for a sentence-transformers checkpoint, as `autopelt train --preset`), any other spec as written. Without
+    `learning_rate` the trial chooses one by a short sweep of rates (as `autopelt train` does without --lr). `k`:
+    the low-resource protocol (K training examples). `settings`: any `autopelt.train.TrialSettings` field
+    (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`, `out_dir`, …). `progress` prints a
+    line per epoch (a bar on a terminal). Raises UserError for bad input, TrialFailed when training fails."""
     from autopelt import delta
     from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings
-    from autopelt.train.command import check_inputs, read_as_trained, with_progress
+    from autopelt.models import read_as_trained
+    from autopelt.train.command import check_inputs, with_progress
 
     if isinstance(spec, str) and spec in PRESETS:  # as `autopelt train --preset` reads it
         spec = read_as_trained(PRESETS[spec], settings.get("model"))

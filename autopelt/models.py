@@ -130,6 +130,16 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     return model
 
 
+def read_as_trained(spec: dict, model: str | None) -> dict:
+    """A preset's or a method's `spec` with its head reading the sequence as `model` (None: the default) was
+    trained to be read (own_pooling). A spec as written (a file, a dict) is never passed here: without "pooling"
+    it reads the first token, as every stored spec does, so a delta trained again from its stored spec is the same
+    delta."""
+    from autopelt.delta.spec import with_pooling
+
+    return with_pooling(spec, own_pooling(resolve_model(model)))
+
+
 def own_pooling(name_or_path: str) -> str:
     """How the model was trained to be read: "mean" when it is a sentence-transformers checkpoint whose Pooling
     module takes the mean of the token states (modules.json and its Pooling folder's config.json, as

@@ -344,6 +344,11 @@ def parse_method(data: dict) -> MethodConfig:
 POOLINGS = ("cls", "mean")
 
 
+def with_pooling(spec: dict, pooling: str) -> dict:
+    """A spec dict whose head reads `pooling`; "cls" is left out, as DeltaSpec.to_dict leaves it."""
+    return {**spec, "pooling": pooling} if pooling != "cls" else spec
+
+
 @dataclass(frozen=True)
 class DeltaSpec:
     """What a delta is made of: at most one entry per method family, and what the task head reads.

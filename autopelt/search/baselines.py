@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.delta.presets import PRESETS
+from autopelt.delta.spec import with_pooling
 from autopelt.search.claims import LATE_BASELINE, baseline_covered
 from autopelt.study.record import queued_baseline, read
 
@@ -30,8 +31,7 @@ def baseline_spec(name: str, pooling: str) -> dict:
     """A baseline's delta: its preset, the paper's structure, with the head reading the sequence as the model was
     trained to be read (`pooling`, models.own_pooling): the mean of the token states for a sentence-transformers
     checkpoint, whose BERT pooler was never trained, else the first token, as the papers' BERT and RoBERTa."""
-    spec = PRESETS[name]
-    return {**spec, "pooling": pooling} if pooling != "cls" else spec
+    return with_pooling(PRESETS[name], pooling)
 
 
 def baseline_hparams(name: str, epochs: int) -> dict:

@@ -67,16 +67,16 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from autopelt import delta
+    from autopelt import delta, models
     from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings
 
     if args.preset:
         if args.preset not in PRESETS:
             raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
-        spec = read_as_trained(PRESETS[args.preset], args.model)
+        spec = models.read_as_trained(PRESETS[args.preset], args.model)
     elif args.method:
-        spec = read_as_trained({"methods": [method_from_flags(args)]}, args.model)
+        spec = models.read_as_trained({"methods": [method_from_flags(args)]}, args.model)
     else:  # a spec file is taken as written: one without "pooling" reads the first token, as every stored spec
         spec = delta.parse_spec(args.delta).to_dict()
     if args.pooling:
@@ -96,17 +96,6 @@ def run(args) -> int:
     result = with_progress(settings, run_trial)
     print(summary(result))
     return 0 if result["status"] == "ok" else 1
-
-
-def read_as_trained(spec: dict, model: str | None) -> dict:
-    """A preset's or a method's `spec` with its head reading the sequence as the model was trained to be read
-    (models.own_pooling: the mean of the token states for a sentence-transformers checkpoint such as the default
-    model). A spec as written (a file, a dict) is never passed here: without "pooling" it reads the first token,
-    as every stored spec does, so a delta trained again from its stored spec is the same delta."""
-    from autopelt.models import own_pooling, resolve_model
-
-    pooling = own_pooling(resolve_model(model))
-    return {**spec, "pooling": pooling} if pooling != "cls" else spec
 
 
 def method_from_flags(args) -> dict:
