@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="how many training seeds: F..F+N-1")
     parser.add_argument("--first-seed", type=int, default=1, help="F (11 for a study run with --seed 10, whose "
                                                                   "re-runs train with seeds 11-15)")
+    parser.add_argument("--epochs", type=int, help="train every candidate this many epochs (default: the --like "
+                                                   "run's)")
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
@@ -99,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     if base.get("data_seed") is None:
         raise SystemExit(f"--like {like} drew its rows with its training seed (no data_seed): give a run on a "
                          "study's rows, e.g. a re-run of bench/search_value.py")
+    if args.epochs is not None and args.epochs < 1:
+        raise SystemExit(f"--epochs {args.epochs}: give a whole number of epochs, at least 1")
+    if args.epochs:
+        base = {**base, "epochs": args.epochs, "max_steps": None}
     candidates = [parse_candidate(text) for text in args.candidate]
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     jobs = [{**base, "spec": c["spec"], "learning_rate": c["lr"], "batch_size": c["batch_size"] or base["batch_size"],

@@ -68,3 +68,17 @@ def test_bad_input_is_one_line_and_trains_nothing(make_settings, tmp_path):
     assert done.returncode != 0 and "neither a preset nor a spec file" in done.stderr
     done = bench("--like", str(like), "--work-dir", str(tmp_path / "w"), "--candidate", "no rate")
     assert done.returncode != 0 and "NAME=[POOLING:]DELTA@LR" in done.stderr and not (tmp_path / "w").exists()
+
+
+def test_epochs_trains_every_candidate_that_long_on_the_same_rows(make_settings, tmp_path):
+    like = tmp_path / "result.json"
+    like.write_text(json.dumps({"settings": make_settings(data_seed=0, epochs=1).to_dict()}))
+    done = bench("--like", str(like), "--seeds", "1", "--epochs", "2", "--work-dir", str(tmp_path / "w"),
+                 "--candidate", "b=bitfit@1e-2/8")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "w" / "b" / "seed-1" / "result.json").read_text())
+    assert result["settings"]["epochs"] == 2 and result["settings"]["data_seed"] == 0
+    assert [entry["epoch"] for entry in result["history"]] == [1, 2]
+    assert "· 2 epochs ·" in done.stdout
+    bad = bench("--like", str(like), "--epochs", "0", "--work-dir", str(tmp_path / "v"), "--candidate", "b=bitfit@1e-2")
+    assert bad.returncode != 0 and "--epochs 0" in bad.stderr and not (tmp_path / "v").exists()
