@@ -210,7 +210,7 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
     assert [(t.refines["baseline"], t.refines["factor"], t.refines.get("batch_size"), t.refines.get("places"),
              t.refines.get("pooling")) for t in refined] == [
         ("lora", 0.71, 16, None, "mean"), ("adapter", 0.71, 16, None, "mean"),
-        ("lora", 0.71, None, {"lora.targets": "query+key+value+attention_output"}, None),
+        ("lora", 0.71, None, {"lora.targets": "query+value+intermediate+output"}, None),
         ("adapter", 0.71, None, {"adapter.placement": "houlsby"}, None)]
     assert [t.learning_rate for t in refined] == pytest.approx([fakes.SWEPT_RATE / 2 ** 0.5] * 4)
     assert [t.hparams.get("batch_size") for t in refined] == [16, 16, 32, 32]
@@ -219,7 +219,7 @@ def test_the_best_two_baselines_run_again_at_other_rates_to_the_end_once_per_stu
         assert pooled.spec == {**base.spec, "pooling": "mean"} and "pooling" not in base.spec
     wider_lora = refined[2].spec["methods"]
     assert [(m["method"], m["rank"], m["targets"]) for m in wider_lora] == \
-        [("lora", 8, ["query", "key", "value", "attention_output"])]
+        [("lora", 8, ["query", "value", "intermediate", "output"])]
     assert [(m["method"], m["placement"]) for m in refined[3].spec["methods"]] == [("adapter", "houlsby")]
     assert all(t.baseline is None and t.state == TrialState.COMPLETE for t in refined)
     assert refined[0].label == f"#6 [lora ×0.71 lr, batch 16] {refined[0].summary}" and refined[0].summary.endswith(
@@ -318,7 +318,7 @@ def test_the_best_baselines_go_first_through_the_mean_at_half_the_batch_then_in_
     assert [(q["refines"]["baseline"], q["refines"].get("places"), q["refines"].get("batch_size"),
              q["refines"].get("pooling")) for q in queue] == [
         ("lora", None, 16, "mean"), ("adapter", None, 16, "mean"),  # read through the mean, at half the batch
-        ("lora", {"lora.targets": "query+key+value+attention_output"}, None, None),  # LoRA on all of attention
+        ("lora", {"lora.targets": "query+value+intermediate+output"}, None, None),  # LoRA on the FFN too
         ("adapter", {"adapter.placement": "houlsby"}, None, None),  # after attention too
         ("lora", None, None, None), ("adapter", None, None, None)]  # 2x the rate, last
     pooled = queue[0]
@@ -332,14 +332,34 @@ def test_the_best_baselines_go_first_through_the_mean_at_half_the_batch_then_in_
     assert wider["refines"]["factor"] == 0.71 and wider["params"]["lr_scale"] == pytest.approx(0.5 ** 0.5)
     assert {k: v for k, v in wider["params"].items() if k not in ("lora.targets", "lr_scale")} == \
         {k: v for k, v in records[0].params.items() if k not in ("lora.targets", "lr_scale")}
-    # the space draws from those parameters the baseline's delta on every attention projection
+    # the space draws from those parameters the baseline's delta on query, value and the FFN's two projections
     _, spec = drawn(wider["params"])
     assert [(m["method"], m["rank"], m["targets"]) for m in spec["methods"]] == \
-        [("lora", 8, ["query", "key", "value", "attention_output"])]
+        [("lora", 8, ["query", "value", "intermediate", "output"])]
     _, spec = drawn(queue[1]["params"])
     assert spec["methods"][0]["placement"] == "houlsby" and spec["methods"][0]["bottleneck"] == 48
     label = TrialRecord(9, TrialState.COMPLETE, (0.8,), wider["params"], {}, refines=wider["refines"]).label
     assert label.startswith("#9 [lora ×0.71 lr, in more places]")
+
+
+def test_more_places_grow_targets_to_the_ffn_else_to_all_of_attention_the_fewest_the_space_draws():
+    from optuna.distributions import CategoricalDistribution
+
+    from autopelt.study.record import TrialRecord
+
+    def grown(value: str, *choices: str, name: str = "lora.targets") -> dict:
+        record = TrialRecord(0, TrialState.COMPLETE, (0.8,), {name: value},
+                             {name: CategoricalDistribution(list(choices))})
+        return refine._in_more_places(record)
+
+    qv, qkv = "query+value", "query+key+value"
+    attention, ffn = "query+key+value+attention_output", "query+value+intermediate+output"
+    everything = attention + "+intermediate+output"
+    assert grown(qv, qv, qkv, attention, ffn) == {"lora.targets": ffn}  # the default space's
+    assert grown(qv, qv, qkv, attention, everything) == {"lora.targets": everything}  # the lora space's: all six
+    assert grown(qv, qv, attention, name="vera.targets") == {"vera.targets": attention}  # no FFN choice
+    assert grown(attention, qv, attention, ffn) == {}  # no choice holds both all of attention and the FFN
+    assert grown(ffn, qv, ffn) == {} and grown(qv, qv) == {}
 
 
 def test_no_refinement_without_baselines_or_where_the_space_has_no_lr_scale(tmp_path):

@@ -82,6 +82,7 @@ BEST = 2  # baselines refined
 FACTOR = 2.0  # times the rate each chose; the sweep's candidates are ~3.2x apart
 BATCH = "batch_size"
 SCALE = "lr_scale"
+FFN = ("intermediate", "output")  # the feed-forward block's two projections
 ATTENTION = ("query", "key", "value", "attention_output")  # every projection of self-attention
 PLACEMENT = "adapter.placement"
 WIDER = 0.5 ** 0.5  # times the rate, in twice the places: the rate each chose sits near the edge of stability
@@ -173,18 +174,22 @@ def _can_pool_mean(base: TrialRecord) -> bool:
 
 def _in_more_places(base: TrialRecord) -> dict:
     """The space's parameters that put the baseline's methods in more places, {} if it has none: LoRA's (and
-    VeRA's) targets grown to every attention projection, the LoRA paper's placement (it also adapts key and
-    output); a Pfeiffer adapter also after attention, Houlsby's placement."""
+    VeRA's) targets grown to the feed-forward block's two projections as well, or where the space cannot say that,
+    to every attention projection (the LoRA paper's placement), each the fewest targets the space draws that hold
+    them; a Pfeiffer adapter also after attention, Houlsby's placement."""
     out = {}
     for name, value in base.params.items():
         choices = base.distributions.get(name)
         if not isinstance(choices, CategoricalDistribution) or not isinstance(value, str):
             continue
         if name.endswith(".targets"):
-            want = set(value.split("+")) | set(ATTENTION)
-            wider = [c for c in choices.choices if isinstance(c, str) and set(c.split("+")) == want]
-            if wider and wider[0] != value:
-                out[name] = wider[0]
+            have = set(value.split("+"))
+            for grown in (FFN, ATTENTION):  # the fewest targets the space draws that hold the baseline's and those
+                wider = [c for c in choices.choices if isinstance(c, str)
+                         and set(c.split("+")) >= have | set(grown) and set(c.split("+")) != have]
+                if wider:
+                    out[name] = min(wider, key=lambda c: len(c.split("+")))
+                    break
         elif name == PLACEMENT and value == "pfeiffer" and "houlsby" in choices.choices:
             out[name] = "houlsby"
     return out
