@@ -190,11 +190,11 @@ def _in_more_places(base: TrialRecord) -> dict:
             continue
         if name.endswith(".targets"):
             have = set(value.split("+"))
+            drawn = {c: set(c.split("+")) for c in choices.choices if isinstance(c, str)}
             for grown in (FFN, ATTENTION):  # the fewest targets the space draws that hold the baseline's and those
-                wider = [c for c in choices.choices if isinstance(c, str)
-                         and set(c.split("+")) >= have | set(grown) and set(c.split("+")) != have]
+                wider = [c for c, targets in drawn.items() if targets >= have | set(grown) and targets != have]
                 if wider:
-                    out[name] = min(wider, key=lambda c: len(c.split("+")))
+                    out[name] = min(wider, key=lambda c: len(drawn[c]))
                     break
         elif name == PLACEMENT and value == "pfeiffer" and "houlsby" in choices.choices:
             out[name] = "houlsby"
