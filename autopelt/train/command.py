@@ -63,6 +63,11 @@ def add_arguments(parser) -> None:
                         help="auto (default): bf16 mixed precision where the device computes it natively and "
                              "faster (CUDA with bf16; a CPU with AVX512-BF16 or AMX whose bf16 matmul is measured "
                              "at least 1.25x as fast as fp32's), else fp32")
+    parser.add_argument("--backbone-dropout", choices=("model", "attention-off", "off"), default="model",
+                        help="the frozen model's dropout: model (its config's, default), attention-off (none on the "
+                             "attention probabilities), off (none at all); docs/speed.md measures each")
+    parser.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa",
+                        help="attention implementation (default sdpa)")
     parser.add_argument("--out", help="folder for result.json and the trained delta")
 
 
@@ -88,7 +93,8 @@ def run(args) -> int:
         epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
-        device=args.device, precision=args.precision, out_dir=args.out,
+        device=args.device, precision=args.precision, backbone_dropout=args.backbone_dropout,
+        attention=args.attention, out_dir=args.out,
     )
     check_inputs(settings)
     from autopelt.train import run_trial  # torch: only once the inputs are sound

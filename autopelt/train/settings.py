@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from autopelt.errors import UserError
+from autopelt.train.backbone import ATTENTIONS, BACKBONE_DROPOUTS
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -37,6 +38,8 @@ class TrialSettings:
     threads: int | None = None  # torch CPU threads; None = torch's default
     device: str | None = None  # None = CUDA when available, else CPU
     precision: str = "auto"  # auto (bf16 where the device runs it natively and faster, else fp32), fp32, bf16, fp16
+    backbone_dropout: str = "model"  # the frozen model's dropout: model (its config's), attention-off, off
+    attention: str = "sdpa"  # the attention implementation: sdpa or eager (train/backbone.py)
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
 
@@ -53,6 +56,11 @@ class TrialSettings:
             raise UserError(f"learning_rate must be positive, not {self.learning_rate!r}")
         if self.precision not in PRECISIONS:
             raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.backbone_dropout not in BACKBONE_DROPOUTS:
+            raise UserError(f"backbone_dropout must be one of {', '.join(BACKBONE_DROPOUTS)}, "
+                            f"not {self.backbone_dropout!r}")
+        if self.attention not in ATTENTIONS:
+            raise UserError(f"attention must be one of {', '.join(ATTENTIONS)}, not {self.attention!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise UserError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio!r}")
 

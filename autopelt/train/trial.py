@@ -14,7 +14,7 @@ from autopelt import delta
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, resolve_model
-from autopelt.train import device as devices
+from autopelt.train import backbone, device as devices
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate
 from autopelt.train.lr_sweep import train_at_chosen_rate
 from autopelt.train.trial_data import prepare_data, resolve_task
@@ -76,6 +76,8 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
 
         torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
         model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
+        backbone.set_backbone_dropout(model, settings.backbone_dropout)  # before the delta: its dropout stays
+        backbone.set_attention(model, settings.attention)
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
         precision = devices.resolve_precision(settings.precision, device)
