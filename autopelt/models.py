@@ -121,7 +121,8 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     try:
         # a fine-tuned checkpoint's head may have another number of labels: it is replaced below anyway
         model = AutoModelForSequenceClassification.from_pretrained(
-            name_or_path, config=config, ignore_mismatched_sizes=True, local_files_only=bool(offline))
+            name_or_path, config=config, ignore_mismatched_sizes=True, local_files_only=bool(offline),
+            dtype=torch.float32)  # fp32 whatever the checkpoint stores: the trainer casts the frozen part itself
     except OSError as error:
         raise UserError(f"cannot load model {name_or_path!r} ({_cause(error, offline)})") from None
     finally:

@@ -24,10 +24,12 @@ RESULT_FILE = "result.json"
 
 
 def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None = None,
-              on_step: Callable[[int, int, float], None] | None = None) -> dict:
+              on_step: Callable[[int, int, float], None] | None = None, test_each_evaluation: bool = False) -> dict:
     """Train and evaluate `settings.spec` on `settings.task`; the result dict of docs/design.md.
 
     `report(entry)` gets every dev evaluation; a truthy return stops training (a scheduler's early stop).
+    `test_each_evaluation` also scores test at every dev evaluation, into the history's `test_metric` (for the
+    meta-dataset, which simulates answers at every fidelity; nothing is selected by it).
     """
     started = time.perf_counter()
     result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
@@ -37,7 +39,7 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
               "gates": None, "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
     try:
-        _run(settings, result, outcome, report, on_step)
+        _run(settings, result, outcome, report, on_step, test_each_evaluation)
         result["status"] = "ok"
     except NonFiniteLoss as error:
         result.update(status="failed", reason=str(error))
@@ -62,7 +64,7 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     return result
 
 
-def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step) -> None:
+def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step, test_each: bool) -> None:
     spec = delta.parse_spec(settings.spec)
     task = resolve_task(settings)
     model_name = resolve_model(settings.model)
@@ -89,6 +91,8 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
 
         adamix = next((m for m in spec.methods if m.method == "adamix"), None)
         consistency = adamix.consistency if adamix else 0.0
+        if test_each:
+            report = _scoring_test(report, model, data, settings, device, dtype)
         trained, choice = train_at_chosen_rate(model, data, settings, device, consistency, report, on_step, outcome)
         result.update(learning_rate=choice.rate, lr_choice=choice.to_dict())
         best = trained.best
@@ -104,6 +108,23 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     if settings.out_dir:
         result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
                                                    metadata={"base_model": model_name, **task_metadata(task)}))
+
+
+def _scoring_test(report, model, data, settings, device, dtype):
+    """`report` that first adds the test metric and the seconds since training began (training and dev
+    evaluations, not these test scorings) to each dev evaluation."""
+    started, scoring = time.perf_counter(), 0.0
+
+    def scored(entry: dict):
+        nonlocal scoring
+        begun = time.perf_counter()
+        test, _ = evaluate(model, data.test, data.task, settings, device, dtype)
+        model.train()  # evaluate leaves the model in eval mode; training goes on after the report
+        entry.update(test_metric=test[data.task.metric], seconds=round(begun - started - scoring, 3))
+        scoring += time.perf_counter() - begun
+        return report(entry) if report is not None else None
+
+    return scored
 
 
 def task_metadata(task) -> dict:
