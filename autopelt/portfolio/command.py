@@ -42,11 +42,21 @@ def add_arguments(parser) -> None:
     finish.add_argument("--model", help="the model the trials trained (default: all-MiniLM-L6-v2)")
     finish.add_argument("--hardware", help="JSON of the hardware the trials ran on (default: this machine's)")
 
+    build = sub.add_parser("build", help="greedily choose a portfolio from a meta-dataset or from your studies")
+    source = build.add_mutually_exclusive_group(required=True)
+    source.add_argument("--meta", help="a meta-dataset file (`shipped` for the one in the package)")
+    source.add_argument("--storage", help="an SQLAlchemy URL of your studies: one task each")
+    build.add_argument("--study", action="append", help="a study of --storage to learn from (repeat; default: all)")
+    build.add_argument("--out", required=True, help="the portfolio file to write")
+    build.add_argument("--size", type=int, default=16, help="configurations in the portfolio (default 16)")
+    build.add_argument("--leave-out", help="comma-separated tasks of the meta-dataset not to learn from")
+
     sub.add_parser("design", help="list the design's configurations")
 
 
 def run(args) -> int:
-    return {"pool": _pool, "collect": _collect, "finish": _finish, "design": _design}[args.action](args)
+    return {"pool": _pool, "collect": _collect, "finish": _finish, "build": _build,
+            "design": _design}[args.action](args)
 
 
 def _pool(args) -> int:
@@ -98,6 +108,23 @@ def _finish(args) -> int:
               "created": time.strftime("%Y-%m-%d")}
     data = finish(args.results, args.out, header)
     print(f"{args.out}: {len(data['records'])} trials")
+    return 0
+
+
+def _build(args) -> int:
+    from autopelt.portfolio import build
+
+    if args.size < 1:
+        raise UserError("--size must be at least 1")
+    if args.meta:
+        leave_out = args.leave_out.split(",") if args.leave_out else []
+        data = build.from_meta(args.meta, args.size, leave_out, args.out)
+    else:
+        data = build.from_studies(args.storage, args.study, args.size, args.out)
+    print(f"{args.out}: {len(data['members'])} configurations learned on {data['model']} from "
+          f"{len(data['built_from']['tasks'])} tasks")
+    for rank, member in enumerate(data["members"], 1):
+        print(f"  {rank:2d}. {member['name']}")
     return 0
 
 

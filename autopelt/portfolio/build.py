@@ -1,0 +1,79 @@
+"""Build a portfolio file from the shipped meta-dataset, another meta-dataset, or a user's own finished studies."""
+
+from __future__ import annotations
+
+import json
+
+from autopelt.errors import UserError
+from autopelt.portfolio import metadata, select
+from autopelt.portfolio.design import Config, config_named, rate_text
+from autopelt.portfolio.portfolio import to_file
+
+
+def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict:
+    """Greedy selection on the meta-dataset's dev scores at seed 0, without the `leave_out` tasks."""
+    meta = metadata.shipped() if meta_path == "shipped" else metadata.load(meta_path)
+    unknown = [t for t in leave_out if t not in meta.tasks]
+    if unknown:
+        raise UserError(f"--leave-out {unknown[0]}: not a task of the meta-dataset ({', '.join(meta.tasks)})")
+    tasks = [t for t in meta.tasks if t not in leave_out]
+    if len(tasks) < 2:
+        raise UserError("a portfolio needs the scores of at least two tasks")
+    configs = meta.configs(seed=0)
+    scores = {t: {c: metadata.answer(meta.trial(t, c)).dev for c in configs
+                  if metadata.answer(meta.trial(t, c)) is not None} for t in tasks}
+    chosen = select.greedy_portfolio(scores, size)
+    built_from = {"meta_dataset": meta_path, "tasks": tasks, "selection": "greedy, dev scores at seed 0",
+                  "mean_regret": round(select.mean_regret(scores, chosen), 4)}
+    return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out)
+
+
+def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -> dict:
+    """One task per finished study: the configurations (delta, rate, batch, backbone dropout) every study trained
+    to full fidelity, chosen greedily on their dev metric."""
+    import optuna
+
+    from autopelt.study.record import read_all
+
+    names = studies or [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    if len(names) < 2:
+        raise UserError(f"{storage} holds {len(names)} study; a portfolio learns from two or more (one per task)")
+    scores, found, models = {}, {}, set()
+    for name in names:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            raise UserError(f"no study {name!r} in {storage}") from None
+        models.add(study.user_attrs.get("model"))
+        row = {}
+        for trial in read_all(study):
+            if not trial.full_fidelity or not trial.values or trial.spec is None or not trial.learning_rate:
+                continue
+            config = _config(trial)
+            row[config.name] = max(row.get(config.name, float("-inf")), trial.values[0])
+            found[config.name] = config
+        scores[name] = row
+    common = set.intersection(*(set(row) for row in scores.values()))
+    if not common:
+        raise UserError("no configuration was trained to full fidelity in every study; run the same portfolio "
+                        "(autopelt search --portfolio FILE) on each task first")
+    scores = {task: {c: v for c, v in row.items() if c in common} for task, row in scores.items()}
+    chosen = select.greedy_portfolio(scores, size)
+    model = models.pop() if len(models) == 1 else None
+    if model is None:
+        raise UserError("the studies were run on different models; build one portfolio per model")
+    built_from = {"storage": storage.split("@")[-1], "tasks": list(scores), "selection": "greedy, dev metric"}
+    return to_file([found[c] for c in chosen], model, built_from, out)
+
+
+def _config(trial) -> Config:
+    """The whole recipe a study's trial trained, named by its content."""
+    spec, hparams = trial.spec, trial.hparams or {}
+    batch = int(hparams.get("batch_size", 32))
+    dropout = str(hparams.get("backbone_dropout", "model"))
+    key = json.dumps([spec, batch, dropout], sort_keys=True)
+    import hashlib
+
+    name = f"{trial.summary or 'delta'}@{rate_text(trial.learning_rate)}-b{batch}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
+    return Config(name=name, methods=tuple(spec["methods"]), learning_rate=float(trial.learning_rate),
+                  batch_size=batch, pooling=spec.get("pooling", "cls"), backbone_dropout=dropout)

@@ -1,0 +1,79 @@
+"""Reading the meta-dataset: its trials, and what a trial answers at a fidelity.
+
+A trial keeps the state of its best dev evaluation so far (train/loop.py), so at fidelity e (epochs trained) its
+answer is the epoch <= e with the best dev metric: that epoch's dev metric selects, its test metric reports.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from autopelt.errors import UserError
+
+FORMAT = "autopelt-meta-dataset"
+SHIPPED = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True)
+class Answer:
+    dev: float
+    test: float
+    seconds: float  # training and dev evaluation up to that fidelity
+
+
+def answer(record: dict, fidelity: int | None = None) -> Answer | None:
+    """What a trial answers after `fidelity` epochs (None: all it ran); None for a failed trial."""
+    epochs = record.get("epochs") or []
+    if record.get("status") != "ok" or not epochs:
+        return None
+    seen = epochs[: fidelity or len(epochs)]
+    best = max(seen, key=lambda e: e["dev"])  # the first of equal dev values, as the trainer keeps it
+    return Answer(best["dev"], best["test"], seen[-1]["seconds"])
+
+
+@dataclass(frozen=True)
+class MetaDataset:
+    header: dict
+    records: tuple[dict, ...]
+
+    @cached_property
+    def tasks(self) -> list[str]:
+        return sorted({r["task"] for r in self.records})
+
+    @cached_property
+    def by_key(self) -> dict[tuple, dict]:
+        return {(r["task"], r["config"], r["seed"]): r for r in self.records}
+
+    def configs(self, seed: int = 0, complete: bool = True) -> list[str]:
+        """Configurations with a trial at `seed` (on every task, if `complete`), in the order first recorded."""
+        names = list(dict.fromkeys(r["config"] for r in self.records if r["seed"] == seed))
+        if complete:
+            names = [c for c in names if all((t, c, seed) in self.by_key for t in self.tasks)]
+        return names
+
+    def trial(self, task: str, config: str, seed: int = 0) -> dict | None:
+        return self.by_key.get((task, config, seed))
+
+
+def load(path: str | Path) -> MetaDataset:
+    """A meta-dataset file written by `autopelt portfolio finish`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot read meta-dataset {path}: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UserError(f"{path} is not an autopelt meta-dataset (format {data.get('format')!r} "
+                        f"where {FORMAT!r} was expected)" if isinstance(data, dict) else f"{path}: not a JSON object")
+    header = {k: v for k, v in data.items() if k != "records"}
+    return MetaDataset(header, tuple(data["records"]))
+
+
+def shipped(model: str = "all-MiniLM-L6-v2") -> MetaDataset:
+    path = SHIPPED / f"{model}.json"
+    if not path.exists():
+        raise UserError(f"no meta-dataset ships for model {model!r}; build one with `autopelt portfolio collect`")
+    return load(path)

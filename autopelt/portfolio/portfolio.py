@@ -1,0 +1,109 @@
+"""A portfolio file: the ordered configurations a search runs first, with what they were learned from.
+
+    {"format": "autopelt-portfolio", "version": 1, "model": "all-MiniLM-L6-v2", "space": "default",
+     "design_version": 1, "built_from": {...}, "members": [{"name", "methods", "learning_rate", "batch_size",
+     "pooling", "layers", "backbone_dropout"}, ...]}
+
+A member's learning rate is absolute: it was measured on the portfolio's model, and carries over to another model
+untested (the search says so). `layers` "upper_half" is resolved per model, like the design's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from autopelt.errors import UserError
+from autopelt.portfolio.design import DESIGN_VERSION, Config
+
+FORMAT, VERSION = "autopelt-portfolio", 1
+SPACE = "default"  # the search space whose studies a portfolio opens
+SIZE = 16
+SHIPPED = Path(__file__).parent / "data" / "portfolio-all-MiniLM-L6-v2.json"
+
+
+@dataclass(frozen=True)
+class Portfolio:
+    model: str
+    members: tuple[Config, ...]
+    source: str  # the file it was read from
+    built_from: dict
+
+    def hparams(self, index: int, epochs: int) -> dict:
+        member = self.members[index]
+        return {"learning_rate": member.learning_rate, "batch_size": member.batch_size,
+                "backbone_dropout": member.backbone_dropout, "epochs": epochs}
+
+
+def to_file(members: list[Config], model: str, built_from: dict, out: str | Path) -> dict:
+    from autopelt.files import write_atomic
+
+    data = {"format": FORMAT, "version": VERSION, "model": model, "space": SPACE, "design_version": DESIGN_VERSION,
+            "built_from": built_from, "members": [m.to_dict() for m in members]}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(Path(out), json.dumps(data, indent=1))
+    return data
+
+
+def load(path: str | Path, model: str | None = None) -> Portfolio:
+    """Read and check a portfolio file; `model` (a model's recorded name) must be the one it was learned on."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"--portfolio {path}: no such file; build one with `autopelt portfolio build`") from None
+    except (OSError, ValueError) as error:
+        raise UserError(f"--portfolio {path} is not a readable portfolio file ({error})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UserError(f"--portfolio {path} is not an autopelt portfolio (no \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise UserError(f"--portfolio {path} has format version {data.get('version')!r}; this autopelt reads "
+                        f"version {VERSION}: build it again with `autopelt portfolio build`")
+    if data.get("space") != SPACE:
+        raise UserError(f"--portfolio {path} was built for the {data.get('space')!r} space, not {SPACE!r}")
+    if model is not None and data.get("model") != model:
+        raise UserError(f"--portfolio {path} was learned on model {data.get('model')!r}, not {model!r}: build one "
+                        "from your own studies (`autopelt portfolio build --storage URL`) or pass --portfolio none")
+    try:
+        members = tuple(_member(m) for m in data["members"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise UserError(f"--portfolio {path}: a member is malformed ({error!r})") from None
+    if not members:
+        raise UserError(f"--portfolio {path} has no members")
+    return Portfolio(data["model"], members, str(path), data.get("built_from") or {})
+
+
+def _member(entry: dict) -> Config:
+    from autopelt.delta import parse_spec
+
+    config = Config(name=str(entry["name"]), methods=tuple(entry["methods"]),
+                    learning_rate=float(entry["learning_rate"]), batch_size=int(entry["batch_size"]),
+                    pooling=str(entry.get("pooling", "mean")), layers=entry.get("layers"),
+                    backbone_dropout=str(entry.get("backbone_dropout", "model")))
+    if not config.learning_rate > 0 or config.batch_size < 1:
+        raise ValueError(f"{config.name}: learning rate and batch size must be positive")
+    try:
+        parse_spec(config.spec(12))
+    except UserError as error:
+        raise ValueError(f"{config.name}: {error}") from None
+    return config
+
+
+def for_search(choice: str, model_name: str, space_name: str) -> tuple[Portfolio | None, str]:
+    """The portfolio a search runs first, and one line saying which and why: `choice` is "auto" (the shipped one
+    for the default space), "none", or a file (checked against the model)."""
+    if choice == "none":
+        return None, "no portfolio (--portfolio none)"
+    if choice != "auto":
+        portfolio = load(choice, model_name)
+        return portfolio, f"portfolio {choice} ({len(portfolio.members)} configurations learned on {portfolio.model})"
+    if space_name != SPACE:
+        return None, f"no portfolio: the shipped one opens the {SPACE!r} space, and this search draws from {space_name!r}"
+    portfolio = load(SHIPPED)
+    learned = portfolio.built_from.get("tasks", [])
+    line = (f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} across "
+            f"{len(learned)} tasks, run first")
+    if model_name != portfolio.model:
+        line += f"; its learning rates were measured on {portfolio.model} and carry over to {model_name} untested"
+    return portfolio, line

@@ -1,0 +1,156 @@
+"""Leave-one-task-out: the portfolio built without a task, against the other strategies, simulated on that task.
+
+For each of the meta-dataset's tasks, the portfolio is built greedily from the other tasks' dev scores
+(autopelt/portfolio/select.py), and every strategy is simulated on the held-out task at budgets of 1, 2, 4, 8 and
+16 full-trial equivalents (autopelt/portfolio/simulate.py): selection by dev only, the answer scored on test.
+
+Strategies: portfolio (successive halving over it), portfolio + sampler (half the budget to the portfolio, the
+rest drawn from the design: autopelt's default), random (uniform draws from the design), tuned LoRA (LoRA r8 on
+query/value read by the mean, its rate searched: 3e-3, then 1e-3), UniPELT(APL) alone (1e-3, then 3e-3), the best
+single default (the configuration of least regret on the other tasks), and a control: the same portfolio code on
+a matrix whose configuration labels are shuffled within every task, which must do no better than random.
+
+    python bench/portfolio_loo.py [--meta FILE] [--size 16] [--json benchmarks/results/portfolio_loo.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autopelt.portfolio import metadata, select, simulate  # noqa: E402
+
+BUDGETS = (1, 2, 4, 8, 16)
+ARMS = ("portfolio", "portfolio+sampler", "random", "tuned-lora", "unipelt-apl", "best-single", "shuffled-control")
+DRAWS, PERMUTATIONS = 100, 20
+TARGET_VS_LORA, TARGET_VS_SINGLE, TARGET_BUDGET = 1.0, 0.5, 8
+
+
+def dev_scores(meta, tasks: list[str], configs: list[str], seed: int = 0) -> dict:
+    return {t: {c: metadata.answer(meta.trial(t, c, seed)).dev for c in configs} for t in tasks}
+
+
+def shuffled(scores: dict, rng: random.Random) -> dict:
+    out = {}
+    for task, row in scores.items():
+        values = list(row.values())
+        rng.shuffle(values)
+        out[task] = dict(zip(row, values))
+    return out
+
+
+def held_out(meta, task: str, configs: list[str], size: int, margin: float = 0.0) -> dict:
+    """Every arm's test metric (%) at every budget on `task`, with the portfolio built without it."""
+    others = [t for t in meta.tasks if t != task]
+    scores = dev_scores(meta, others, configs)  # the held-out task's rows are never read here
+    portfolio = select.greedy_portfolio(scores, size)
+    sim = simulate.Task(meta, task, margin=margin)
+    rng = random.Random(0)
+    controls = [select.greedy_portfolio(shuffled(scores, rng), size) for _ in range(PERMUTATIONS)]
+    out = {"portfolio": portfolio, "oracle": 100 * sim.oracle(configs), "arms": {}}
+    for budget in BUDGETS:
+        arms = {
+            "portfolio": sim.halving(portfolio, budget).test,
+            "portfolio+sampler": statistics.mean(
+                simulate.portfolio_then_random(sim, portfolio, configs, budget, random.Random(d)).test
+                for d in range(DRAWS)),
+            "random": simulate.random_search(sim, configs, budget, DRAWS, seed=1),
+            "tuned-lora": sim.full(list(simulate.TUNED_LORA), budget).test,
+            "unipelt-apl": sim.full(list(simulate.UNIPELT), budget).test,
+            "best-single": sim.full(portfolio[:1], budget).test,
+            "shuffled-control": statistics.mean(sim.halving(c, budget).test for c in controls),
+        }
+        out["arms"][budget] = {arm: 100 * value for arm, value in arms.items()}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--meta", help="meta-dataset file (default: the shipped one)")
+    parser.add_argument("--size", type=int, default=16, help="portfolio size")
+    parser.add_argument("--margin", type=float, default=0.0,
+                        help="a later trial replaces the answer only if its dev beats it by this many standard errors")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    meta = metadata.load(args.meta) if args.meta else metadata.shipped()
+    configs = meta.configs(seed=0)
+    started = time.time()
+    results = {task: held_out(meta, task, configs, args.size, args.margin) for task in meta.tasks}
+    report(meta, results, configs)
+    print(f"\n({len(meta.tasks)} folds, {len(configs)} configurations, {time.time() - started:.1f} s)")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        Path(args.json).write_text(json.dumps({
+            "command": " ".join(["python", *sys.argv]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
+            "meta_header": meta.header, "size": args.size, "margin": args.margin, "results": results}, indent=1))
+
+
+def report(meta, results: dict, configs: list[str]) -> None:
+    header = meta.header
+    print(f"meta-dataset: {header.get('model')}, {len(meta.tasks)} tasks, K={header['protocol']['k']}, "
+          f"{header['protocol']['epochs']} epochs, collected on {header.get('hardware', {}).get('name')}")
+    for budget in BUDGETS:
+        print(f"\n### {budget} full-trial equivalent{'s' if budget > 1 else ''}: test accuracy (%) of each arm's "
+              "answer; last rows: mean, mean distance from the oracle, mean rank, mean normalised test regret\n")
+        print("| task | oracle | " + " | ".join(ARMS) + " |")
+        print("|---|---:|" + "---:|" * len(ARMS))
+        for task, result in results.items():
+            arms = result["arms"][budget]
+            print(f"| {task} | {result['oracle']:.1f} | " + " | ".join(f"{arms[a]:.1f}" for a in ARMS) + " |")
+        summary = summarise(results, budget)
+        print("| **mean** | | " + " | ".join(f"**{summary['mean'][a]:.2f}**" for a in ARMS) + " |")
+        print("| from oracle | | " + " | ".join(f"{summary['gap'][a]:+.2f}" for a in ARMS) + " |")
+        print("| rank | | " + " | ".join(f"{summary['rank'][a]:.2f}" for a in ARMS) + " |")
+        print("| regret | | " + " | ".join(f"{summary['regret'][a]:.2f}" for a in ARMS) + " |")
+    targets(results)
+
+
+def summarise(results: dict, budget: int) -> dict:
+    mean = {a: statistics.mean(r["arms"][budget][a] for r in results.values()) for a in ARMS}
+    gap = {a: statistics.mean(r["arms"][budget][a] - r["oracle"] for r in results.values()) for a in ARMS}
+    ranks = {a: [] for a in ARMS}
+    regrets = {a: [] for a in ARMS}
+    for result in results.values():
+        arms = result["arms"][budget]
+        ordered = sorted(ARMS, key=lambda a: -arms[a])
+        for a in ARMS:  # ties share the better rank
+            ranks[a].append(1 + sum(arms[b] > arms[a] + 1e-9 for b in ordered))
+        worst = min(arms.values())
+        spread = max(result["oracle"] - worst, 1e-9)
+        for a in ARMS:
+            regrets[a].append((result["oracle"] - arms[a]) / spread)
+    return {"mean": mean, "gap": gap, "rank": {a: statistics.mean(v) for a, v in ranks.items()},
+            "regret": {a: statistics.mean(v) for a, v in regrets.items()}}
+
+
+def targets(results: dict) -> None:
+    at = summarise(results, TARGET_BUDGET)["mean"]
+    lines = [
+        (f"portfolio+sampler − tuned LoRA at {TARGET_BUDGET} ≥ {TARGET_VS_LORA}",
+         at["portfolio+sampler"] - at["tuned-lora"], TARGET_VS_LORA),
+        (f"portfolio+sampler − best single default at {TARGET_BUDGET} ≥ {TARGET_VS_SINGLE}",
+         at["portfolio+sampler"] - at["best-single"], TARGET_VS_SINGLE),
+    ]
+    print("\ntargets:")
+    for text, value, target in lines:
+        print(f"- {text}: {value:+.2f} ({'met' if value >= target else 'MISSED'})")
+    for arm in ("portfolio", "portfolio+sampler"):
+        worst = min(summarise(results, b)["mean"][arm] - summarise(results, b)["mean"]["random"] for b in BUDGETS)
+        print(f"- {arm} never below random (worst budget): {worst:+.2f} ({'met' if worst >= 0 else 'MISSED'})")
+    control = max(summarise(results, b)["mean"]["shuffled-control"] - summarise(results, b)["mean"]["random"]
+                  for b in BUDGETS)
+    print(f"- shuffled control no better than random (best budget): {control:+.2f} "
+          f"({'met' if control <= 0.3 else 'MISSED: the simulation may leak'})")
+
+
+if __name__ == "__main__":
+    main()
