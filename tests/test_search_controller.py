@@ -35,7 +35,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def search_options(tmp_path, **options) -> SearchOptions:
     """A search on the stand-in space, the real GLUE files and the default model; no baselines unless asked."""
     base = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
-            "space": str(fakes.SPACE), "data_dir": str(GLUE_DIR), "baselines": False, "cpus_per_trial": 1}
+            "space": str(fakes.SPACE), "data_dir": str(GLUE_DIR), "baselines": False, "cpus_per_trial": 1,
+            "portfolio": "none"}
     return SearchOptions(**{**base, **options})
 
 

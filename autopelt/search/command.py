@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "the budget, and answer with the best mean dev; 0: none (default: 3, rounded up to whole "
                            "rounds of --workers; on a wall-time budget at most the rounds that fit in a third of "
                            "what the baselines leave)")
+    what.add_argument("--portfolio", default="auto",
+                      help="configurations run first, learned across tasks: auto (default: the shipped portfolio, "
+                           "for the default space), none, or a file from `autopelt portfolio build`")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
                       help="train every trial to its last epoch (no ASHA)")
 
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
         precision=args.precision, custom_task=custom_task_fields(args), finalists=args.finalists,
+        portfolio=args.portfolio,
     )
     try:
         outcome = run_search(options)

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
-from autopelt.search import baselines, claims, confirm, learning_rates, recovery, refine
+from autopelt.search import baselines, claims, confirm, learning_rates, portfolio_phase, recovery, refine
 from autopelt.search.baselines import baseline_hparams, baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
@@ -88,7 +88,8 @@ class Controller:
         self._failures_in_row = 0
         self._last_maintenance = 0.0
         self._multi = len(study.directions) > 1
-        self._refinements_settled = not plan.baselines  # queued, or found queued, by this process
+        # refinements reshape the baselines; a portfolio already holds such reshaped configurations, learned
+        self._refinements_settled = not plan.baselines or plan.portfolio is not None
         self._nothing_to_confirm = False  # the finalists' turn came and no trial answered the study
         self._finalists_queued = False  # seen queued (by this process or another)
         self._superseded: set[int] = set()  # trials stopped to free their worker for the finalists
@@ -100,9 +101,20 @@ class Controller:
         """Fail and re-queue trials of dead controllers, then queue the baselines not run yet."""
         self._maintain(force=True)
         plan = self.plan
-        return enqueue_missing(self.study, plan.baselines,
-                               lambda name: plan.space.params_for(baseline_spec(name, self.baseline_pooling),
-                                                                  plan.num_layers))
+        queued = enqueue_missing(self.study, plan.baselines,
+                                 lambda name: plan.space.params_for(baseline_spec(name, self.baseline_pooling),
+                                                                    plan.num_layers))
+        if plan.portfolio is not None:
+            members = plan.portfolio.members[: plan.portfolio_size]
+            queued += portfolio_phase.enqueue_missing(self.study, members, lambda m: self._member_params(m))
+        return queued
+
+    def _member_params(self, member) -> dict | None:
+        """The space's parameters that draw a portfolio member (so the sampler learns from it), or None."""
+        params = self.plan.space.params_for(member.spec(self.plan.num_layers), self.plan.num_layers)
+        if params is not None and "batch_size" in params:
+            params["batch_size"] = member.batch_size
+        return params
 
     def running_trial_ids(self) -> list[int]:
         return [run.trial._trial_id for run in list(self.running.values())]
@@ -294,7 +306,8 @@ class Controller:
         record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
                                            hparams))
         self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
-        stoppable = baseline is None and not record.is_refinement(trial) and not record.confirms(trial)
+        stoppable = baseline is None and not record.is_refinement(trial) and not record.confirms(trial) \
+            and record.portfolio_of(trial).get("rank") != 0  # the portfolio's first is the prior's favourite
         return Ticket(trial.number, settings, stoppable=stoppable)
 
     def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
@@ -304,6 +317,11 @@ class Controller:
             if original is None:
                 raise UserError(f"trial {again}, queued as a finalist, is not in the study")
             return confirm.settings_of(record.read(original))
+        member = record.portfolio_of(trial)
+        if member:
+            if member.get("drawn"):  # queued with the parameters that draw it: record them for the sampler
+                self.plan.space.sample(trial, self.plan.num_layers)
+            return portfolio_phase.spec_and_hparams(self.plan, member)
         if baseline:
             if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")

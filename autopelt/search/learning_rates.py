@@ -34,13 +34,20 @@ def families(spec: dict) -> list[str]:
 
 
 def measured(trials) -> dict[str, float]:
-    """Family -> the rate its single-method baseline chose and trained to the end at, from TrialRecords."""
-    rates = {}
+    """Family -> the rate its single-method baseline chose and trained to the end at, from TrialRecords; for a
+    family no baseline measured, the rate of its best single-family portfolio member trained to the end."""
+    rates, best = {}, {}
     for trial in trials:
         family_ = BASELINE_FAMILIES.get(trial.baseline or "")
         if family_ and trial.is_answer and trial.learning_rate:
             rates[family_] = trial.learning_rate
-    return rates
+    for trial in trials:  # else the best single-family portfolio member's rate (its rate is absolute)
+        if not (trial.portfolio and trial.is_answer and trial.learning_rate and trial.spec and trial.values):
+            continue
+        names = families(trial.spec)
+        if len(names) == 1 and names[0] not in rates and trial.values[0] > best.get(names[0], (float("-inf"),))[0]:
+            best[names[0]] = (trial.values[0], trial.learning_rate)
+    return {**{name: rate for name, (_, rate) in best.items()}, **rates}
 
 
 def reference_rate(spec: dict, rates: dict[str, float]) -> tuple[float | None, dict[str, float]]:

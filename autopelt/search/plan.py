@@ -48,6 +48,7 @@ class SearchOptions:
     # fp32, bf16 or fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
     finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
+    portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
 
 
 @dataclass
@@ -73,6 +74,9 @@ class SearchPlan:
     data_dir: str | None  # absolute: Ray workers run elsewhere
     gpus_per_trial: float = 0
     finalists: int = 0  # the best trials trained again with another seed at the end of the search (confirm.py)
+    portfolio: Any = None  # autopelt.portfolio.portfolio.Portfolio run first, or None
+    portfolio_size: int = 0  # its members this study runs (at most half of a trial budget)
+    portfolio_note: str = ""  # which portfolio, and why, in one line
     pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
 
     @property
@@ -113,7 +117,9 @@ def prepare(options: SearchOptions) -> SearchPlan:
     model_config = load_config(model, task.num_labels)
     gpus_per_trial = _gpus_per_trial(options)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
-    baselines = baselines_for(budget) if options.baselines else []
+    portfolio, portfolio_note = _portfolio(options.portfolio, model, space)
+    baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
+    portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
     if data_dir is None:  # last: the slowest check (online, the task is downloaded here, once, for every trial)
@@ -126,8 +132,25 @@ def prepare(options: SearchOptions) -> SearchPlan:
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
         baselines=baselines, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
         pooling=_baseline_pooling(own_pooling(model), space),
-        finalists=finalists,
+        finalists=finalists, portfolio=portfolio, portfolio_size=portfolio_size, portfolio_note=portfolio_note,
     )
+
+
+def _portfolio(choice: str, model: str, space):
+    from autopelt.models import model_name
+    from autopelt.portfolio.portfolio import for_search
+
+    return for_search(choice or "auto", model_name(model), space.name)
+
+
+def _portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
+    """All its members on a wall-time budget (early stopping sorts them); on a trial budget at most half of it,
+    less the baselines, so that the sampler still draws."""
+    if portfolio is None:
+        return 0
+    if isinstance(budget, TimeBudget):
+        return len(portfolio.members)
+    return max(1, min(len(portfolio.members), budget.trials // 2 - baselines))
 
 
 def _check_numbers(options: SearchOptions) -> None:
@@ -261,11 +284,14 @@ def _local_gpus() -> int:
     return torch.cuda.device_count()
 
 
-def baselines_for(budget: Budget) -> list[str]:
+def baselines_for(budget: Budget, with_portfolio: bool = False) -> list[str]:
     """The study's baselines: all of them, or on a trial budget at most half of it (the first ones), so that a
-    study always searches."""
+    study always searches. With a portfolio, UniPELT(APL) alone: the single methods at their papers' structure
+    did not earn their cost across the meta-dataset's tasks (docs/portfolio.md)."""
     from autopelt.delta.presets import BASELINES
 
+    if with_portfolio:
+        return list(BASELINES[:1])
     if isinstance(budget, TimeBudget):
         return list(BASELINES)
     return list(BASELINES[: max(1, budget.trials // 2)])

@@ -45,7 +45,13 @@ class LiveView:
             self.echo(f"baselines queued: {', '.join(queued_baselines)} — each keeps its paper structure and chooses "
                       f"its learning rate by a sweep, about 1.5-2 trials of compute")
         final = f" + {plan.finalists} finalists" if plan.finalists else ""
-        if isinstance(plan.budget, TrialBudget) and plan.baselines:
+        if plan.portfolio_note:
+            self.echo(plan.portfolio_note)
+        if plan.portfolio is not None:
+            self.echo(f"budget: {len(plan.baselines)} baseline(s) and the portfolio's first {plan.portfolio_size} "
+                      f"configurations (early stopping halves them; the first trains to the end), then the sampler"
+                      f"{final}")
+        elif isinstance(plan.budget, TrialBudget) and plan.baselines:
             searched = max(plan.budget.trials - len(plan.baselines) - plan.finalists, 0)
             self.echo(f"budget: {len(plan.baselines)} baseline trials + {searched} searched deltas{final}; searched "
                       f"deltas train at the rates the baselines chose for their methods, times a drawn lr_scale")

@@ -68,6 +68,7 @@ class TrialRecord:
     lr_from: dict = field(default_factory=dict)  # a searched trial's rate: {"reference", "scale", "families"}
     refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"][, "places"][, "pooling"]}:
     #      that baseline's delta at factor x its rate (at that batch size, in more places, read through the mean)
+    portfolio: dict = field(default_factory=dict)  # {"name", "rank"}: a portfolio member this trial trains
     confirms: dict = field(default_factory=dict)  # {"trial", "seed"}: that trial's delta, rate and batch again
     #                                               with another training seed (confirm.py); never an answer
 
@@ -146,6 +147,7 @@ def read(trial: FrozenTrial) -> TrialRecord:
         precision=_text(a.get("precision")), learning_rate=_number(a.get("learning_rate")),
         lr_choice=_mapping(a.get("lr_choice")), lr_from=_mapping(a.get("lr_from")),
         refines=_mapping(a.get("refines")), confirms=_mapping(a.get("confirms")),
+        portfolio=_mapping(a.get("portfolio")),
     )
 
 
@@ -163,6 +165,11 @@ def confirms(trial) -> dict:
     """{"trial", "seed"} of a trial (live optuna.Trial or FrozenTrial) that trains a finalist again (confirm.py);
     else {}."""
     return _mapping(trial.user_attrs.get("confirms"))
+
+
+def portfolio_of(trial) -> dict:
+    """{"name", "rank"} of a trial (live optuna.Trial or FrozenTrial) that trains a portfolio member; else {}."""
+    return _mapping(trial.user_attrs.get("portfolio"))
 
 
 def is_drawn_baseline(trial) -> bool:

@@ -1,0 +1,38 @@
+"""The portfolio's place in a search: its members are queued first (after the baselines), in order, once per
+study, each tagged with its name and rank; early stopping (ASHA) makes successive halving of them, except the
+first, which always trains to the end. The sampler then draws, and learns from every finished trial.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import optuna
+
+from autopelt.study.record import attrs, portfolio_of
+
+
+def enqueue_missing(study: optuna.Study, members, params_of: Callable) -> list[str]:
+    """Queue each member no trial stands for yet; the names queued."""
+    have = {portfolio_of(t).get("name") for t in study.get_trials(deepcopy=False)}
+    queued = []
+    for rank, member in enumerate(members):
+        if member.name in have:
+            continue
+        params = params_of(member)
+        tag = {"name": member.name, "rank": rank, **({"drawn": True} if params is not None else {})}
+        study.enqueue_trial(params or {}, user_attrs=attrs(portfolio=tag))
+        queued.append(member.name)
+    return queued
+
+
+def spec_and_hparams(plan, tag: dict) -> tuple[dict, dict]:
+    """What a queued member trains: its spec for this model and its recorded rate, batch and backbone dropout."""
+    from autopelt.errors import UserError
+
+    members = {m.name: (i, m) for i, m in enumerate(plan.portfolio.members)} if plan.portfolio else {}
+    if tag.get("name") not in members:
+        raise UserError(f"portfolio member {tag.get('name')!r} was queued by another portfolio; resume with the "
+                        "same --portfolio")
+    index, member = members[tag["name"]]
+    return member.spec(plan.num_layers), plan.portfolio.hparams(index, plan.epochs)

@@ -1,0 +1,150 @@
+"""The portfolio: greedy selection, the leave-one-task-out simulation, portfolio files, and a search that runs
+a portfolio first. Uses the controller on the synthetic objective of tests/support/fakes.py (no training)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from support import fakes
+
+from autopelt.cli import main as cli
+from autopelt.errors import UserError
+from autopelt.portfolio import build, metadata, select
+from autopelt.portfolio.design import BY_NAME, DESIGN
+from autopelt.portfolio.portfolio import SHIPPED, load, to_file
+from autopelt.search.controller import Controller
+from autopelt.search.plan import prepare
+from autopelt.search.resume import open_study
+from autopelt.study.record import read_all
+from test_search_controller import search_options
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_greedy_selection_gives_the_known_order():
+    # a is best on average; c covers the task a is worst on; b adds nothing once a and c are in
+    scores = {"t1": {"a": 0.90, "b": 0.85, "c": 0.50, "d": 0.70},
+              "t2": {"a": 0.80, "b": 0.78, "c": 0.60, "d": 0.70},
+              "t3": {"a": 0.40, "b": 0.45, "c": 0.90, "d": 0.60}}
+    assert select.greedy_portfolio(scores, 4) == ["a", "c", "b", "d"]
+    assert select.mean_regret(scores, ["a", "c"]) == 0.0
+    assert select.greedy_portfolio(scores, 1) == ["a"]
+
+
+def test_regret_is_clipped_and_a_flat_task_adds_none():
+    regret = select.normalised_regret({"flat": {"a": 0.5, "b": 0.5}, "wide": {"a": 0.9, "b": 0.1, "c": 0.8}})
+    assert regret["flat"] == {"a": 0.0, "b": 0.0}
+    assert regret["wide"]["b"] == select.CLIP and regret["wide"]["a"] == 0.0
+
+
+def _tampered(meta: metadata.MetaDataset, task: str) -> metadata.MetaDataset:
+    records = []
+    for record in meta.records:
+        if record["task"] == task:  # the held-out task's scores reversed: best becomes worst
+            record = {**record, "epochs": [{**e, "dev": 1 - e["dev"], "test": 1 - e["test"]} for e in record["epochs"]]}
+        records.append(record)
+    return metadata.MetaDataset(meta.header, tuple(records))
+
+
+def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_portfolio():
+    loo = _bench("portfolio_loo")
+    meta = metadata.shipped()
+    configs = meta.configs(seed=0)
+    task = "trec"
+    honest = loo.held_out(meta, task, configs, size=4)
+    tampered = loo.held_out(_tampered(meta, task), task, configs, size=4)
+    assert honest["portfolio"] == tampered["portfolio"]  # built without the held-out task
+    assert honest["arms"][8] != tampered["arms"][8]  # while the held-out task's own scores do reach the answers
+
+
+def test_shipped_meta_dataset_and_portfolio_agree_with_the_design():
+    meta = metadata.shipped()
+    assert len(meta.tasks) == 12 and len(meta.configs(seed=0)) >= 48
+    portfolio = load(SHIPPED, "all-MiniLM-L6-v2")
+    assert [m.name for m in portfolio.members] == [p for p in select.greedy_portfolio(
+        {t: {c: metadata.answer(meta.trial(t, c)).dev for c in meta.configs(0)} for t in meta.tasks}, 16)]
+    assert all(m.name.split("~")[0] in BY_NAME for m in portfolio.members)
+    assert len(DESIGN) >= 48
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"model": "bert-base-uncased"}, "learned on model 'bert-base-uncased'"),
+    ({"version": 99}, "format version 99"),
+    ({"space": "lora"}, "built for the 'lora' space"),
+    ({"format": "something-else"}, "not an autopelt portfolio"),
+])
+def test_a_mismatched_portfolio_is_one_line_and_the_study_is_untouched(tmp_path, change, says, capsys):
+    data = {**json.loads(SHIPPED.read_text()), **change}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=says):
+        prepare(search_options(tmp_path, portfolio=str(path), space="default"))
+    assert not (tmp_path / "study.db").exists()
+    code = cli(["search", "--task", "rte", "--data-dir", str(ROOT.parent / "shared/data/glue"), "--portfolio",
+                str(path), "--storage", f"sqlite:///{tmp_path}/cli.db"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and says.split("'")[0] in err[0]
+    assert not (tmp_path / "cli.db").exists()
+
+
+def test_a_corrupt_portfolio_file_is_one_line(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text("{not json")
+    with pytest.raises(UserError, match="not a readable portfolio"):
+        load(path)
+
+
+def _small_portfolio(path: Path) -> Path:
+    members = [BY_NAME["lora-r8-qv@3e-3"], BY_NAME["lora-r8-qv-b16@2e-3"], BY_NAME["pfeiffer-48@1e-3"]]
+    to_file(members, "all-MiniLM-L6-v2", {"tasks": ["a", "b"]}, path)
+    return path
+
+
+def _study(tmp_path, name: str, portfolio: Path, budget: int = 8):
+    fakes.script(tmp_path / "out" / name)
+    plan = prepare(search_options(tmp_path, portfolio=str(portfolio), budget=budget, study_name=name,
+                                  out=str(tmp_path / "out" / name)))
+    study = open_study(plan)
+    control = Controller(study, plan)
+    control.start()
+    return study, control
+
+
+def test_a_search_runs_its_portfolio_first_in_order_at_the_recorded_rates(tmp_path):
+    portfolio = _small_portfolio(tmp_path / "p.json")
+    study, control = _study(tmp_path, "s", portfolio)
+    tickets = [control.next_trial() for _ in range(4)]
+    members = [t.settings for t in tickets[:3]]
+    assert [s.learning_rate for s in members] == [3e-3, 2e-3, 1e-3]
+    assert [s.batch_size for s in members] == [32, 16, 32]
+    assert [t.stoppable for t in tickets[:3]] == [False, True, True]  # the first trains to the end
+    names = [t.user_attrs.get("portfolio", {}).get("name") for t in study.get_trials(deepcopy=False)[:3]]
+    assert names == ["lora-r8-qv@3e-3", "lora-r8-qv-b16@2e-3", "pfeiffer-48@1e-3"]
+    assert not tickets[3].settings.spec == members[0].spec or tickets[3].settings.learning_rate != 3e-3
+
+
+def test_portfolio_build_from_real_studies(tmp_path):
+    portfolio = _small_portfolio(tmp_path / "p.json")
+    for name in ("task-a", "task-b"):
+        study, control = _study(tmp_path, name, portfolio, budget=6)
+        fakes.run_serially(control)
+        assert sum(bool(r.portfolio) for r in read_all(study)) == 3
+    out = tmp_path / "mine.json"
+    data = build.from_studies(f"sqlite:///{tmp_path}/study.db", None, 2, str(out))
+    assert len(data["members"]) == 2 and data["built_from"]["tasks"] == ["task-a", "task-b"]
+    rebuilt = load(out, data["model"])
+    for name in ("task-a", "task-b"):  # every member was trained to the end in every study
+        import optuna
+        trained = {(r.learning_rate, r.hparams.get("batch_size", 32)) for r in read_all(optuna.load_study(
+            study_name=name, storage=f"sqlite:///{tmp_path}/study.db")) if r.full_fidelity}
+        assert {(m.learning_rate, m.batch_size) for m in rebuilt.members} <= trained
