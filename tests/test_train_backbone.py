@@ -65,3 +65,10 @@ def test_attention_implementations_agree():
 def test_bad_settings_are_one_line_errors(field, value):
     with pytest.raises(UserError, match=field):
         TrialSettings(task="sst2", spec={"methods": []}, **{field: value})
+
+
+def test_the_default_is_off_and_settings_stored_before_the_field_read_as_trained():
+    assert TrialSettings(task="sst2", spec={"methods": []}).backbone_dropout == "off"
+    stored = TrialSettings(task="sst2", spec={"methods": []}).to_dict()
+    del stored["backbone_dropout"]
+    assert TrialSettings.from_dict(stored).backbone_dropout == "model"

@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--portfolio", default="auto",
                       help="configurations run first, learned across tasks: auto (default: the shipped portfolio, "
                            "for the default space), none, or a file from `autopelt portfolio build`")
+    what.add_argument("--backbone-dropout", choices=("off", "attention-off", "model"), default="off",
+                      help="the frozen model's dropout in every trial (default off; a portfolio member keeps its own)")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
                       help="train every trial to its last epoch (no ASHA)")
 
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
         precision=args.precision, custom_task=custom_task_fields(args), finalists=args.finalists,
-        portfolio=args.portfolio,
+        portfolio=args.portfolio, backbone_dropout=args.backbone_dropout,
     )
     try:
         outcome = run_search(options)

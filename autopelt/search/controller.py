@@ -343,7 +343,8 @@ class Controller:
             task=plan.task, spec=spec, custom_task=plan.options.custom_task, model=plan.model, data_dir=plan.data_dir,
             protocol=plan.options.k or "full", seed=plan.options.seed if seed is None else seed,
             data_seed=plan.options.seed,
-            precision=plan.options.precision, out_dir=str(out_dir), **hparams,
+            precision=plan.options.precision, out_dir=str(out_dir),
+            **{"backbone_dropout": plan.options.backbone_dropout, **hparams},
         )
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:

@@ -48,6 +48,7 @@ class SearchOptions:
     # fp32, bf16 or fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
     finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
+    backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
 
 
