@@ -53,6 +53,7 @@ METHODS = {  # name -> spec: each single method at its paper default, then UniPE
 }
 FORWARD, FULL, PEFT_LORA = "frozen forward", "full fine-tuning", "peft LoRA r8 (q,v)"
 CPU = torch.device("cpu")
+STATISTICS = {"median": statistics.median, "min": min}
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
@@ -125,10 +126,11 @@ def switched(step, switch: Switch, mode: str, attention: str):
     return run
 
 
-def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: list[str],
-                only: str | None) -> tuple[dict, dict]:
+def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: list[str], only: str | None,
+                method_settings: list[tuple[str, str]] | None = None) -> tuple[dict, dict]:
     """(configuration, dropout, attention) -> one step callable in precision `dtype`; configuration -> trainable
-    parameters. The frozen forward runs in inference mode (no dropout): one row per attention implementation."""
+    parameters. The frozen forward runs in inference mode (no dropout): one row per attention implementation.
+    LoRA and peft's LoRA run under every dropout and attention; the others too, or only under `method_settings`."""
     inputs = {k: v for k, v in data.items() if k != "labels"}
     fresh = lambda: load_model(name, 2, seed=0).train()  # noqa: E731
     frozen = fresh().eval()
@@ -165,9 +167,9 @@ def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: l
         built[label] = (step, switch)
         params[label] = delta.count_parameters(spec, model.config).trainable
     for label, (step, switch) in built.items():
-        for mode in dropouts:
-            for attention in attentions:
-                steps[(label, mode, attention)] = switched(step, switch, mode, attention)
+        every = label in (PEFT_LORA, "lora r8 (q,v)") or method_settings is None
+        for mode, attention in ([(m, a) for m in dropouts for a in attentions] if every else method_settings):
+            steps[(label, mode, attention)] = switched(step, switch, mode, attention)
     return steps, params
 
 
@@ -228,6 +230,10 @@ def main() -> None:
     parser.add_argument("--attentions", default=",".join(backbone.ATTENTIONS))
     parser.add_argument("--only", help="comma-separated starts of method names to time, e.g. lora,UniPELT "
                                        "(the forward, full fine-tuning and peft LoRA always run)")
+    parser.add_argument("--method-settings", help="dropout/attention pairs for every method but LoRA and peft's "
+                                                  "LoRA, e.g. model/sdpa,off/eager (default: all of them)")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="of each configuration's measured steps (min: the least disturbed by other load)")
     parser.add_argument("--out", help="the JSON results (default benchmarks/results/step_times-<date>.json)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -236,18 +242,19 @@ def main() -> None:
     model = args.model or default_model()
     steps, params = {}, {}
     for precision in precisions:
+        pairs = [tuple(pair.split("/")) for pair in split(args.method_settings)] if args.method_settings else None
         built, params = build_steps(model, batch(args.seq, args.batch), devices.autocast_dtype(precision),
-                                    dropouts, attentions, args.only)
+                                    dropouts, attentions, args.only, pairs)
         steps.update({(*key, precision): step for key, step in built.items()})
     times = interleaved(steps, args.steps, args.warmup)
     now = datetime.datetime.now(datetime.timezone.utc)
     results = {
         "command": " ".join(["python", *sys.argv]), "commit": commit(), "date": now.isoformat(timespec="seconds"),
         "machine": machine(), "torch": torch.__version__, "threads": args.threads, "model": model,
-        "seq": args.seq, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
+        "seq": args.seq, "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "statistic": args.statistic,
         "precisions": precisions, "dropouts": dropouts, "attentions": attentions,
         "rows": [{"configuration": label, "backbone_dropout": mode, "attention": attention, "precision": precision,
-                  "trainable_params": params.get(label), "seconds": statistics.median(values), "times": values}
+                  "trainable_params": params.get(label), "seconds": STATISTICS[args.statistic](values), "times": values}
                  for (label, mode, attention, precision), values in times.items()],
     }
     out = Path(args.out) if args.out else RESULTS_DIR / f"step_times-{now:%Y-%m-%d-%H%M}.json"

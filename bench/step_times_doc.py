@@ -44,7 +44,8 @@ def header(results: dict) -> str:
             "no AMX: the bf16 rows are AVX512-BF16's; the ≤ 0.55× bf16 target is for AMX machines, not measured on AMX "
             "here" if m.get("avx512_bf16") else "no native bf16: the bf16 rows are emulated")
     return (f"{results['model']} · seq {results['seq']} · batch {results['batch']} · {results['threads']} threads · "
-            f"median of {results['steps']} interleaved steps after {results['warmup']} warm-up round · "
+            f"{results.get('statistic', 'median')} of {results['steps']} interleaved steps after {results['warmup']} "
+            f"warm-up round(s) · "
             f"{m['cpu_model']} ({m.get('cpus')} CPUs, {bf16}) · torch {results['torch']} · commit {results['commit']} "
             f"· {results['date']}\n\n`{results['command']}`")
 
