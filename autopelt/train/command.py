@@ -66,8 +66,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--backbone-dropout", choices=("model", "attention-off", "off"), default="model",
                         help="the frozen model's dropout: model (its config's, default), attention-off (none on the "
                              "attention probabilities), off (none at all); docs/speed.md measures each")
-    parser.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa",
-                        help="attention implementation (default sdpa)")
+    parser.add_argument("--attention", choices=("auto", "sdpa", "eager"), default="auto",
+                        help="attention implementation: auto (default: SDPA on CUDA; on a CPU the faster of the two "
+                             "for this shape, timed once; $AUTOPELT_ATTENTION overrides), sdpa or eager")
     parser.add_argument("--out", help="folder for result.json and the trained delta")
 
 
