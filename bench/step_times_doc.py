@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ def table(results: dict) -> str:
     step in seconds, × fp32, × peft LoRA and × the 2x-forward floor."""
     rows = ratios(results)
     attentions = results["attentions"]
-    parts = [header(results)]
+    parts = [header(results), overall_table(results)]
     for precision in results["precisions"]:
         head = " | ".join(f"{a} s | × fp32 | × peft LoRA | × floor" for a in attentions)
         lines = [f"**{precision}**", "", f"| configuration | backbone dropout | trainable | {head} |",
@@ -74,6 +75,34 @@ def table(results: dict) -> str:
             lines.append(f"| {label} | {mode} | {f'{params:,}' if params else '–'} | {' | '.join(cells)} |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
+
+
+def overall(results: dict) -> list[tuple[str, str, float, int]]:
+    """(precision, comparison, geometric mean of the step-time ratio over every training configuration measured
+    both ways, how many): eager / sdpa, attention-off / model, off / model, bf16 / fp32. One cell of the tables
+    can move by a fifth on a loaded machine; the mean over some twenty configurations moves less."""
+    seconds = {(r["configuration"], r["backbone_dropout"], r["attention"], r["precision"]): r["seconds"]
+               for r in results["rows"] if r["configuration"] != FORWARD}
+    comparisons = {"eager / sdpa": lambda k: (*k[:2], "eager", k[3]) if k[2] == "sdpa" else None,
+                   "attention-off / model": lambda k: (k[0], "attention-off", *k[2:]) if k[1] == "model" else None,
+                   "off / model": lambda k: (k[0], "off", *k[2:]) if k[1] == "model" else None,
+                   "bf16 / fp32": lambda k: (*k[:3], "bf16") if k[3] == "fp32" else None}
+    rows = []
+    for name, other in comparisons.items():
+        for precision in results["precisions"]:
+            logs = [math.log(seconds[other(k)] / v) for k, v in seconds.items()
+                    if other(k) in seconds and (k[3] == precision or name == "bf16 / fp32")]
+            if logs and not (name == "bf16 / fp32" and precision != "fp32"):
+                rows.append((precision if name != "bf16 / fp32" else "–", name, math.exp(sum(logs) / len(logs)),
+                             len(logs)))
+    return rows
+
+
+def overall_table(results: dict) -> str:
+    lines = ["| precision | step-time ratio | geometric mean over configurations | configurations |",
+             "|---|---|---:|---:|"]
+    lines += [f"| {p} | {name} | {ratio:.2f} | {n} |" for p, name, ratio, n in overall(results)]
+    return "\n".join(lines)
 
 
 def _fmt(value: float | None) -> str:

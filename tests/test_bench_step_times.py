@@ -30,7 +30,8 @@ RESULTS = {
     "dropouts": ["model", "off"], "attentions": ["sdpa"],
     "machine": {"cpu_model": "AMD EPYC", "cpus": "2", "amx": False, "avx512_bf16": True},
     "rows": [row("frozen forward", "–", "sdpa", "fp32", 0.5), row("frozen forward", "–", "sdpa", "bf16", 0.25),
-             row("peft LoRA r8 (q,v)", "model", "sdpa", "fp32", 2.0), row("peft LoRA r8 (q,v)", "off", "sdpa", "fp32", 1.0),
+             row("peft LoRA r8 (q,v)", "model", "sdpa", "fp32", 2.0),
+             row("peft LoRA r8 (q,v)", "off", "sdpa", "fp32", 1.0),
              row("peft LoRA r8 (q,v)", "model", "sdpa", "bf16", 1.0),
              row("dora r8 (q,v)", "model", "sdpa", "fp32", 2.2), row("dora r8 (q,v)", "off", "sdpa", "fp32", 1.5),
              row("dora r8 (q,v)", "model", "sdpa", "bf16", 1.1)],
@@ -57,3 +58,11 @@ def test_the_tables_replace_what_stood_between_the_markers():
     assert "| dora r8 (q,v) | off |" not in rendered.split("**bf16**")[1]  # not measured in bf16: no row
     with pytest.raises(ValueError, match="markers"):
         doc.render(RESULTS, "no markers")
+
+
+def test_the_overall_ratios_are_geometric_means_over_configurations_measured_both_ways():
+    doc = load_doc()
+    overall = {(precision, name): (ratio, n) for precision, name, ratio, n in doc.overall(RESULTS)}
+    assert overall[("fp32", "off / model")] == (pytest.approx((1.0 / 2.0 * 1.5 / 2.2) ** 0.5), 2)
+    assert overall[("–", "bf16 / fp32")] == (pytest.approx(0.5), 2)  # peft LoRA and DoRA, model dropout
+    assert ("bf16", "off / model") not in overall  # nothing measured both ways
