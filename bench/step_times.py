@@ -1,21 +1,36 @@
-"""Median train-step time of every delta method, against the frozen forward, full fine-tuning and peft's LoRA.
+"""Median train-step time of every delta method, per precision, backbone dropout and attention implementation.
 
 All measured side by side in one process, in each precision as the trainer runs it (autocast, the frozen weights
-cast once): all-MiniLM-L6-v2, sequence length 128, batch 32, 2 threads.
-Usage: python bench/step_times.py [--steps 5] [--warmup 1] [--threads 2] [--precisions fp32,bf16] [--only lora,UniPELT]
+cast once): all-MiniLM-L6-v2, sequence length 128, batch 32, 2 threads. Every delta method, peft's LoRA and full
+fine-tuning are timed under each backbone dropout (model, attention-off, off) and attention implementation (sdpa,
+eager); the frozen forward (the 2x-forward floor of a PEFT step) under each attention implementation. One model per
+method and precision is switched between the settings, and every configuration is timed round-robin, so that load
+from anything else on the machine falls on every configuration alike.
+
+The results go to --out (default benchmarks/results/step_times-<date>.json) with the command, commit, date, CPU
+model and flags, torch version and threads; bench/step_times_doc.py renders them into docs/speed.md.
+Usage: python bench/step_times.py [--steps 2] [--warmup 1] [--threads 2] [--precisions fp32,bf16]
+                                  [--dropouts model,attention-off,off] [--attentions sdpa,eager] [--only lora,dora]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import platform
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
+from torch import nn
 
 from autopelt import delta
 from autopelt.models import default_model, load_model
-from autopelt.train import device as devices
+from autopelt.train import backbone, device as devices
 from autopelt.train.loop import supervised_loss, training_loss
 
 METHODS = {  # name -> spec: each single method at its paper default, then UniPELT(APL)
@@ -36,10 +51,10 @@ METHODS = {  # name -> spec: each single method at its paper default, then UniPE
     "rslora r8 (q,v)": delta.PRESETS["rslora"],
     "vera r1024 (q,v)": delta.PRESETS["vera"],
 }
-SINGLE_METHOD_TARGET, LORA_TARGET, UNIPELT_TARGET = 0.8, 1.0, 1.0
-PRECISION_TARGET = 0.55  # a bf16 step against the same configuration's fp32 step, where bf16 is native
 FORWARD, FULL, PEFT_LORA = "frozen forward", "full fine-tuning", "peft LoRA r8 (q,v)"
 CPU = torch.device("cpu")
+STATISTICS = {"median": statistics.median, "min": min}
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
 def batch(seq: int, size: int, seed: int = 0) -> dict:
@@ -49,17 +64,40 @@ def batch(seq: int, size: int, seed: int = 0) -> dict:
             "labels": torch.randint(0, 2, (size,), generator=g)}
 
 
-def interleaved(steps: dict, repeats: int, warmup: int) -> dict[str, float]:
-    """Median seconds per step of each configuration, run round-robin so that load from anything else on
+def interleaved(steps: dict, repeats: int, warmup: int) -> dict[tuple, list[float]]:
+    """Seconds of every measured step of each configuration, run round-robin so that load from anything else on
     the machine falls on every configuration alike."""
-    times: dict[str, list[float]] = {name: [] for name in steps}
+    times: dict[tuple, list[float]] = {key: [] for key in steps}
     for repeat in range(warmup + repeats):
-        for name, step in steps.items():
+        for key, step in steps.items():
             started = time.perf_counter()
             step()
             if repeat >= warmup:
-                times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(values) for name, values in times.items()}
+                times[key].append(time.perf_counter() - started)
+        print(f"round {repeat + 1}/{warmup + repeats} done", file=sys.stderr, flush=True)
+    return times
+
+
+class Switch:
+    """Puts one model's backbone into a dropout mode and attention implementation, and back: the rates of the
+    pretrained model's own dropouts under each mode are read before a delta is injected, so a delta's dropout is
+    never touched."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+        original = [m.p for m in self.dropouts]
+        self.rates = {}
+        for mode in backbone.BACKBONE_DROPOUTS:
+            backbone.set_backbone_dropout(model, mode)
+            self.rates[mode] = [m.p for m in self.dropouts]
+            for module, rate in zip(self.dropouts, original):
+                module.p = rate
+
+    def __call__(self, mode: str, attention: str) -> None:
+        for module, rate in zip(self.dropouts, self.rates[mode]):
+            module.p = rate
+        backbone.set_attention(self.model, attention)
 
 
 def optimiser_step(model, loss_fn, dtype=None):
@@ -80,61 +118,63 @@ def optimiser_step(model, loss_fn, dtype=None):
     return step
 
 
-def build_steps(name: str, data: dict, dtype) -> tuple[dict, dict]:
-    """configuration -> one step callable in precision `dtype`, and configuration -> trainable parameters."""
+def switched(step, switch: Switch, mode: str, attention: str):
+    def run():
+        switch(mode, attention)
+        step()
+
+    return run
+
+
+def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: list[str], only: str | None,
+                method_settings: list[tuple[str, str]] | None = None) -> tuple[dict, dict]:
+    """(configuration, dropout, attention) -> one step callable in precision `dtype`; configuration -> trainable
+    parameters. The frozen forward runs in inference mode (no dropout): one row per attention implementation.
+    LoRA and peft's LoRA run under every dropout and attention; the others too, or only under `method_settings`."""
     inputs = {k: v for k, v in data.items() if k != "labels"}
     fresh = lambda: load_model(name, 2, seed=0).train()  # noqa: E731
     frozen = fresh().eval()
     devices.cast_frozen_weights(frozen, dtype)
+    frozen_switch = Switch(frozen)
 
     def forward():
         with torch.inference_mode(), devices.autocast(CPU, dtype):
             frozen(**inputs)
 
+    steps = {(FORWARD, "–", attention): switched(forward, frozen_switch, "model", attention)
+             for attention in attentions}
     full = fresh()
-    steps = {FORWARD: forward,
-             FULL: optimiser_step(full, lambda: supervised_loss(full(**inputs).logits, data["labels"]), dtype)}
+    full_switch = Switch(full)
+    full_step = optimiser_step(full, lambda: supervised_loss(full(**inputs).logits, data["labels"]), dtype)
     params = {FULL: sum(p.numel() for p in full.parameters())}
-    peft_step = _peft_lora(fresh(), data, dtype)
-    if peft_step is not None:
-        steps[PEFT_LORA], params[PEFT_LORA] = peft_step
+    built = {FULL: (full_step, full_switch)}
+    peft = _peft_lora(fresh(), data, dtype)
+    if peft is not None:
+        built[PEFT_LORA], params[PEFT_LORA] = peft[:2], peft[2]
     for label, spec in METHODS.items():
-        model = delta.apply_delta(fresh(), spec, seed=0)
+        if not _chosen(label, only):
+            continue
+        model = fresh()
+        switch = Switch(model)
+        delta.apply_delta(model, spec, seed=0)
         routing = torch.Generator().manual_seed(1)
         adamix = next((m for m in delta.parse_spec(spec).methods if m.method == "adamix"), None)
         consistency = adamix.consistency if adamix else 0.0
         mixed = delta.has_mixtures(model)
-        steps[label] = optimiser_step(
+        step = optimiser_step(
             model, lambda model=model, routing=routing, c=consistency, m=mixed: training_loss(model, dict(data), routing, c, m),
             dtype)
+        built[label] = (step, switch)
         params[label] = delta.count_parameters(spec, model.config).trainable
+    for label, (step, switch) in built.items():
+        every = label in (PEFT_LORA, "lora r8 (q,v)") or method_settings is None
+        for mode, attention in ([(m, a) for m in dropouts for a in attentions] if every else method_settings):
+            steps[(label, mode, attention)] = switched(step, switch, mode, attention)
     return steps, params
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5, help="measured steps per configuration")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated, among fp32, bf16, fp16")
-    parser.add_argument("--only", help="comma-separated starts of configuration names to time, e.g. lora,UniPELT "
-                                       "(the forward, full fine-tuning and peft LoRA always run)")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    steps, params = {}, {}
-    for precision in precisions:
-        built, params = build_steps(default_model(), batch(args.seq, args.batch), devices.autocast_dtype(precision))
-        steps.update({(label, precision): step for label, step in built.items()
-                      if _chosen(label, args.only)})
-    medians = interleaved(steps, args.steps, args.warmup)
-    _print_table(medians, params, precisions, args)
-
-
 def _chosen(label: str, only: str | None) -> bool:
-    return not only or label in (FORWARD, FULL, PEFT_LORA) or label.startswith(tuple(only.split(",")))
+    return not only or label.startswith(tuple(only.split(",")))
 
 
 def _peft_lora(model, data, dtype):
@@ -142,49 +182,88 @@ def _peft_lora(model, data, dtype):
         from peft import LoraConfig, get_peft_model
     except ImportError:
         return None
+    switch = Switch(model)
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
                                              modules_to_save=["classifier"]))
     inputs = {k: v for k, v in data.items() if k != "labels"}
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return optimiser_step(model, lambda: supervised_loss(model(**inputs).logits, data["labels"]), dtype), trainable
+    step = optimiser_step(model, lambda: supervised_loss(model(**inputs).logits, data["labels"]), dtype)
+    return step, switch, trainable
 
 
-def _target(label: str, seconds: float, full: float, peft_lora: float | None) -> str:
-    if label in METHODS and label.startswith("lora"):
-        ok = peft_lora is None or seconds / peft_lora <= LORA_TARGET
-        return f"≤ {LORA_TARGET}× peft LoRA: {'met' if ok else 'MISSED'}"
-    if label.startswith("UniPELT"):
-        return f"≤ {UNIPELT_TARGET}× full FT: {'met' if seconds / full <= UNIPELT_TARGET else 'MISSED'}"
-    if label in METHODS:
-        return f"≤ {SINGLE_METHOD_TARGET}× full FT: {'met' if seconds / full <= SINGLE_METHOD_TARGET else 'MISSED'}"
-    return ""
+def machine() -> dict:
+    """CPU model and flags (lscpu), torch's view of the CPU, the bf16 probe's verdict."""
+    try:
+        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
+        info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    except (OSError, subprocess.CalledProcessError):
+        info = {}
+    flags = info.get("Flags", "").split()
+    return {"cpu_model": info.get("Model name", platform.processor()), "cpus": info.get("CPU(s)"),
+            "flags": flags, "amx": any(f.startswith("amx") for f in flags), "avx512_bf16": "avx512_bf16" in flags,
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "precision_note": devices.cpu_precision_note()}
 
 
-def _print_table(medians: dict, params: dict, precisions: list[str], args) -> None:
-    """One row per configuration and precision; ratios against the fp32 frozen forward and, per precision,
-    against full fine-tuning and peft's LoRA in that precision; bf16/fp16 rows also against their own fp32 step."""
-    fp32_forward = medians.get((FORWARD, "fp32"))
-    print(f"all-MiniLM-L6-v2 · seq {args.seq} · batch {args.batch} · {args.threads} threads · "
-          f"median of {args.steps} interleaved steps after {args.warmup} warm-up round · "
-          f"{devices.cpu_precision_note()}")
-    print()
-    print("| configuration | precision | trainable params | step (s) | × fp32 step | × fp32 forward | × full FT "
-          "| × peft LoRA | target |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    for (label, precision), seconds in medians.items():
-        full, peft_lora = medians[(FULL, precision)], medians.get((PEFT_LORA, precision))
-        own_fp32 = medians.get((label, "fp32"))
-        target = _target(label, seconds, full, peft_lora)
-        if precision != "fp32" and own_fp32:
-            ok = seconds / own_fp32 <= PRECISION_TARGET
-            target = "; ".join(t for t in (target, f"≤ {PRECISION_TARGET}× fp32: {'met' if ok else 'MISSED'}") if t)
-        print(f"| {label} | {precision} | {f'{params[label]:,}' if label in params else '–'} | {seconds:.3f} | "
-              f"{_ratio(seconds, own_fp32)} | {_ratio(seconds, fp32_forward)} | {seconds / full:.2f} | "
-              f"{_ratio(seconds, peft_lora)} | {target} |")
+def commit() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True).stdout.strip()
+        return head + ("+uncommitted" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
-def _ratio(seconds: float, reference: float | None) -> str:
-    return f"{seconds / reference:.2f}" if reference else "–"
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2, help="measured steps per configuration")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--model", default=None, help="default: autopelt's default model")
+    parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated, among fp32, bf16, fp16")
+    parser.add_argument("--dropouts", default=",".join(backbone.BACKBONE_DROPOUTS))
+    parser.add_argument("--attentions", default=",".join(backbone.ATTENTIONS))
+    parser.add_argument("--only", help="comma-separated starts of method names to time, e.g. lora,UniPELT "
+                                       "(the forward, full fine-tuning and peft LoRA always run)")
+    parser.add_argument("--method-settings", help="dropout/attention pairs for every method but LoRA and peft's "
+                                                  "LoRA, e.g. model/sdpa,off/eager (default: all of them)")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="of each configuration's measured steps (min: the least disturbed by other load)")
+    parser.add_argument("--out", help="the JSON results (default benchmarks/results/step_times-<date>.json)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    split = lambda text: [p.strip() for p in text.split(",") if p.strip()]  # noqa: E731
+    precisions, dropouts, attentions = split(args.precisions), split(args.dropouts), split(args.attentions)
+    model = args.model or default_model()
+    steps, params = {}, {}
+    for precision in precisions:
+        pairs = [tuple(pair.split("/")) for pair in split(args.method_settings)] if args.method_settings else None
+        built, params = build_steps(model, batch(args.seq, args.batch), devices.autocast_dtype(precision),
+                                    dropouts, attentions, args.only, pairs)
+        steps.update({(*key, precision): step for key, step in built.items()})
+    times = interleaved(steps, args.steps, args.warmup)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    results = {
+        "command": " ".join(["python", *sys.argv]), "commit": commit(), "date": now.isoformat(timespec="seconds"),
+        "machine": machine(), "torch": torch.__version__, "threads": args.threads, "model": model,
+        "seq": args.seq, "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "statistic": args.statistic,
+        "precisions": precisions, "dropouts": dropouts, "attentions": attentions,
+        "rows": [{"configuration": label, "backbone_dropout": mode, "attention": attention, "precision": precision,
+                  "trainable_params": params.get(label), "seconds": STATISTICS[args.statistic](values), "times": values}
+                 for (label, mode, attention, precision), values in times.items()],
+    }
+    out = Path(args.out) if args.out else RESULTS_DIR / f"step_times-{now:%Y-%m-%d-%H%M}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+    from step_times_doc import table  # beside this script
+
+    print(table(results))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # `--precision auto` computes as on a CPU without native bf16, whatever this one is: no probe timed beside other
 # tests, the same precision on every machine (tests/test_train_precision.py tests the probe itself)
 os.environ.setdefault("AUTOPELT_CPU_BF16_SPEEDUP", "none")
+# and `--attention auto` takes sdpa untimed, for the same reason (tests/test_train_backbone.py tests the timing)
+os.environ.setdefault("AUTOPELT_ATTENTION", "sdpa")
 
 # The test support package (tests/support) is imported by subprocesses and Ray workers too: they inherit this.
 TESTS_DIR = Path(__file__).resolve().parent

@@ -299,3 +299,57 @@ def test_vera_is_b_times_frozen_b_times_d_times_frozen_a():
     for layer, out in ((query, 32), (inner, 64)):
         update = torch.diag(layer.lambda_b) @ B[:out] @ torch.diag(layer.lambda_d) @ A[:, :32]  # Λ_b B Λ_d A
         torch.testing.assert_close(layer(x), F.linear(x, layer.base_layer.weight + update, layer.base_layer.bias))
+
+
+def _values_and_grads(layer, x, compute):
+    """`compute(x)`'s output and the gradients of a fixed function of it for x and every trainable tensor."""
+    x = x.clone().requires_grad_(True)
+    out = compute(x)
+    trainable = [p for p in layer.parameters() if p.requires_grad]
+    grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.shape[-1])).square().sum(), [x, *trainable])
+    return out, grads
+
+
+@pytest.mark.parametrize("tokens", [(2, 5), (4, 40)])  # rows through A and B; ΔW formed once (tested below)
+@pytest.mark.parametrize("extra", [{}, {"dropout": 0.0, "gate": True}])
+def test_vera_update_and_gradients_follow_the_equation_by_rows_or_by_weight(tokens, extra):
+    model = perturbed(built({"methods": [{"method": "vera", "rank": 64, "targets": ["query"], **extra}]}))
+    layer = site(model, "attention.self.query")
+    x = torch.randn(*tokens, 32)
+    assert layer.through_weight_pays(tokens[0] * tokens[1]) == (tokens == (4, 40))
+    A, B, W, b = layer.projections.A, layer.projections.B, layer.base_layer.weight, layer.base_layer.bias
+
+    def equation(x):
+        update = layer.lambda_b * F.linear(layer.lambda_d * F.linear(x, A), B)  # b ⊙ B·(d ⊙ A·x)
+        if layer.gate is not None:
+            update = update * layer.gate(x)[:, None, :]
+        return F.linear(x, W, b) + update
+
+    got, got_grads = _values_and_grads(layer, x, layer)
+    expected, expected_grads = _values_and_grads(layer, x, equation)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(got_grads, expected_grads):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_dora_gradients_hold_the_norm_constant(dropout):
+    model = perturbed(built({"methods": [{"method": "lora", "rank": 4, "alpha": 8, "dora": True,
+                                          "dropout": dropout}]})).train()
+    layer = site(model, "attention.self.value")
+    W, b = layer.base_layer.weight, layer.base_layer.bias
+    x = torch.randn(2, 5, 32)
+
+    def equation(x):  # m / sg(||V||) · V·x + bias, V = W + s·B·A, the update seeing the LoRA dropout's mask
+        V = W + 2 * layer.lora_B.weight @ layer.lora_A.weight
+        scale = layer.magnitude / V.norm(dim=1).detach()
+        dropped = x if dropout == 0 else layer.dropout(x)
+        return F.linear(x, W, b) + (scale - 1) * F.linear(dropped, W) + scale * F.linear(dropped, V - W)
+
+    torch.manual_seed(5)
+    got, got_grads = _values_and_grads(layer, x, layer)
+    torch.manual_seed(5)
+    expected, expected_grads = _values_and_grads(layer, x, equation)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(got_grads, expected_grads):
+        torch.testing.assert_close(g, e)

@@ -6,7 +6,8 @@ from torch import nn
 
 from autopelt import delta
 from autopelt.errors import UserError
-from autopelt.train.backbone import set_attention, set_backbone_dropout
+from autopelt.train import backbone
+from autopelt.train.backbone import choose_attention, set_attention, set_backbone_dropout
 from autopelt.train.settings import TrialSettings
 from tests.conftest import tiny_model
 
@@ -72,3 +73,61 @@ def test_the_default_is_off_and_settings_stored_before_the_field_read_as_trained
     stored = TrialSettings(task="sst2", spec={"methods": []}).to_dict()
     del stored["backbone_dropout"]
     assert TrialSettings.from_dict(stored).backbone_dropout == "model"
+
+
+def test_auto_times_both_on_a_cpu_once_per_shape_and_leaves_the_trial_untouched(monkeypatch):
+    monkeypatch.delenv(backbone.ATTENTION_ENV, raising=False)
+    monkeypatch.setattr(backbone, "_CHOSEN", {})
+    timed = []
+    monkeypatch.setattr(backbone, "time_attention", lambda *a: timed.append(a) or backbone_time(*a))
+    model = tiny_bert().train()
+    before = {n: p.detach().clone() for n, p in model.state_dict().items()}
+    batch = {"input_ids": torch.randint(0, 100, (4, 20)), "attention_mask": torch.ones(4, 20, dtype=torch.long)}
+    state = torch.get_rng_state()
+    choice = choose_attention("auto", model, batch, torch.device("cpu"), None, "model")
+    assert choice["by"] == "measured" and set(choice["seconds"]) == {"sdpa", "eager"}
+    assert choice["attention"] == min(choice["seconds"], key=choice["seconds"].get)
+    assert torch.equal(torch.get_rng_state(), state)  # the trial's dropout masks are those it would draw anyway
+    assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert choose_attention("auto", model, batch, torch.device("cpu"), None, "model") == choice
+    assert len(timed) == 1  # the same shape: not timed again
+    choose_attention("auto", model, {k: v[:, :5] for k, v in batch.items()}, torch.device("cpu"), None, "model")
+    assert len(timed) == 1  # 5 and 20 tokens round to the same width
+    choose_attention("auto", model, batch, torch.device("cpu"), None, "off")
+    assert len(timed) == 2  # another dropout: another cost
+
+
+backbone_time = backbone.time_attention
+
+
+def test_auto_is_sdpa_on_cuda_and_the_environment_decides_untimed(monkeypatch):
+    monkeypatch.setattr(backbone, "time_attention", lambda *a: pytest.fail("timed"))
+    model, batch = tiny_bert(), {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+    monkeypatch.delenv(backbone.ATTENTION_ENV, raising=False)
+    assert choose_attention("auto", model, batch, torch.device("cuda"), None, "model")["attention"] == "sdpa"
+    monkeypatch.setenv(backbone.ATTENTION_ENV, "eager")
+    assert choose_attention("auto", model, batch, torch.device("cpu"), None, "model") == {
+        "attention": "eager", "by": backbone.ATTENTION_ENV, "seconds": None}
+    assert choose_attention("sdpa", model, batch, torch.device("cpu"), None, "model")["attention"] == "sdpa"
+    monkeypatch.setenv(backbone.ATTENTION_ENV, "flash")
+    with pytest.raises(UserError, match=backbone.ATTENTION_ENV):
+        choose_attention("auto", model, batch, torch.device("cpu"), None, "model")
+
+
+@pytest.mark.parametrize("preset", sorted(delta.PRESETS))
+def test_every_preset_trains_and_predicts_alike_with_either_attention(preset):
+    model = delta.apply_delta(tiny_bert(), delta.PRESETS[preset], seed=0)
+    ids = torch.randint(3, model.config.vocab_size, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[2, 6:] = 0
+    logits = {}
+    for implementation in ("eager", "sdpa"):
+        set_attention(model, implementation)
+        model.train()
+        delta.route_all(model, torch.Generator().manual_seed(0)) if delta.has_mixtures(model) else None
+        model(input_ids=ids, attention_mask=mask).logits.sum().backward()
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
+        model.zero_grad()
+        logits[implementation] = model.eval()(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(logits["sdpa"], logits["eager"], rtol=1e-5, atol=1e-5)

@@ -271,6 +271,8 @@ def _call(trial_fn: Callable, settings, report: Callable[[dict], None]) -> dict:
     except Exception as error:
         return {"status": "failed", "reason": f"{type(error).__name__}: {error}",
                 "traceback": traceback.format_exc(), "spec": settings.spec}
+    finally:
+        devices.release_memory()  # a long study on a reused worker does not creep
     if not isinstance(result, dict):
         return {"status": "failed", "reason": f"the trial function returned {type(result).__name__}, not a dict"}
     return result

@@ -9,17 +9,24 @@ Which default autopelt uses, and what turning dropout off costs in quality and s
 docs/speed.md.
 
 Attention implementation (`TrialSettings.attention`): `sdpa` (transformers' default) or `eager`, set on the
-loaded model with transformers' public `set_attn_implementation`.
+loaded model with transformers' public `set_attn_implementation`; `auto` (the default) measures which is faster
+for the trial's shape on this device (`choose_attention`).
 """
 
 from __future__ import annotations
 
+import copy
+import os
+import time
+
+import torch
 from torch import nn
 
 from autopelt.errors import UserError
 
 BACKBONE_DROPOUTS = ("model", "attention-off", "off")
 ATTENTIONS = ("sdpa", "eager")
+ATTENTION_SETTINGS = ("auto", *ATTENTIONS)  # auto: chosen per device by `choose_attention`
 _ATTENTION_DROPOUTS = ("dropout", "attn_dropout", "attention_dropout")  # BERT/T5, GPT-2, Llama
 
 
@@ -62,3 +69,66 @@ def set_attention(model, implementation: str) -> None:
         raise UserError(f"attention must be one of {', '.join(ATTENTIONS)}, not {implementation!r}")
     if getattr(model.config, "_attn_implementation", None) != implementation:
         model.set_attn_implementation(implementation)
+
+
+ATTENTION_ENV = "AUTOPELT_ATTENTION"  # sdpa or eager: what `auto` picks, untimed (a machine measured elsewhere)
+_CHOSEN: dict[tuple, dict] = {}  # once per process and shape: timing again per trial would cost each trial steps
+
+
+def choose_attention(requested: str, model: nn.Module, batch: dict, device: torch.device,
+                     dtype: torch.dtype | None, backbone_dropout: str) -> dict:
+    """The attention implementation a trial runs with, and how it was chosen: {"attention", "by", "seconds"}.
+
+    `auto` takes $AUTOPELT_ATTENTION where set; SDPA on CUDA (its fused kernels, dropout included, beat eager
+    there); on a CPU whichever of sdpa and eager trains one step of `batch`'s shape faster, timed once per
+    process on a copy of `model` (the backbone as the trial configured it, before the delta) with the global
+    random state restored, so the trial draws the same dropout masks whichever is picked."""
+    if requested != "auto":
+        if requested not in ATTENTIONS:
+            raise UserError(f"attention must be auto or one of {', '.join(ATTENTIONS)}, not {requested!r}")
+        return {"attention": requested, "by": "asked", "seconds": None}
+    given = os.environ.get(ATTENTION_ENV)
+    if given:
+        if given not in ATTENTIONS:
+            raise UserError(f"{ATTENTION_ENV} must be one of {', '.join(ATTENTIONS)}, not {given!r}")
+        return {"attention": given, "by": ATTENTION_ENV, "seconds": None}
+    if device.type == "cuda":
+        return {"attention": "sdpa", "by": "cuda", "seconds": None}
+    shape = tuple(batch["input_ids"].shape)
+    key = (getattr(model.config, "_name_or_path", ""), shape[0], -(-shape[1] // 32) * 32, backbone_dropout,
+           dtype, device.type, torch.get_num_threads())
+    if key not in _CHOSEN:
+        seconds = time_attention(model, batch, device, dtype)
+        _CHOSEN[key] = {"attention": min(seconds, key=seconds.get), "by": "measured", "seconds": seconds}
+    return dict(_CHOSEN[key])
+
+
+def time_attention(model: nn.Module, batch: dict, device: torch.device, dtype: torch.dtype | None,
+                   rounds: int = 2) -> dict[str, float]:
+    """Seconds of one training step (forward and backward through the activations, the weights frozen as a
+    delta's backbone is) with each attention implementation: the best of `rounds` interleaved steps after one
+    warm-up step each. Works on a copy; the global random state is put back."""
+    from autopelt.train import device as devices  # device.py imports the settings, which import this module
+
+    probe = copy.deepcopy(model).to(device).train()
+    probe.requires_grad_(False)
+    devices.cast_frozen_weights(probe, dtype)
+    embeddings = probe.get_input_embeddings()
+    hook = embeddings.register_forward_hook(lambda _module, _args, out: out.requires_grad_())
+    inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+    state = devices.rng_state(device)
+    best = {name: float("inf") for name in ATTENTIONS}
+    try:
+        for round_ in range(rounds + 1):
+            for name in ATTENTIONS:
+                set_attention(probe, name)
+                started = time.perf_counter()
+                with devices.autocast(device, dtype):
+                    logits = probe(**inputs).logits
+                logits.float().sum().backward()
+                if round_:  # round 0 warms up
+                    best[name] = min(best[name], time.perf_counter() - started)
+    finally:
+        hook.remove()
+        devices.set_rng_state(device, state)
+    return best

@@ -67,8 +67,9 @@ def add_arguments(parser) -> None:
                         help="the frozen model's dropout: off (default: none in the pretrained model; as good or "
                              "better across 12 tasks, and faster), attention-off (none on the attention "
                              "probabilities), model (its config's); docs/speed.md")
-    parser.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa",
-                        help="attention implementation (default sdpa)")
+    parser.add_argument("--attention", choices=("auto", "sdpa", "eager"), default="auto",
+                        help="attention implementation: auto (default: SDPA on CUDA; on a CPU the faster of the two "
+                             "for this shape, timed once; $AUTOPELT_ATTENTION overrides), sdpa or eager")
     parser.add_argument("--out", help="folder for result.json and the trained delta")
 
 

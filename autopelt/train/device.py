@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import resource
 import sys
@@ -233,3 +234,19 @@ OUT_OF_MEMORY_TEXTS = ("out of memory", "can't allocate memory", "not enough mem
 def is_out_of_memory(error: BaseException) -> bool:
     text = str(error).lower()
     return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or any(t in text for t in OUT_OF_MEMORY_TEXTS)
+
+
+def out_of_memory_reason(error: BaseException, device: torch.device) -> str:
+    """One line for a trial that did not fit: what ran out, and what to change."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    remedy = ("lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU" if device.type == "cuda"
+              else "lower --batch-size, or run fewer --workers at once")
+    return f"out of memory: {first} ({remedy})"
+
+
+def release_memory() -> None:
+    """Give back what a finished trial held: Python's garbage now, and CUDA's cached blocks to the device, so the
+    next trial on this worker (or another process on the GPU) starts from the memory a fresh one would."""
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from autopelt.errors import UserError
-from autopelt.train.backbone import ATTENTIONS, BACKBONE_DROPOUTS
+from autopelt.train.backbone import ATTENTION_SETTINGS, BACKBONE_DROPOUTS
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -40,7 +40,8 @@ class TrialSettings:
     precision: str = "auto"  # auto (bf16 where the device runs it natively and faster, else fp32), fp32, bf16, fp16
     backbone_dropout: str = "off"  # the frozen model's dropout: off, attention-off, model (its config's); off by
     #                               measurement across 12 tasks (docs/speed.md)
-    attention: str = "sdpa"  # the attention implementation: sdpa or eager (train/backbone.py)
+    attention: str = "auto"  # the attention implementation: auto (measured per device), sdpa or eager (backbone.py)
+    score_test: bool = True  # score the test split(s) after training; False: "test" stays None (a search trial)
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
 
@@ -60,8 +61,8 @@ class TrialSettings:
         if self.backbone_dropout not in BACKBONE_DROPOUTS:
             raise UserError(f"backbone_dropout must be one of {', '.join(BACKBONE_DROPOUTS)}, "
                             f"not {self.backbone_dropout!r}")
-        if self.attention not in ATTENTIONS:
-            raise UserError(f"attention must be one of {', '.join(ATTENTIONS)}, not {self.attention!r}")
+        if self.attention not in ATTENTION_SETTINGS:
+            raise UserError(f"attention must be one of {', '.join(ATTENTION_SETTINGS)}, not {self.attention!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise UserError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio!r}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import traceback
@@ -11,6 +12,7 @@ from typing import Callable
 import torch
 
 from autopelt import delta
+from autopelt.data import pad_batch
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, resolve_model
@@ -34,7 +36,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     started = time.perf_counter()
     result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
               "model": settings.model, "seed": settings.seed, "precision": None, "learning_rate": settings.learning_rate,
-              "lr_choice": None, "protocol": None, "metric": None,
+              "lr_choice": None, "protocol": None, "metric": None, "attention": None, "attention_choice": None,
+              "phase_seconds": {},
               "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
               "gates": None, "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
@@ -46,9 +49,11 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     except UserError as error:
         result.update(status="failed", reason=str(error))
     except Exception as error:  # a trial never takes its caller down; the reason says what happened
-        kind = "out of memory" if devices.is_out_of_memory(error) else type(error).__name__
-        result.update(status="failed", reason=f"{kind}: {str(error).strip().splitlines()[0] if str(error) else ''}",
-                      traceback=traceback.format_exc(limit=8))
+        if devices.is_out_of_memory(error):
+            reason = devices.out_of_memory_reason(error, devices.pick_device(settings.device))
+        else:
+            reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+        result.update(status="failed", reason=reason, traceback=traceback.format_exc(limit=8))
     total = time.perf_counter() - started
     result.update(
         epochs_run=round(outcome.fidelity, 4), steps=outcome.steps, history=outcome.history,
@@ -72,22 +77,12 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     if settings.threads:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
+    phases = result["phase_seconds"]
     with devices.PeakMemory(device) as memory:  # this trial's peak, from data to test scores
-        data = prepare_data(settings, load_tokenizer(model_name), task)
+        with timed(phases, "data"):
+            data = prepare_data(settings, load_tokenizer(model_name), task)
         result["protocol"] = data.protocol
-
-        torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
-        model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
-        backbone.set_backbone_dropout(model, settings.backbone_dropout)  # before the delta: its dropout stays
-        backbone.set_attention(model, settings.attention)
-        delta.apply_delta(model, spec, seed=settings.seed)
-        model.to(device)
-        precision = devices.resolve_precision(settings.precision, device)
-        dtype = devices.autocast_dtype(precision)
-        devices.cast_frozen_weights(model, dtype)  # the frozen backbone is cast once, not at every step
-        result["precision"] = precision
-        count = delta.count_parameters(spec, model.config, task.num_labels)
-        result["params"] = count.to_dict()
+        model, dtype = _build_model(settings, spec, task, model_name, data, device, result)
 
         adamix = next((m for m in spec.methods if m.method == "adamix"), None)
         consistency = adamix.consistency if adamix else 0.0
@@ -99,15 +94,56 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         result.update(dev=best["dev"], dev_metric=best["dev_metric"])
 
         result["gates"] = trained.gates  # recorded in the dev evaluation whose state was kept: no extra pass
-        started = time.perf_counter()
-        result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
-        for split, features in data.extra_tests.items():
-            result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
-        result["eval_seconds"] = trained.eval_seconds + time.perf_counter() - started
+        with timed(phases, "test"):
+            if settings.score_test:
+                result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
+            for split, features in data.extra_tests.items() if settings.score_test else ():
+                result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
+        result["eval_seconds"] = trained.eval_seconds + phases["test"]
     result["peak_memory_mb"] = memory.mb
     if settings.out_dir:
-        result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                   metadata={"base_model": model_name, **task_metadata(task)}))
+        with timed(phases, "save"):
+            result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
+                                                       metadata={"base_model": model_name, **task_metadata(task)}))
+
+
+def _build_model(settings: TrialSettings, spec, task, model_name: str, data, device, result: dict):
+    """The model with the delta in place, on `device`, its frozen weights in the trial's precision; the autocast
+    dtype. Records precision, attention and parameter counts in `result`, and the seconds of each part."""
+    phases = result["phase_seconds"]
+    with timed(phases, "model"):
+        torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
+        model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
+        backbone.set_backbone_dropout(model, settings.backbone_dropout)  # before the delta: its dropout stays
+    precision = devices.resolve_precision(settings.precision, device)
+    dtype = devices.autocast_dtype(precision)
+    with timed(phases, "attention"):
+        attention = backbone.choose_attention(settings.attention, model, first_batch(data.train, settings.batch_size),
+                                              device, dtype, settings.backbone_dropout)
+    backbone.set_attention(model, attention["attention"])
+    result.update(attention=attention["attention"], attention_choice=attention)
+    with timed(phases, "delta"):
+        delta.apply_delta(model, spec, seed=settings.seed)
+        model.to(device)
+        devices.cast_frozen_weights(model, dtype)  # the frozen backbone is cast once, not at every step
+    result["precision"] = precision
+    result["params"] = delta.count_parameters(spec, model.config, task.num_labels).to_dict()
+    return model, dtype
+
+
+@contextlib.contextmanager
+def timed(phases: dict, name: str):
+    """Add the seconds the block takes to `phases[name]`."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
+
+
+def first_batch(train, batch_size: int) -> dict:
+    """The first `batch_size` training rows as one padded batch: the shape an `auto` attention is timed on."""
+    return pad_batch(train, range(min(batch_size, len(train))))
 
 
 def _scoring_test(report, model, data, settings, device, dtype):

@@ -56,17 +56,22 @@ class DoRALinear(LoRALinear):
         return torch.linalg.vector_norm(self.base_layer.weight + self.delta_weight().detach(), dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result = self.base_layer(x)
         if self.merged:
-            return result
-        scale = self.magnitude / self.weight_norm().detach()  # (out,)
+            return self.base_layer(x)
+        # scale·(W·x + s·B·A·x) + bias, written as t + bias + (scale - 1)·t with t = W·x + s·B·A·x: few passes over
+        # the activations, and the per-feature factor kept as scale - 1, which bf16 holds (a bf16 scale near 1
+        # would round a small learned change of the magnitude away)
+        excess = self.magnitude / self.weight_norm().detach() - 1  # (out,)
+        base = self.base_layer
         if isinstance(self.dropout, nn.Identity) or not self.training:
-            bias = self.base_layer.bias
-            plain = result if bias is None else result - bias  # W·x
-        else:
-            x = self.dropout(x)
-            plain = F.linear(x, self.base_layer.weight)  # W·dropout(x), as the update sees it
-        return result + (scale - 1) * plain + scale * self.lora_B(self.lora_A(x)) * self.scaling
+            t = torch.add(F.linear(x, base.weight), self.lora_B(self.lora_A(x)), alpha=self.scaling)
+            excess = excess.to(t.dtype)
+            return torch.addcmul(t if base.bias is None else t + base.bias.to(t.dtype), t, excess)
+        result, x = base(x), self.dropout(x)
+        plain = F.linear(x, base.weight)  # W·dropout(x), as the update sees it
+        lora_scale = ((excess + 1) * self.scaling).to(result.dtype)
+        return torch.addcmul(torch.addcmul(result, plain, excess.to(result.dtype)), self.lora_B(self.lora_A(x)),
+                             lora_scale)
 
     def can_merge(self) -> bool:
         return True

@@ -57,13 +57,34 @@ class VeRALinear(AdditiveMerge, nn.Module):
         return self.projections.B[: self.out_features]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result = self.base_layer(x)
         if self.merged:
-            return result
-        update = self.lambda_b * F.linear(self.lambda_d * F.linear(self.dropout(x), self._A()), self._B())
+            return self.base_layer(x)
+        tokens = x.numel() // max(x.shape[-1], 1)
+        if not self.through_weight_pays(tokens):
+            update = self.lambda_b * F.linear(self.lambda_d * F.linear(self.dropout(x), self._A()), self._B())
+        elif self._one_matmul(x):
+            base = self.base_layer  # (W + ΔW)·x + bias
+            return F.linear(x, base.weight + self.delta_weight(), base.bias)
+        else:
+            update = F.linear(self.dropout(x), self.delta_weight())
         if self.gate is not None:
             update = update * self.gate(x)[:, None, :]
-        return result + update
+        return self.base_layer(x) + update
+
+    def _one_matmul(self, x: torch.Tensor) -> bool:
+        """The update can fold into the frozen linear's matmul: nothing between (no gate, dropout or wrapper), and
+        no autocast, which would round W + ΔW to the low precision at W's scale and lose a small ΔW."""
+        return (self.gate is None and isinstance(self.dropout, nn.Identity) and type(self.base_layer) is nn.Linear
+                and self.base_layer.weight.dtype == x.dtype and not torch.is_autocast_enabled(x.device.type))
+
+    def through_weight_pays(self, tokens: int) -> bool:
+        """Whether forming ΔW = (b ⊙ B)·(d ⊙ A) (out x in) once per forward costs less than taking `tokens` rows
+        through A and B (r wide each): r·(in + out) per token against in·out per token plus r·in·out per
+        forward. VeRA's ranks (256-1024) on a training batch take the weight; a few tokens take the rows. Both
+        compute the same update; docs/speed.md has the measured step times."""
+        rank = self.lambda_d.shape[0]
+        per_token = rank * (self.in_features + self.out_features)
+        return tokens * per_token > self.in_features * self.out_features * (tokens + rank)
 
     def delta_weight(self) -> torch.Tensor:  # (out, in)
         return (self.lambda_b[:, None] * self._B()) @ (self.lambda_d[:, None] * self._A())

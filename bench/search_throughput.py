@@ -1,0 +1,103 @@
+"""Trials per hour of a default search, and where a trial's wall time goes.
+
+Runs `autopelt search` as a user would (default space, TPE, ASHA, the baselines) on one task with a small trial
+budget, times it from outside, then reads every trial's result.json: each trial's seconds split into data
+(tokeniser and tokenisation), model load, the attention choice, building the delta, the learning-rate choice,
+training, evaluation (dev and test), saving the delta, and the rest of the trial; and outside the trials, what
+the search spends on its own (Ray and worker start-up, imports, the sampler, study writes): the workers' wall time
+less the seconds their trials took. The overhead share is everything but training and evaluation, over the
+search's worker time.
+
+Usage: python bench/search_throughput.py --data-dir ../shared/data/glue-full --task sst2 --k 1000 --budget 4 \\
+           --work-dir /tmp/throughput [--workers 1] [--cpus-per-trial 2] [--epochs 1] [-- extra search flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PHASES = ("data", "model", "attention", "delta", "lr choice", "training", "evaluation", "save", "rest of the trial")
+
+
+def trial_phases(result: dict) -> dict[str, float]:
+    """One result.json's seconds per phase; they add up to its total_seconds."""
+    recorded = result.get("phase_seconds") or {}
+    phases = {"data": recorded.get("data", 0.0), "model": recorded.get("model", 0.0),
+              "attention": recorded.get("attention", 0.0), "delta": recorded.get("delta", 0.0),
+              "lr choice": (result.get("lr_choice") or {}).get("seconds", 0.0),
+              "training": result.get("train_seconds") or 0.0, "evaluation": result.get("eval_seconds") or 0.0,
+              "save": recorded.get("save", 0.0)}
+    phases["rest of the trial"] = max(0.0, (result.get("total_seconds") or 0.0) - sum(phases.values()))
+    return phases
+
+
+def summarise(results: list[dict], wall: float, workers: int) -> dict:
+    """Trials per hour and the seconds of every phase, summed over trials, with the search's own time."""
+    totals = {name: sum(trial_phases(r)[name] for r in results) for name in PHASES}
+    trial_seconds = sum(r.get("total_seconds") or 0.0 for r in results)
+    outside = max(0.0, wall * workers - trial_seconds)
+    worker_time = max(wall * workers, trial_seconds)
+    return {"trials": len(results), "ok": sum(r.get("status") == "ok" for r in results), "wall_seconds": wall,
+            "workers": workers, "trials_per_hour": 3600 * len(results) / wall if wall else 0.0,
+            "median_trial_seconds": statistics.median([r.get("total_seconds") or 0.0 for r in results]) if results
+            else 0.0, "phase_seconds": totals, "outside_trials_seconds": outside,
+            "overhead_share": (worker_time - totals["training"] - totals["evaluation"]) / worker_time
+            if worker_time else 0.0}
+
+
+def table(summary: dict) -> str:
+    worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
+    lines = [f"{summary['trials']} trials ({summary['ok']} ok) in {summary['wall_seconds']:.0f} s on "
+             f"{summary['workers']} worker(s): {summary['trials_per_hour']:.1f} trials per hour, median trial "
+             f"{summary['median_trial_seconds']:.1f} s; overhead (all but training and evaluation) "
+             f"{100 * summary['overhead_share']:.1f}% of worker time", "",
+             "| where the time goes | seconds | share of worker time |", "|---|---:|---:|"]
+    rows = {**summary["phase_seconds"], "outside trials (start-up, sampler, study writes)":
+            summary["outside_trials_seconds"]}
+    for name, seconds in rows.items():
+        lines.append(f"| {name} | {seconds:.1f} | {100 * seconds / worker_time:.1f}% |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--k", type=int, default=1000)
+    parser.add_argument("--budget", default="4", help="trials (or wall time) of the search")
+    parser.add_argument("--epochs", type=int, help="default: the space's")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--cpus-per-trial", type=float)
+    parser.add_argument("--model")
+    parser.add_argument("--work-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="also write the summary and every trial's phases as JSON here")
+    args, extra = parser.parse_known_args()
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "autopelt.cli", "search", "--task", args.task, "--data-dir", args.data_dir,
+               "--k", str(args.k), "--budget", args.budget, "--storage", f"sqlite:///{args.work_dir / 'study.db'}",
+               "--study-name", "throughput", "--out", str(args.work_dir / "trials"), "--workers", str(args.workers)]
+    for flag in ("epochs", "cpus_per_trial", "model"):
+        if getattr(args, flag) is not None:
+            command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    command += [a for a in extra if a != "--"]
+    print("$ autopelt " + " ".join(command[3:]), flush=True)
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    results = [json.loads(p.read_text()) for p in sorted((args.work_dir / "trials").rglob("result.json"))]
+    summary = summarise(results, wall, args.workers)
+    print(table(summary))
+    if args.out:
+        trials = [{"spec": r.get("summary"), "status": r.get("status"), "total_seconds": r.get("total_seconds"),
+                   "phases": trial_phases(r)} for r in results]
+        args.out.write_text(json.dumps({"command": command, "summary": summary, "trials": trials}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

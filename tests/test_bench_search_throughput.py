@@ -1,0 +1,34 @@
+"""bench/search_throughput.py: a trial's seconds split into phases that add up, and the search's own time."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "search_throughput.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("search_throughput", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def result(total, train, evaluation, lr=0.0, **phases):
+    return {"status": "ok", "total_seconds": total, "train_seconds": train, "eval_seconds": evaluation,
+            "lr_choice": {"seconds": lr}, "phase_seconds": phases}
+
+
+def test_phases_add_up_to_the_trial_and_the_rest_is_the_search_itself():
+    bench = load_bench()
+    trial = result(100.0, 60.0, 20.0, lr=5.0, data=4.0, model=2.0, attention=1.0, delta=0.5, save=0.5)
+    phases = bench.trial_phases(trial)
+    assert sum(phases.values()) == pytest.approx(100.0) and phases["rest of the trial"] == pytest.approx(7.0)
+    summary = bench.summarise([trial, result(50.0, 40.0, 5.0)], wall=200.0, workers=1)
+    assert summary["trials_per_hour"] == pytest.approx(36.0)
+    assert summary["outside_trials_seconds"] == pytest.approx(50.0)  # 200 s of one worker, 150 s in trials
+    assert summary["overhead_share"] == pytest.approx((200 - 100 - 25) / 200)
+    assert "36.0 trials per hour" in bench.table(summary)
