@@ -46,7 +46,8 @@ def test_render_fills_each_marked_block_from_the_newest_file_and_leaves_the_rest
               "rows": [{"method": "lora", "ms": 12.345}, {"method": "a|b", "ms": None}], "notes": None}
     (tmp_path / "speed-2026-01-01.json").write_text(json.dumps({**record, "rows": []}))
     (tmp_path / "speed-2026-01-02.json").write_text(json.dumps(record))
-    page = "intro\n<!-- results: speed -->\nold table\n<!-- /results -->\nend\n<!-- results: none -->\n<!-- /results -->\n"
+    page = ("intro\n<!-- results: speed -->\nold table\n<!-- /results -->\nend\n"
+            "<!-- results: none -->\n<!-- /results -->\n")
     out = render.render(page, tmp_path)
     assert out.startswith("intro\n<!-- results: speed -->\n| method | ms |\n|---|---|\n| lora | 12.3 |\n")
     assert "| a\\|b | – |" in out and "old table" not in out and out.count("end\n") == 1

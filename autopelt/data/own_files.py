@@ -51,8 +51,7 @@ def infer_text_columns(rows: list[dict], columns: list[str], label: str, source:
              and not all(_is_number(row.get(c)) for row in rows[:100])]
     if len(texts) == 1:
         return (texts[0],)
-    raise UserError(f"{source}: cannot tell the text column(s) among {', '.join(columns)}; "
-                    "pass --text-columns a or --text-columns a,b")
+    raise UserError(f"{source}: cannot tell the text column(s) among {', '.join(columns)}; pass --text-columns")
 
 
 def _labels(rows: list[dict], label: str, given: dict) -> dict:

@@ -4,8 +4,8 @@ A controller marks each trial it runs with `controller` = {host, pid, start} and
 Optuna's heartbeat table. A RUNNING trial is interrupted when its controller ran on this host and that
 process is gone (seen at once, so re-running a killed search resumes immediately), or when its heartbeat is
 older than the grace period (a controller on another machine). Optuna's heartbeat storage is public; finding the
-stale trials without failing them is not (autopelt.study.optuna_private says why). Failing a trial is a guarded state change,
-so when several processes notice the same trial only one of them re-queues it.
+stale trials without failing them is not (autopelt.study.optuna_private says why). Failing a trial is a guarded
+state change, so when several processes notice the same trial only one of them re-queues it.
 """
 
 from __future__ import annotations
