@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("the dashboard needs optuna-dashboard: pip install 'autopelt[report]'") from None
     import optuna
 
+    from autopelt.study import optuna_private
     from autopelt.study.storage import hide_password, load_study, open_existing
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     page, best = "dashboard/", None
     if args.study:
         study = load_study(storage, args.study, args.storage)
-        page, best = f"dashboard/studies/{study._study_id}", best_line(study)
+        page, best = f"dashboard/studies/{optuna_private.study_id(study)}", best_line(study)
     server = _listen(args.host, args.port, optuna_dashboard.wsgi(storage))
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"optuna-dashboard on {hide_password(args.storage)}: http://{host}:{server.server_port}/{page}", flush=True)

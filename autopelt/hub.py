@@ -1,7 +1,6 @@
 """Whether the Hugging Face hub can be asked, decided once and quickly.
 
-The hub clients retry an unreachable host with back-off (about 25 s per file with huggingface_hub 2), so an
-offline machine waited half a minute for each model or data set before its error. Here offline mode
+The hub clients retry an unreachable host with back-off, for tens of seconds per file. Here offline mode
 (`HF_HUB_OFFLINE`, `TRANSFORMERS_OFFLINE`) is honoured up front, and otherwise one connection attempt to the
 endpoint decides: when it fails, models load with `local_files_only` and data sets from the `datasets` cache,
 or the caller gives its one-line error at once. Nothing heavy is imported here.

@@ -70,7 +70,11 @@ def main() -> None:
     reused = sum(was_reused for _, was_reused in done)
     print(f"{args.task} K={args.k} · {args.epochs} epochs · seeds {args.seeds} · {len(runs)} trials "
           f"({reused} reused from {args.work_dir})\n")
-    _print_table(results, methods, seeds, [lr for lr in rates if lr is not None])
+    rows = _print_table(results, methods, seeds, [lr for lr in rates if lr is not None])
+    from results import write_results
+
+    write_results(f"default-lr-{args.task}", rows, settings={"task": args.task, "k": args.k, "epochs": args.epochs,
+                                                            "seeds": seeds})
 
 
 def _accuracy(result: dict) -> float:
@@ -79,8 +83,10 @@ def _accuracy(result: dict) -> float:
     return 100 * result["test"][result["metric"]]
 
 
-def _print_table(results: dict, methods: list[str], seeds: list[int], grid: list[float]) -> None:
-    """Mean test accuracy at each fixed rate, and of the chosen rate (with its spread) against the best of them."""
+def _print_table(results: dict, methods: list[str], seeds: list[int], grid: list[float]) -> list[dict]:
+    """Mean test accuracy at each fixed rate, and of the chosen rate (with its spread) against the best of them;
+    returns the table's rows."""
+    rows = []
     header = "".join(f" lr {lr:g} |" for lr in grid)
     print(f"| method |{header} chosen lr (per seed) | chosen: test | best of sweep | gap | target |")
     print("|---|" + "---:|" * len(grid) + "---|---:|---|---:|---|")
@@ -90,6 +96,7 @@ def _print_table(results: dict, methods: list[str], seeds: list[int], grid: list
         chosen = [results[(method, None, s)] for s in seeds if (method, None, s) in results]
         if not chosen:  # --rates without auto: the fixed rates only
             print(f"| {method} |{cells} – | – | – | – | – |")
+            rows.append({"method": method, **{f"lr {lr:g}": sweep[lr] for lr in grid}})
             continue
         accuracies = [_accuracy(r) for r in chosen if r["status"] == "ok"]  # a failed trial has no accuracy
         accuracy = statistics.mean(accuracies) if accuracies else float("nan")
@@ -105,6 +112,9 @@ def _print_table(results: dict, methods: list[str], seeds: list[int], grid: list
         else:
             against = "– | – | –"
         print(f"| {method} |{cells} {rates} ({seconds:.0f} s) | {accuracy:.1f}{spread} | {against} |")
+        rows.append({"method": method, **{f"lr {lr:g}": sweep[lr] for lr in grid}, "chosen lr": rates,
+                     "chosen: test": accuracy, "target": against.rsplit("|", 1)[-1].strip()})
+    return rows
 
 
 if __name__ == "__main__":

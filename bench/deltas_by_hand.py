@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    "run's)")
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--results-name", help="also write the table as benchmarks/results/NAME-<date>.json")
     args = parser.parse_args(argv)
 
     like = Path(args.like)
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| delta | lr | batch | dev | test mean ± std | per seed | paired Δ |")
     print("|---|---:|---:|---:|---:|---|---:|")
+    rows = []
     for i, c in enumerate(candidates):
         runs = [scores(r) for r in results[i * len(seeds):(i + 1) * len(seeds)]]
         tests = [test for _, test in runs]
@@ -132,6 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {c['name']} | {c['lr']:g} | {jobs[i * len(seeds)]['batch_size']} | "
               f"{statistics.mean(d for d, _ in runs):.1f} | {mean_std(tests)} | "
               f"{', '.join(f'{t:.1f}' for t in tests)} | {delta} |")
+        rows.append({"delta": c["name"], "lr": c["lr"], "batch": jobs[i * len(seeds)]["batch_size"],
+                     "dev": statistics.mean(d for d, _ in runs), "test mean ± std": mean_std(tests),
+                     "per seed": tests, "paired Δ": delta})
+    if args.results_name:
+        from results import write_results
+
+        write_results(args.results_name, rows, precision=results[0].get("precision") if results else None,
+                      settings={"like": args.like, "against": args.against, "seeds": seeds})
     return 0
 
 

@@ -66,6 +66,7 @@ def deltas(work_dir: Path, log: Path) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work_dirs", nargs="+", metavar="DIR[=LOG]")
+    parser.add_argument("--results", action="store_true", help="also write benchmarks/results/dev-ranks-TASK-*.json")
     args = parser.parse_args()
     by_task: dict[str, dict[tuple, dict]] = {}
     for given in args.work_dirs:
@@ -82,6 +83,10 @@ def main() -> int:
         for r in rows:
             print(f"| {r['label']} | {r['what']} | {r['lr']} | {r['study_dev']:.1f} | {r['dev_12']:.1f} | {r['dev']:.1f} "
                   f"| {r['test_rest']:.1f} | {r['test']:.1f} |")
+        if args.results:
+            from results import write_results
+
+            write_results(f"dev-ranks-{task}", rows, settings={"work_dirs": args.work_dirs})
         if len(rows) > 2:
             rho = lambda a, b: spearman([r[a] for r in rows], [r[b] for r in rows])
             print(f"\nSpearman's rho over {len(rows)} deltas: the study's dev (seed 0) against the test of seeds 3-5 "

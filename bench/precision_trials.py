@@ -46,10 +46,17 @@ def main() -> None:
                 runs[(method, precision)].append(result)
                 print(f"# {method} {precision} seed {seed}: test {result['test'][result['metric']]:.4f}, "
                       f"{result['total_seconds']:.1f} s", flush=True)
-    _print_table(runs, methods, precisions, args)
+    rows = _print_table(runs, methods, precisions, args)
+    from results import write_results
+
+    write_results("precision-trials", rows, settings={"task": args.task, "k": args.k, "epochs": args.epochs,
+                                                      "lr": args.lr, "seeds": args.seeds, "threads": args.threads},
+                  notes=devices.cpu_precision_note())
 
 
-def _print_table(runs: dict, methods: list[str], precisions: list[str], args) -> None:
+def _print_table(runs: dict, methods: list[str], precisions: list[str], args) -> list[dict]:
+    """Print the table; return its rows (test accuracy in points, seconds per trial)."""
+    rows = []
     print(f"\n{args.task} K={args.k} · {args.epochs} epochs · lr {args.lr:g} · seeds {args.seeds} · "
           f"{args.threads} threads · {devices.cpu_precision_note()}\n")
     print("| delta | precision | test accuracy (mean ± std) | wall s per trial | × fp32 time | Δ accuracy | target |")
@@ -73,6 +80,11 @@ def _print_table(runs: dict, methods: list[str], precisions: list[str], args) ->
             spread = f" ± {statistics.stdev(accuracy):.1f}" if len(accuracy) > 1 else ""
             print(f"| {method} | {precision} | {statistics.mean(accuracy):.1f}{spread} | {seconds:.1f} | {ratio} | "
                   f"{delta_points} | {target} |")
+            rows.append({"delta": method, "precision": precision, "test": statistics.mean(accuracy),
+                         "test_std": statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0,
+                         "seconds_per_trial": seconds, "x_fp32_time": float(ratio) if ratio else None,
+                         "target": target or None})
+    return rows
 
 
 if __name__ == "__main__":

@@ -180,7 +180,16 @@ def main() -> None:
     ended = {names[0]: run_baselines(names[0], args, storage, work)} if args.baselines else {}
     print(f"{args.task} · K={args.k} · space {args.space} · {args.epochs} epochs per trial · "
           f"{args.minutes} min per strategy · seed {args.seed}")
-    print_summary([summarise(name, storage, ended.get(name)) for name in names], get_task(args.task).metric)
+    rows = [summarise(name, storage, ended.get(name)) for name in names]
+    print_summary(rows, get_task(args.task).metric)
+    from results import write_results
+
+    write_results(f"search-strategies-{args.task}", [
+        {"strategy": r["name"], "complete": r["complete"], "stopped by ASHA": r["asha"],
+         "stopped by the deadline": r["timed_out"], "failed": r["failed"], "trial seconds": r["spent"],
+         "best dev": r["best"].values[0] if r["best"] else None, "overhead s": r["overhead"]} for r in rows],
+        settings={"task": args.task, "k": args.k, "space": args.space, "epochs": args.epochs,
+                  "minutes": args.minutes, "seed": args.seed})
 
 
 if __name__ == "__main__":

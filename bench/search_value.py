@@ -102,7 +102,21 @@ def main() -> None:
     studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
     picks = pick_and_baselines(studies, args.rerun_baselines)
     reruns = rerun_all(picks, args, work, Path(args.copy_reruns).resolve() if args.copy_reruns else source)
-    print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns, full, start_up)
+    budgets, table = print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns,
+                                  full, start_up)
+    save_results(args, budgets, table)
+
+
+def save_results(args, budgets: list[dict], table: list[dict]) -> None:
+    """The two tables as benchmarks/results files (bench/results.py), for docs/benchmarks.md."""
+    from results import write_results
+
+    settings = {"task": args.task, "k": args.k, "epochs": args.epochs, "equivalents": args.equivalents,
+                "seed": args.seed, "rerun_seeds": rerun_seeds(args), "workers": args.workers,
+                "model": args.model or "all-MiniLM-L6-v2"}
+    write_results(f"search-value-{args.task}-budgets", budgets, settings=settings, out_dir=args.results_dir)
+    write_results(f"search-value-{args.task}", table, settings=settings, out_dir=args.results_dir,
+                  columns=["delta", "what", "lr", "params_pct", "study_dev", "test_mean", "test_std", "paired_delta"])
 
 
 def parse_args() -> argparse.Namespace:
@@ -132,6 +146,7 @@ def parse_args() -> argparse.Namespace:
                         help="copy from this earlier --work-dir every re-run trained there with the very same "
                              "settings, rather than train it again (with --reuse: from that dir)")
     parser.add_argument("--verbose", action="store_true", help="show each search's own output")
+    parser.add_argument("--results-dir", help="where the results files go (default: benchmarks/results)")
     return parser.parse_args()
 
 
@@ -382,7 +397,9 @@ def metric_of(storage: str, name: str) -> str:
 
 
 def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, full: float,
-                 start_up: float) -> None:
+                 start_up: float) -> tuple[list[dict], list[dict]]:
+    """Print the report; return its two tables as rows: each strategy's trials and seconds against its allowance,
+    and each delta's re-runs."""
     from autopelt.study.record import CUT_BY_DEADLINE, read
 
     print()
@@ -393,6 +410,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print("| strategy | trials (complete / stopped early / cut by the deadline / failed) | training seconds | "
           "full-trial equivalents after start-up |")
     print("|---|---|---:|---:|")
+    budgets, table = [], []
     for name, trials in studies.items():
         own = [t for t in trials if not (name == "random" and t.user_attrs.get("baseline"))]
         states = [t.state.name for t in own]
@@ -402,6 +420,9 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "
               f"{states.count('FAIL') - interrupted} | {spent:.0f} | "
               f"{max(0.0, spent - args.workers * start_up) / full:.1f} |")
+        budgets.append({"strategy": name, "complete": states.count("COMPLETE"), "training_seconds": spent,
+                         "allowance_seconds": allowance(args, name) * args.workers,
+                         "equivalents": max(0.0, spent - args.workers * start_up) / full})
     print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration's second round, trained to its "
           f"last epoch; a worker's first trial took {start_up:.0f} s more, which every study's budget allows each "
           f"worker once; random also had study 1's "
@@ -422,6 +443,11 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
               f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
               f"{100 * study_dev(record, studies[study_of(label)]):.1f} | {100 * means[label]:.1f} ± "
               f"{100 * _std(tests):.1f} | {delta} |")
+        table.append({"delta": label, "what": record.summary, "lr": record.learning_rate,
+                      "params_pct": record.params_pct, "study_dev": study_dev(record, studies[study_of(label)]),
+                      "tests": {str(s): reruns[label][s][1] for s in sorted(reruns[label])},
+                      "test_mean": means[label], "test_std": _std(tests),
+                      "paired_delta": statistics.fmean(diffs) if diffs and label != "autopelt pick" else None})
     copied = work_copies(args)
     if copied:
         source = "--copy-reruns" if args.copy_reruns else "--reuse"
@@ -432,6 +458,13 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         print(f"best dev against cumulative training seconds, {name}: {curve(studies[name], name)}")
     print()
     print_targets(means)
+    return budgets, table
+
+
+def allowance(args, strategy: str) -> float:
+    """The wall-time budget (s) the strategy's study ran with, as written when it finished."""
+    done = Path(args.work_dir).resolve() / f"{strategy}.done"
+    return float(done.read_text().rstrip("s")) if done.exists() else float("nan")
 
 
 def work_copies(args) -> int:

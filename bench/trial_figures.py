@@ -83,6 +83,7 @@ def method_accuracy(data_dir: str, seeds: int, epochs: int, threads: int, method
           f"{seeds} seeds, all-MiniLM-L6-v2")
     print("| method | stored params % | dev accuracy | test accuracy | seconds per run |")
     print("|---|---:|---:|---:|---:|")
+    rows = []
     for name in methods:
         dev, test, seconds, pct = [], [], [], 0.0
         for seed in range(seeds):
@@ -99,6 +100,12 @@ def method_accuracy(data_dir: str, seeds: int, epochs: int, threads: int, method
             pct = result["params"]["stored_pct"]
         else:
             print(f"| {name} | {pct:.3f} | {_mean_std(dev)} | {_mean_std(test)} | {statistics.fmean(seconds):.0f} |")
+            rows.append({"method": name, "stored params %": pct, "dev accuracy": _mean_std(dev),
+                         "test accuracy": _mean_std(test), "seconds per run": statistics.fmean(seconds)})
+    from results import write_results
+
+    write_results("trial-figures", rows, precision=result.get("precision"),
+                  settings={"task": "rte", "k": 1000, "epochs": epochs, "seeds": seeds, "threads": threads})
 
 
 def _mean_std(values: list[float]) -> str:

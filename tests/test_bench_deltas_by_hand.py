@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "deltas_by_hand.py"
@@ -17,6 +19,7 @@ def bench(*flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(BENCH), *flags], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_it_trains_each_candidate_per_seed_on_the_rows_of_the_run_it_is_like(make_settings, tmp_path):
     like = tmp_path / "like" / "result.json"
     like.parent.mkdir()
@@ -47,6 +50,7 @@ def test_it_trains_each_candidate_per_seed_on_the_rows_of_the_run_it_is_like(mak
     assert other.returncode != 0 and "another run" in other.stderr
 
 
+@pytest.mark.slow
 def test_a_candidate_may_set_the_heads_pooling(make_settings, tmp_path):
     like = tmp_path / "result.json"
     like.write_text(json.dumps({"settings": make_settings(data_seed=0, epochs=1).to_dict()}))
@@ -70,6 +74,7 @@ def test_bad_input_is_one_line_and_trains_nothing(make_settings, tmp_path):
     assert done.returncode != 0 and "NAME=[POOLING:]DELTA@LR" in done.stderr and not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_epochs_trains_every_candidate_that_long_on_the_same_rows(make_settings, tmp_path):
     like = tmp_path / "result.json"
     like.write_text(json.dumps({"settings": make_settings(data_seed=0, epochs=1).to_dict()}))

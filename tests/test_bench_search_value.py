@@ -1,4 +1,5 @@
-"""bench/search_value.py end to end on the tiny model: three searches, the baselines, re-runs over seeds, one table."""
+"""bench/search_value.py end to end on the tiny model: three searches, the baselines, re-runs over seeds, its tables
+as results files whose numbers are checked against the studies and the re-runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib.util
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -31,20 +33,51 @@ def run_bench(command: list[str], timeout: float = 1200) -> subprocess.Completed
     return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
+@pytest.mark.slow
 def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, sst2_dir):
     # a warm tiny trial takes about 0.2 s and a worker's first 7 s more: 300 of them is about a minute a study
+    results = tmp_path / "results"
     command = [sys.executable, str(BENCH), "--data-dir", str(sst2_dir), "--task", "sst2", "--model",
                str(tiny_model_dir), "--k", "24", "--epochs", "1", "--equivalents", "300", "--seeds", "2",
-               "--workers", "1", "--work-dir", str(tmp_path / "work")]
+               "--workers", "1", "--work-dir", str(tmp_path / "work"), "--results-dir", str(results)]
     done = run_bench(command)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     for line in ("| autopelt |", "| random |", "| tuned-lora |", "| autopelt pick |", "| tuned-lora pick |",
                  "| baseline unipelt_apl |", "| baseline lora |", "best dev against cumulative training seconds, random"):
         assert line in out, out
-    assert "target: autopelt's pick beats tuned LoRA by ≥ 1 point" in out
-    assert "one full trial:" in out  # the calibration that sets every strategy's budget
     assert "(calibration check: tuned LoRA's trials trained to the end took a median of" in out
+
+    # every strategy spent its training seconds within its allowance: its wall budget on its one worker, plus the
+    # last trial's overrun to its next report (a tiny trial reports within a second)
+    budgets = {row["strategy"]: row for row in results_file(results, "search-value-sst2-budgets")["rows"]}
+    assert set(budgets) == {"autopelt", "random", "tuned-lora"}
+    for name, row in budgets.items():
+        assert 0 < row["training_seconds"] <= row["allowance_seconds"] + 5, (name, row)
+        assert row["complete"] >= 1
+    # random search gets what study 1 spent on its searched trials, so at most study 1's allowance
+    assert budgets["random"]["allowance_seconds"] <= budgets["autopelt"]["allowance_seconds"]
+
+    # the table is the re-runs' own figures: each mean and std from the result.json files of its seeds
+    table = {row["delta"]: row for row in results_file(results, "search-value-sst2")["rows"]}
+    assert {"autopelt pick", "random pick", "tuned-lora pick", "baseline lora"} <= set(table)
+    pick = table["tuned-lora pick"]
+    reruns = sorted((tmp_path / "work" / "reruns" / "tuned-lora-pick").glob("seed-*/result.json"))
+    tests = {path.parent.name.removeprefix("seed-"): json.loads(path.read_text()) for path in reruns}
+    assert sorted(tests) == sorted(pick["tests"]) == ["1", "2"]
+    metric = tests["1"]["metric"]
+    assert pick["tests"] == {seed: result["test"][metric] for seed, result in tests.items()}
+    assert pick["test_mean"] == pytest.approx(statistics.fmean(pick["tests"].values()))
+    row = next(line for line in out.splitlines() if line.startswith("| tuned-lora pick |"))
+    assert f"{100 * pick['test_mean']:.1f} ± {100 * pick['test_std']:.1f}" in row
+
+    # a re-run trained again reproduces its recorded test metric to the last digit (CPU, same settings)
+    from autopelt.train import TrialSettings, run_trial
+
+    settings = TrialSettings.from_dict({**tests["1"]["settings"], "out_dir": None,
+                                        "precision": tests["1"]["precision"]})  # as `auto` resolved there
+    assert run_trial(settings)["test"][metric] == tests["1"]["test"][metric]
+
     # the random study starts from study 1's baselines instead of training them again
     import optuna
     storage = f"sqlite:///{tmp_path / 'work' / 'studies.db'}"
@@ -58,23 +91,21 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     assert again.returncode == 0 and "done before, kept" in again.stdout
     assert again.stdout.split("## ")[1] == out.split("## ")[1]
 
-    # --reuse: a new work dir takes the calibration and tuned LoRA (with its re-runs) and runs the rest
-    elsewhere = [*command[:-1], str(tmp_path / "work2")]
-    reused = run_bench([*elsewhere, "--reuse", str(tmp_path / "work")])
-    assert reused.returncode == 0, reused.stderr[-3000:]
-    assert "calibration: copied from" in reused.stdout and "tuned-lora: copied from" in reused.stdout
-    row = lambda text: next(line for line in text.splitlines() if line.startswith("| tuned-lora pick |"))
-    assert row(reused.stdout).split("|")[:7] == row(out).split("|")[:7]  # the paired Δ is to a new pick
-    assert "| autopelt pick |" in reused.stdout
-
-    missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--reuse", str(tmp_path / "nothing")])
+    # --reuse and --copy-reruns refuse a source they cannot use, before anything is written
+    missing = run_bench([*command[:-3], str(tmp_path / "work3"), "--reuse", str(tmp_path / "nothing")])
     assert missing.returncode != 0 and "no finished calibration and tuned-LoRA study there" in missing.stderr
     assert not (tmp_path / "work3").exists()  # nothing written
-    other = run_bench([*command[:-1], str(tmp_path / "work3"), "--reuse", str(tmp_path / "work"), "--seed", "3"])
+    other = run_bench([*command[:-3], str(tmp_path / "work3"), "--reuse", str(tmp_path / "work"), "--seed", "3"])
     assert other.returncode != 0 and "its studies ran with --seed 0, not 3" in other.stderr
-    missing = run_bench([*command[:-1], str(tmp_path / "work3"), "--copy-reruns", str(tmp_path / "nothing")])
+    missing = run_bench([*command[:-3], str(tmp_path / "work3"), "--copy-reruns", str(tmp_path / "nothing")])
     assert missing.returncode != 0 and "--copy-reruns" in missing.stderr and "no re-runs there" in missing.stderr
     assert not (tmp_path / "work3").exists()
+
+
+def results_file(folder: Path, name: str) -> dict:
+    files = sorted(folder.glob(f"{name}-2*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
 
 
 def load_bench():

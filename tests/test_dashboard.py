@@ -44,6 +44,7 @@ def storage(tmp_path_factory) -> str:
     return url
 
 
+@pytest.mark.slow
 def test_dashboard_serves_the_study_on_loopback(storage, tmp_path):
     port = free_port()
     out, err = tmp_path / "stdout", tmp_path / "stderr"

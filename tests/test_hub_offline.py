@@ -136,6 +136,7 @@ json.dump({{**info, "config_name": "{task}"}}, open(target + "/dataset_info.json
     shutil.rmtree(cache / "json")
 
 
+@pytest.mark.slow
 def test_a_task_in_the_datasets_cache_loads_without_the_hub_and_without_retries(tmp_path):
     fake_glue_cache(tmp_path / "hf" / "datasets")
     script = ("import json; from autopelt.data import load_task_splits; "

@@ -1,11 +1,13 @@
-"""The README's "From Python" examples, run as written, on a tiny model and data in place of their first
-assignment: a real search (Ray, real trials) -> export -> load with the logits `autopelt predict` computes,
-and the Hugging Face Trainer example."""
+"""The README's examples, run as written on a tiny model and data: the quickstart's commands (search, dashboard,
+report, export, predict) with the flags that point them there, and the "From Python" examples with their first
+assignment replaced: a real search (Ray, real trials) -> export -> load with the logits `autopelt predict`
+computes, and the Hugging Face Trainer example."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -17,11 +19,52 @@ from autopelt.cli import main
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def python_blocks(section: str) -> list[str]:
+def python_blocks(section: str, language: str = "python") -> list[str]:
     text = README.read_text()
     start = text.index(f"\n## {section}\n")
     end = text.index("\n## ", start + 1)
-    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", text[start:end], flags=re.S)
+
+
+def quickstart_commands() -> list[list[str]]:
+    """The quickstart's first shell block, one `autopelt` command a line, comments dropped."""
+    block = python_blocks("Quickstart", "bash")[0]
+    commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+    assert all(words[0] == "autopelt" for words in commands), commands
+    return [words[1:] for words in commands]
+
+
+def with_value(words: list[str], flag: str, value: str) -> list[str]:
+    """`words` with `flag`'s value replaced, or the flag added."""
+    if flag in words:
+        at = words.index(flag) + 1
+        return [*words[:at], value, *words[at + 1:]]
+    return [*words, flag, value]
+
+
+@pytest.mark.slow
+def test_the_quickstart_commands_run_in_order(tiny_model_dir, sst2_dir, tmp_path, monkeypatch, capsys):
+    """search -> dashboard -> report -> export -> predict, as written, on the tiny model and rows (K=24)."""
+    commands = quickstart_commands()
+    assert [words[0] for words in commands] == ["search", "dashboard", "report", "export", "predict"]
+    monkeypatch.chdir(tmp_path)
+    storage = f"sqlite:///{tmp_path}/autopelt.db"
+    search, dashboard, report, export, predict = commands
+    search = with_value(with_value(with_value(with_value(search, "--k", "24"), "--model", str(tiny_model_dir)),
+                                   "--data-dir", str(sst2_dir)), "--space", "tiny")
+    assert main(search) == 0
+    assert "best" in capsys.readouterr().out
+    from autopelt.cli import build_parser
+
+    parsed = build_parser("dashboard").parse_args(dashboard)  # it serves until stopped: its flags only
+    assert parsed.study == search[search.index("--study-name") + 1]
+    assert main(with_value(report, "--storage", storage)) == 0
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+    assert main(with_value(export, "--storage", storage)) == 0
+    capsys.readouterr()
+    assert main(predict) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["label_name"] in ("negative", "positive") and sum(printed["probabilities"]) == pytest.approx(1)
 
 
 def run_example(block: str, name: str, value: str, cwd: Path, monkeypatch) -> dict:
@@ -44,6 +87,7 @@ def examples():
 ROWS = [{"sentence": "the movie was good and long"}, {"sentence": "a bad night"}, {"sentence": "good good plot"}]
 
 
+@pytest.mark.slow
 def test_search_export_load_gives_the_logits_predict_computes(examples, tiny_model_dir, sst2_dir, tmp_path,
                                                                monkeypatch, capsys):
     tiny = (f'dict(task="sst2", budget=2, model="{tiny_model_dir}", data_dir="{sst2_dir}", space="tiny", '

@@ -18,7 +18,7 @@ from support import example_study as example  # noqa: E402
 from autopelt.report.contents import collect  # noqa: E402
 
 missing = report_browser.available()
-pytestmark = pytest.mark.skipif(missing is not None, reason=str(missing))
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing is not None, reason=str(missing))]
 
 
 @pytest.fixture(scope="module")

@@ -648,6 +648,7 @@ def test_a_larger_budget_searches_on_and_ends_with_finalists_of_its_own(tmp_path
     assert answers.best(trials).number == 9
 
 
+@pytest.mark.slow
 def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials(tmp_path):
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.2} for n in range(7)}, budget="1h")
     assert control.plan.finalists == 3

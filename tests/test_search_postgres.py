@@ -22,7 +22,8 @@ from optuna.trial import TrialState
 from autopelt.delta.presets import BASELINES
 
 URL = os.environ.get("AUTOPELT_TEST_POSTGRES_URL")
-pytestmark = pytest.mark.skipif(not URL, reason="AUTOPELT_TEST_POSTGRES_URL is not set (bash .ci/postgres.sh)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not URL, reason="AUTOPELT_TEST_POSTGRES_URL is not set (bash .ci/postgres.sh)")]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 

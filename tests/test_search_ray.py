@@ -63,6 +63,7 @@ def by_state(study, *states):
     return [t for t in study.get_trials(deepcopy=False) if t.state in states]
 
 
+@pytest.mark.slow
 def test_a_search_end_to_end_records_failures_and_goes_on(tmp_path, ray_address):
     # a budget of 8 runs four baselines (at most half of it), trials 0-3; the first two searched trials fail
     outcome, lines = search(tmp_path, trials={4: {"mode": "nan"}, 5: {"mode": "raise"}}, baselines=True, budget=8,
@@ -92,6 +93,7 @@ def test_a_search_end_to_end_records_failures_and_goes_on(tmp_path, ray_address)
     assert any(f"autopelt export --study {outcome.plan.study_name}" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_trial_gets_the_cpus_ray_gives_it_as_threads(tmp_path, ray_address, capsys):
     run_search(options(tmp_path, budget=1, cpus_per_trial=2))  # echo: print
     [call] = calls(tmp_path)
@@ -99,6 +101,7 @@ def test_a_trial_gets_the_cpus_ray_gives_it_as_threads(tmp_path, ray_address, ca
     assert "best: #0" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_asha_stops_a_bad_trial_early_and_best_ignores_it(tmp_path, ray_address):
     qualities = {0: {"quality": 0.8}, 1: {"quality": 0.9}, 2: {"quality": 0.05}, 3: {"quality": 0.95}}
     outcome, lines = search(tmp_path, 0.15, qualities, epochs=9, budget=4, workers=1)
@@ -113,6 +116,7 @@ def test_asha_stops_a_bad_trial_early_and_best_ignores_it(tmp_path, ray_address)
     assert any("stopped " in line and f"#{pruned.number}" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_finalists_train_the_best_trial_again_on_a_ray_worker_with_their_own_seed(tmp_path, ray_address):
     qualities = {0: {"quality": 0.7}, 1: {"quality": 0.9}, 2: {"quality": 0.6}, 3: {"quality": 0.88}}
     outcome, lines = search(tmp_path, 0.0, qualities, budget=4, workers=1, finalists=1, early_stopping=False)
@@ -123,6 +127,7 @@ def test_finalists_train_the_best_trial_again_on_a_ray_worker_with_their_own_see
     assert any("finalist" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_over_budget_samples_never_train(tmp_path, ray_address):
     outcome, _ = search(tmp_path, budget=4, workers=2, max_params="40k")  # LoRA r on MiniLM: 9,216 r + 770
     ranks = [call["spec"]["methods"][0]["rank"] for call in calls(tmp_path)]
@@ -132,6 +137,7 @@ def test_over_budget_samples_never_train(tmp_path, ray_address):
     assert all(t.user_attrs["fail_reason"].startswith("over parameter budget") for t in refused)
 
 
+@pytest.mark.slow
 def test_a_time_budget_ends_the_search_cleanly(tmp_path, ray_address):
     started = time.monotonic()
     # 20 s: Ray's workers need a few seconds to start on a loaded 2-core machine before any trial can finish
@@ -151,6 +157,7 @@ def test_a_time_budget_ends_the_search_cleanly(tmp_path, ray_address):
         assert any(t.user_attrs.get("retry_of") == trial.number for t in study.trials)
 
 
+@pytest.mark.slow
 def test_a_search_killed_with_sigkill_resumes_without_losing_a_trial(tmp_path, ray_address):
     opts = {"task": "rte", "storage": f"sqlite:///{tmp_path}/study.db", "out": str(tmp_path / "out"),
             "budget": 7, "workers": 2, "cpus_per_trial": 1, "ray_address": ray_address, "data_dir": str(GLUE_DIR)}
@@ -240,6 +247,7 @@ def test_the_finalists_stopper_stops_what_the_controller_says_never_a_final_resu
     assert pickle.loads(pickle.dumps(stopper)).searcher is None
 
 
+@pytest.mark.slow
 def test_a_local_ray_starts_without_the_token_notice(tmp_path):
     """A search that starts its own Ray keeps Ray's token authentication but not its notice at every start, and
     hands its workers the CPU's bf16 speedup it measured."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import termios
 
+import pytest
 from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 
 from autopelt import cli
@@ -24,6 +25,7 @@ def train_argv(model, data) -> list[str]:
             "--max-length", "32", "--threads", "1"]
 
 
+@pytest.mark.slow
 def test_off_a_terminal_train_prints_one_line_per_epoch_and_no_bar(tiny_model_dir, sst2_dir):
     done = subprocess.run(train_argv(tiny_model_dir, sst2_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -37,6 +39,7 @@ def test_off_a_terminal_train_prints_one_line_per_epoch_and_no_bar(tiny_model_di
     assert len(lines) == len(progress) + 7  # the summary: title, data, training, params, dev, test, time lines
 
 
+@pytest.mark.slow
 def test_on_a_terminal_train_draws_its_bar(tiny_model_dir, sst2_dir):
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # a new pty is 0 x 0: no room

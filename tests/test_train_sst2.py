@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from autopelt.train import TrialSettings, run_trial
 
 LORA_R8 = {"methods": [{"method": "lora", "rank": 8}]}
 
 
+@pytest.mark.slow
 def test_lora_learns_real_sst2(glue_dir, minilm_path, tmp_path):
     settings = TrialSettings(task="sst2", spec=LORA_R8, model=minilm_path, data_dir=str(glue_dir), epochs=3,
                              batch_size=32, learning_rate=1e-3, threads=2, cache_dir=str(tmp_path / "cache"))

@@ -22,10 +22,14 @@ def find_split_file(folder: Path, split: str) -> Path | None:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """Every row of a .jsonl, .csv or .parquet file, as dicts."""
-    readers = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+    """Every row of a .jsonl (or .json, JSON Lines), .csv or .parquet file, as dicts.
+
+    Raises UserError for a missing file, another extension, or a line that is not a JSON object."""
+    readers = {".jsonl": _read_jsonl, ".json": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
     if path.suffix not in readers:
         raise UserError(f"cannot read {path}: use .jsonl, .csv or .parquet")
+    if not path.is_file():
+        raise UserError(f"no file {path}")
     return readers[path.suffix](path)
 
 

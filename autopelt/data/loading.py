@@ -3,6 +3,7 @@
 A local directory is laid out `<dir>/<task>/<split>.jsonl|csv|parquet` with the hub's column names
 (MNLI-mismatched reads `<dir>/mnli/validation_mismatched.*`). `AUTOPELT_DATA_DIR` is the default directory.
 When a directory is given it is the only source, so a typo in it is an error, not a silent download.
+A task that names its own files (`Task.files`, from `--train-file`/`--validation-file`) is read from them alone.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def load_task_splits(task: str | Task, data_dir: str | Path | None = None, split
     wanted = tuple(splits or (task.train_split, task.test_split, *task.extra_test_splits))
     optional = () if splits else task.extra_test_splits
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV) or None
-    if data_dir:
+    if task.files:
+        rows = _load_files(task, wanted, optional)
+    elif data_dir:
         rows = _load_local(task, Path(data_dir).expanduser(), wanted, optional)
     else:
         rows = _load_hub(task, wanted)
@@ -48,6 +51,14 @@ def _load_local(task: Task, data_dir: Path, splits: tuple[str, ...], optional=()
             raise UserError(f"task {task.name!r}: no {split} split in {folder} (expected {split}.jsonl|csv|parquet)")
         rows[split] = read_rows(path)
     return rows
+
+
+def _load_files(task: Task, splits: tuple[str, ...], optional=()) -> dict[str, list[dict]]:
+    files = dict(task.files)
+    missing = [split for split in splits if split not in files and split not in optional]
+    if missing:
+        raise UserError(f"task {task.name!r}: no file for its {missing[0]} split (--{missing[0]}-file)")
+    return {split: read_rows(Path(files[split])) for split in splits if split in files}
 
 
 def _load_hub(task: Task, splits: tuple[str, ...]) -> dict[str, list[dict]]:

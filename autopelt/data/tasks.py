@@ -41,6 +41,7 @@ class Task:
     train_split: str = "train"
     test_split: str = "validation"  # the official validation split is the protocols' test set
     extra_test_splits: tuple[str, ...] = ()  # further test sets scored by the same trained delta (MNLI mismatched)
+    files: tuple[tuple[str, str], ...] = ()  # (split, file) pairs read in place of a data dir (--train-file …)
 
     def __post_init__(self):
         if not self.dataset:
@@ -155,8 +156,13 @@ def custom_task(
     regression: bool = False,
     label_names: list[str] | tuple[str, ...] | None = None,
     test_split: str = "validation",
+    files: dict[str, str] | None = None,
 ) -> Task:
-    """A user's task from named columns: give `num_labels` or `label_names` (classification) or `regression`."""
+    """A user's task from named columns: give `num_labels` or `label_names` (classification) or `regression`.
+
+    `files` maps split names (`train`, `validation`) to the files that hold them; without it the splits are read
+    from a data dir, `<dir>/<name>/<split>.jsonl|csv|parquet`.
+    """
     columns = (text_columns,) if isinstance(text_columns, str) else tuple(text_columns)
     if len(columns) not in (1, 2):
         raise UserError(f"task {name!r}: give one or two text columns (a sentence or a pair), not {len(columns)}")
@@ -167,6 +173,7 @@ def custom_task(
     return Task(
         name=name, text_columns=columns, num_labels=count, regression=regression, label_names=label_names,
         metric=metric, metric_fn=metric_fn, label_column=label_column, hub_path=None, test_split=test_split,
+        files=tuple(sorted((files or {}).items())),
     )
 
 

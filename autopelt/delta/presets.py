@@ -43,10 +43,9 @@ BASELINES = ("unipelt_apl", "lora", "adapter", "bitfit", "prefix", "compacter") 
 
 # The learning rates each method's paper used for base-size encoders on GLUE with 10-20 epochs of full data
 # (adapters and UniPELT ~1e-4..5e-4, LoRA 5e-4 and DoRA/rsLoRA at LoRA's, Compacter 3e-3, BitFit 1e-3, prompt
-# tuning 3e-2, VeRA 4e-3; (IA)³ 3e-3 as T-Few). For reference only: at other budgets and models most of them do not
-# learn (on SST-2 K=1000, 3 epochs, all-MiniLM-L6-v2, LoRA at 5e-4 stays at the majority class), so baselines and
-# `autopelt train` choose their rate by a sweep (autopelt/train/lr_sweep.py). bench/trial_figures.py reproduces
-# the early runs made at these rates.
+# tuning 3e-2, VeRA 4e-3; (IA)³ 3e-3 as T-Few). For reference only: at other budgets and models many of them do not
+# learn, so baselines and `autopelt train` choose their rate by a sweep (autopelt/train/lr_sweep.py).
+# Why: docs/learning-rates.md.
 PAPER_LEARNING_RATES = {
     "unipelt_apl": 5e-4,
     "unipelt_ap": 5e-4,

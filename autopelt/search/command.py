@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields
+from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields, task_name
 from autopelt.study.storage import DEFAULT_STORAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to search")
-    what.add_argument("--task", required=True, help="GLUE task (rte, mrpc, sst2, ...), or your own (see below)")
+    what.add_argument("--task", help="GLUE task (rte, mrpc, sst2, ...), or your own (see below; with --train-file "
+                                     "the default is the file's name)")
     what.add_argument("--model", help="base model: a local folder or a hub id (default: all-MiniLM-L6-v2)")
     what.add_argument("--data-dir", help="local task data, <dir>/<task>/<split>.jsonl (env AUTOPELT_DATA_DIR)")
     what.add_argument("--space", default="default", help="search space name or YAML path (default: default)")
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the live view says what happens
 
     options = SearchOptions(
-        task=args.task, budget=args.budget, model=args.model, data_dir=args.data_dir, space=args.space,
+        task=task_name(args), budget=args.budget, model=args.model, data_dir=args.data_dir, space=args.space,
         storage=args.storage, study_name=args.study_name, workers=args.workers,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, ray_address=args.ray_address,
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,

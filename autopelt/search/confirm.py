@@ -1,16 +1,13 @@
 """The end of a search: its best few trials trained again with another seed, and the answer picked by their mean.
 
-One seed's dev metric picks the luckiest delta, not the best. On SST-2 K=1000 (README) the deltas that learn sit
-within about a point of each other and one seed's dev moves by ±1.5: the study's best dev, the adapter at 1.5x
-its rate (86.1), tested 78.4 over seeds 1-5, below tuned LoRA's 79.4. Over ten deltas trained with five seeds,
-one seed's dev ranks their test accuracy with Spearman's rho 0.29, the mean dev of two seeds with 0.74
-(`bench/dev_ranks_test.py`). So the budget keeps room for the finalists: when the rest of it is spent (on a
-trial budget, once this process's trials have finished, so they can be finalists), the best `finalists` answer
-trials (`answers.ranked`) are queued once more, each with
-its own delta, learning rate and batch size, the study's rows, and training seed `--seed` + 1000 (far from the
-1, 2, 3, ... of `autopelt export --reseed` and of a user's seed sweep, so that re-running the answer with those
-shares no run with its selection). They are never stopped early, and the answer is the finalist with the best
-mean dev (answers.py).
+One seed's dev metric picks the luckiest of deltas that sit within about a point of each other; the mean dev of
+two seeds ranks them by test far better (docs/search.md, Finalists; `bench/dev_ranks_test.py`). So the budget
+keeps room for the finalists: when the rest of it is spent (on a trial budget, once this process's trials have
+finished, so they can be finalists), the best `finalists` answer trials (`answers.ranked`) are queued once more,
+each with its own delta, learning rate and batch size, the study's rows, and training seed `--seed` + 1000 (far
+from the 1, 2, 3, ... of `autopelt export --reseed` and of a user's seed sweep, so that re-running the answer with
+those shares no run with its selection). They are never stopped early, and the answer is the finalist with the
+best mean dev (answers.py).
 
 The room: on a trial budget, `finalists` trials of it; on a wall-time budget, enough time for their rounds on the
 workers, at the own wall time of the slowest trial they train again (or the study's median trial, if longer; both
@@ -18,19 +15,11 @@ without a learning-rate sweep) with a MARGIN, and as many rounds as fit in a thi
 at least one, at most `finalists` trials (the trial budget's rule, `trial_room`); one round while a baseline still
 runs (what they leave is less than what is left then). A trial that cannot end before the room is not started
 (`Controller._finalists`; a refinement is timed by its own baseline, refine.expected_seconds): its worker waits,
-and when nothing else runs the finalists start at once. A searched
-trial or refinement still running when the finalists are queued is stopped at its next report
-(`Controller.superseded`): it could not be a finalist. Until a trial has finished there is no measure, and the
-search runs on.
+and when nothing else runs the finalists start at once. A searched trial or refinement still running when the
+finalists are queued is stopped at its next report (`Controller.superseded`): it could not be a finalist. Until a
+trial has finished there is no measure, and the search runs on.
 
-Why so. At 1dc285c the room was two rounds of two plus one whole trial of slack, and nothing kept a trial from
-starting just before it. On SNLI at 20 equivalents the baselines left 566 s of 1,851; the room (570 s) took all of
-it: none of the five refinements started, and a searched draw begun 108 s before the room was stopped (210 s
-lost). On SST-2 the one refinement that started was stopped after epoch 1. The refinements are the study's only
-deltas that have beaten its baselines (refine.py), so the finalists now leave them two thirds of that time.
-Until the baselines had finished the room was `finalists` rounds' worth: on SST-2 at 20 warm equivalents (8cb617c)
-it began while the Compacter baseline still ran, second best on dev once it ended, and queued four finalists, two
-rounds, for the best four that had finished, BitFit the fourth; now it is one round then.
+Why a third, and one round while a baseline runs: docs/search.md (Finalists).
 """
 
 from __future__ import annotations
@@ -50,8 +39,7 @@ from autopelt.study.record import TrialRecord
 
 SEED_OFFSET = 1000
 PER_WORKER = 3  # finalists by default: at least 3, a whole number of rounds on the workers
-MARGIN = 1.15  # times the median trial, for the room and a trial to start before it: the same six SST-2
-#                baselines ran 14% slower in one run than in the one before (README)
+MARGIN = 1.15  # times the median trial, for the room and a trial to start before it. Why: docs/search.md (Finalists)
 
 
 def seed_for(study_seed: int) -> int:
@@ -88,8 +76,7 @@ def seconds_per_trial(records: Iterable[TrialRecord]) -> float | None:
 
 def slowest_finalist(records: Iterable[TrialRecord], count: int, maximize: bool = True) -> float | None:
     """The longest own wall time of the trials that would be the finalists now (`finalists`): a round lasts as
-    long as its slowest trial. On SST-2 at 70a86c0 the two finalists, both UniPELT(APL), took 91 and 105 s
-    against a median trial of 73 s; only an early start kept them inside the deadline."""
+    long as its slowest trial, which may well be longer than the study's median."""
     records = list(records)
     chosen = {item["trial"] for item in finalists(records, count, 0, maximize)}
     spent = [seconds_of(r) for r in records if r.number in chosen]

@@ -104,11 +104,11 @@ def prepare(options: SearchOptions) -> SearchPlan:
     param_limit = parse_max_params(options.max_params)
     _check_numbers(options)
     task = _task(options.task, options.custom_task)
-    data_dir = _data_dir(options.data_dir, task)
+    data_dir = None if task.files else _data_dir(options.data_dir, task)
     model = _model(options.model)
     cpus_per_trial = _cpus_per_trial(options)
     _check_local_resources(options, cpus_per_trial)
-    if data_dir is None:  # offline, one line now: before seconds of imports (SQLAlchemy, torch, transformers)
+    if data_dir is None and not task.files:  # offline, one line now: before seconds of imports (SQLAlchemy, torch…)
         from autopelt.data.loading import check_hub_data
 
         check_hub_data(task)
@@ -123,7 +123,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    if data_dir is None:  # last: the slowest check (online, the task is downloaded here, once, for every trial)
+    if data_dir is None and not task.files:  # last: the slowest check (online, the task is downloaded here, once)
         _check_hub_data(task)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,

@@ -3,8 +3,9 @@
 A controller marks each trial it runs with `controller` = {host, pid, start} and keeps a heartbeat for it in
 Optuna's heartbeat table. A RUNNING trial is interrupted when its controller ran on this host and that
 process is gone (seen at once, so re-running a killed search resumes immediately), or when its heartbeat is
-older than the grace period (a controller on another machine). Failing a trial is a guarded state change,
-so when several processes notice the same trial only one of them re-queues it.
+older than the grace period (a controller on another machine). Optuna's heartbeat storage is public; finding the
+stale trials without failing them is not (autopelt.study.optuna_private says why). Failing a trial is a guarded
+state change, so when several processes notice the same trial only one of them re-queues it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.search.claims import INTERRUPTED
+from autopelt.study import optuna_private
 from autopelt.study.record import failed, read, requeued
 
 log = logging.getLogger(__name__)
@@ -85,27 +87,13 @@ def _start_time(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22, after the parenthesised command name
 
 
-def stale_trial_ids(study: optuna.Study) -> set[int]:
-    """Storage trial ids whose heartbeat is older than the grace period (uses Optuna's database clock).
-
-    Optuna's public `fail_stale_trials` calls the same storage method but fails the trials itself, after which
-    a trial's user attributes can no longer be set, so the reason `interrupted` could not be recorded. The
-    private method is looked up, not assumed; the stale-heartbeat test fails if an Optuna release drops it.
-    """
-    storage = study._storage
-    finder = getattr(storage, "_get_stale_trial_ids", None)
-    if finder is None or not storage.get_heartbeat_interval():
-        return set()
-    return set(finder(study._study_id))
-
-
 def interrupted_trials(study: optuna.Study, own: Iterable[int] = ()) -> list[FrozenTrial]:
     """RUNNING trials (not ours) whose controller is gone."""
     own = set(own)
     running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in own]
     if not running:
         return []
-    stale = stale_trial_ids(study)
+    stale = optuna_private.stale_trial_ids(study)
     orphan_before = time.time() - GRACE_SECONDS
     return [t for t in running if _gone(t, stale, orphan_before)]
 
@@ -121,16 +109,16 @@ def _gone(trial: FrozenTrial, stale: set[int], orphan_before: float) -> bool:
     if owner is None:  # died between ask and marking the trial: only its age tells
         start = trial.datetime_start or datetime.now()
         return start.timestamp() < orphan_before
-    return Owner.is_gone(owner) or trial._trial_id in stale
+    return Owner.is_gone(owner) or optuna_private.trial_id(trial) in stale
 
 
 def fail_and_requeue(study: optuna.Study, trial: FrozenTrial) -> bool:
     """FAIL `trial` as interrupted and queue its parameters again; False if someone else got there first."""
-    storage = study._storage
+    storage, trial_id = optuna_private.storage_of(study), optuna_private.trial_id(trial)
     try:
         for key, value in failed(INTERRUPTED).items():
-            storage.set_trial_user_attr(trial._trial_id, key, value)
-        if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+            storage.set_trial_user_attr(trial_id, key, value)
+        if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
             return False
     except UpdateFinishedTrialError:
         return False
@@ -143,7 +131,7 @@ class Heartbeat:
     """A daemon thread that records a heartbeat for every trial this controller runs."""
 
     def __init__(self, study: optuna.Study, trial_ids: Callable[[], list[int]], every: float = HEARTBEAT_SECONDS):
-        self._storage = study._storage
+        self._storage = optuna_private.storage_of(study)
         self._trial_ids = trial_ids
         self._every = every
         self._stop = threading.Event()

@@ -194,9 +194,9 @@ def _rdb_storage(url: str, engine_kwargs: dict, options: dict, attempts: int = 4
 
 
 def _write_ahead_log(engine) -> None:
-    """SQLite in WAL mode with synchronous=NORMAL: a commit costs ~0.1 ms instead of an fsync (~15 ms here),
-    readers never block the writer, and a crash still never corrupts the file (it may lose the last commits).
-    A controller commits ~40 times per trial (Optuna writes each user attribute in its own transaction)."""
+    """SQLite in WAL mode with synchronous=NORMAL: a commit needs no fsync, readers never block the writer, and a
+    crash still never corrupts the file (it may lose the last commits). A controller commits dozens of times per
+    trial (Optuna writes each user attribute in its own transaction)."""
     import sqlalchemy
 
     def on_connect(connection, _record) -> None:

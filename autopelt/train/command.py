@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields
+from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields, task_name
 from autopelt.errors import UserError
 
 
@@ -25,7 +25,8 @@ def _method_fields() -> dict[str, dataclasses.Field]:
 def add_arguments(parser) -> None:
     from autopelt.delta.spec import POOLINGS
 
-    parser.add_argument("--task", required=True, help="GLUE task: cola sst2 mrpc qqp stsb mnli mnli-mm qnli rte wnli")
+    parser.add_argument("--task", help="GLUE task: cola sst2 mrpc qqp stsb mnli mnli-mm qnli rte wnli; or your own "
+                                       "(see below; with --train-file the default is the file's name)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--delta", metavar="SPEC.json", help="a delta spec file (see `autopelt methods`)")
     what.add_argument("--method", help="one method, with its fields as flags (e.g. --method lora --rank 8)")
@@ -90,7 +91,7 @@ def run(args) -> int:
         spec = {**spec, "pooling": args.pooling}
     spec = delta.parse_spec(spec).to_dict()  # a bad spec is a one-line error before any loading
     settings = TrialSettings(
-        task=args.task, spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
+        task=task_name(args), spec=spec, custom_task=custom_task_fields(args), model=args.model, data_dir=args.data_dir,
         protocol="full" if args.k is None else args.k, seed=args.seed, data_seed=args.data_seed,
         epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
@@ -156,7 +157,7 @@ def check_inputs(settings) -> None:
     resolve_model(settings.model)
     if settings.data_dir and not os.path.isdir(settings.data_dir):
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
-    if not (settings.data_dir or os.environ.get(DATA_DIR_ENV)):
+    if not (task.files or settings.data_dir or os.environ.get(DATA_DIR_ENV)):
         check_hub_data(task)  # offline: this one line, not a failed trial after seconds of imports
 
 

@@ -1,0 +1,56 @@
+"""bench/results.py writes a benchmark's table with where and how it was measured; bench/render_docs.py puts the
+newest one of each name into the pages' marked blocks, and nothing else."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_results_file_holds_the_rows_and_their_provenance(tmp_path, monkeypatch):
+    results = load("results")
+    monkeypatch.setattr(sys, "argv", ["bench/x.py", "--task", "sst2"])
+    rows = [{"method": "lora", "test": 0.8123, "seconds": 12.5}, {"method": "bitfit", "test": 0.79, "seconds": 9.0}]
+    path = results.write_results("step-x", rows, columns=["method", "test"], precision="fp32",
+                                 settings={"k": 1000}, out_dir=tmp_path)
+    record = json.loads(path.read_text())
+    assert path.name == f"step-x-{record['date'][:10]}.json"
+    assert record["rows"] == rows and record["columns"] == ["method", "test"] and record["settings"] == {"k": 1000}
+    assert record["command"] == "bench/x.py --task sst2" and record["precision"] == "fp32"
+    assert record["commit"] != "" and record["hardware"]["cpu"]["cores"] == os.cpu_count()
+    assert set(record["hardware"]["cpu"]["flags"]) <= set(results.SPEED_FLAGS)
+    assert record["torch"].split(".")[0].isdigit()
+    with pytest.raises(ValueError, match="benchmark name"):
+        results.write_results("Bad Name", rows, out_dir=tmp_path)
+
+
+def test_render_fills_each_marked_block_from_the_newest_file_and_leaves_the_rest(tmp_path):
+    render = load("render_docs")
+    record = {"name": "speed", "date": "2026-01-02T00:00:00Z", "command": "bench/speed.py", "commit": "abc",
+              "hardware": {"cpu": {"model": "Some CPU", "cores": 2, "flags": ["avx2"]}, "gpu": None},
+              "torch": "2.13.0", "precision": "bf16", "settings": {}, "columns": ["method", "ms"],
+              "rows": [{"method": "lora", "ms": 12.345}, {"method": "a|b", "ms": None}], "notes": None}
+    (tmp_path / "speed-2026-01-01.json").write_text(json.dumps({**record, "rows": []}))
+    (tmp_path / "speed-2026-01-02.json").write_text(json.dumps(record))
+    page = ("intro\n<!-- results: speed -->\nold table\n<!-- /results -->\nend\n"
+            "<!-- results: none -->\n<!-- /results -->\n")
+    out = render.render(page, tmp_path)
+    assert out.startswith("intro\n<!-- results: speed -->\n| method | ms |\n|---|---|\n| lora | 12.3 |\n")
+    assert "| a\\|b | – |" in out and "old table" not in out and out.count("end\n") == 1
+    assert "*Some CPU (2 cores, avx2) · torch 2.13.0 · bf16 · 2026-01-02 · commit abc · `bench/speed.py`*" in out
+    assert "No results yet" in out  # a benchmark without a file says so
+    assert render.render(out, tmp_path) == out  # rendering twice changes nothing
