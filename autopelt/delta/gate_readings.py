@@ -18,7 +18,7 @@ def recording_gates(model: nn.Module):
 
     def observe(gate: Gate, _inputs, output: torch.Tensor) -> None:
         entry = totals[(gate.kind, gate.layer)]
-        entry[0] += float(output.detach().float().mean(dim=-1).sum())
+        entry[0] += float(output.detach().float().reshape(output.shape[0], -1).mean(dim=-1).sum())  # per-token too
         entry[1] += output.shape[0]
 
     handles = [m.register_forward_hook(observe) for m in model.modules() if isinstance(m, Gate)]

@@ -62,7 +62,7 @@ class VeRALinear(AdditiveMerge, nn.Module):
             return result
         update = self.lambda_b * F.linear(self.lambda_d * F.linear(self.dropout(x), self._A()), self._B())
         if self.gate is not None:
-            update = update * self.gate(x)[:, None, :]
+            update = update * self.gate.scale(x)
         return result + update
 
     def delta_weight(self) -> torch.Tensor:  # (out, in)
