@@ -64,6 +64,8 @@ def add_arguments(parser) -> None:
                              "faster (CUDA with bf16; a CPU with AVX512-BF16 or AMX whose bf16 matmul is measured "
                              "at least 1.25x as fast as fp32's), else fp32")
     parser.add_argument("--out", help="folder for result.json and the trained delta")
+    parser.add_argument("--max-new-tokens", type=int, help="generation tasks: tokens generated per test input "
+                                                           "(default 64)")
 
 
 def run(args) -> int:
@@ -88,7 +90,7 @@ def run(args) -> int:
         epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
-        device=args.device, precision=args.precision, out_dir=args.out,
+        device=args.device, precision=args.precision, out_dir=args.out, max_new_tokens=args.max_new_tokens,
     )
     check_inputs(settings)
     from autopelt.train import run_trial  # torch: only once the inputs are sound
@@ -146,6 +148,10 @@ def check_inputs(settings) -> None:
     task = resolve_task(settings)
     parse_protocol(settings.protocol)
     resolve_model(settings.model)
+    from autopelt.train.generate import check_generation_inputs, is_generation
+
+    if is_generation(settings):
+        return check_generation_inputs(settings, task)
     if settings.data_dir and not os.path.isdir(settings.data_dir):
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
     if not (settings.data_dir or os.environ.get(DATA_DIR_ENV)):
