@@ -37,16 +37,22 @@ CASES = {
     "prefix_shifted+lora": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0,
                                          "shift_positions": True}, {"method": "lora", "rank": 2}]},
     "prompt": {"methods": [{"method": "prompt", "length": 4}]},
+    "unipelt_apl": {"methods": [{"method": "pfeiffer", "bottleneck": 8, "gate": True},
+                                {"method": "prefix", "length": 3, "reparam_hidden": 16, "gate": True},
+                                {"method": "lora", "rank": 4, "gate": True}]},
+    "prefix_split_gate": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0, "gate": True,
+                                       "split_gate": True}]},
     "bitfit": {"methods": [{"method": "bitfit"}]},
 }
-REFUSED = {("llama", "bitfit"), ("t5", "bitfit"), ("t5", "prefix"), ("t5", "prefix_shifted+lora"), ("t5", "prompt")}
+REFUSED = {("llama", "bitfit"), ("t5", "bitfit"), ("t5", "prefix"), ("t5", "prefix_shifted+lora"), ("t5", "prompt"),
+           ("t5", "unipelt_apl"), ("t5", "prefix_split_gate")}
 MERGEABLE = ["lora", "lora_every_site_some_layers", "rslora", "dora", "vera", "ia3", "adamix_lora",
              "dora+vera+ia3+ffn_adapter_same_site"]
 PAIRS = [(name, family) for name in CASES for family in DECODER_FAMILIES if (family, name) not in REFUSED]
 
 
 def changes_output_at_init(name: str) -> bool:
-    return "prefix" in name or "prompt" in name
+    return "prefix" in name or "prompt" in name or name == "unipelt_apl"
 
 
 def build(name: str, family: str, seed: int = 0):
@@ -166,7 +172,7 @@ def test_a_method_that_cannot_apply_is_refused_in_one_line(family, name, why):
 
 
 @pytest.mark.parametrize("spec, why", [
-    ({"methods": [{"method": "prefix", "gate": True}]}, "no gate sees the layer's input"),
+    ({"methods": [{"method": "prefix", "layers": [0]}]}, "fills the key/value cache of every layer"),
     ({"methods": [{"method": "lora", "targets": ["qkv"]}]}, "llama has no linear site 'qkv'"),
 ])
 def test_decoder_specific_refusals(spec, why):
@@ -201,7 +207,7 @@ def test_a_decoder_gate_is_per_token_so_no_token_sees_the_ones_after_it():
     torch.testing.assert_close(head[:, :4], full[:, :4], rtol=1e-5, atol=1e-5)  # the last position is the read-out
 
 
-@pytest.mark.parametrize("name", ["lora", "prefix", "prefix_shifted+lora", "prompt", "unipelt_al", "houlsby"])
+@pytest.mark.parametrize("name", ["lora", "prefix", "prefix_shifted+lora", "prompt", "unipelt_apl", "houlsby"])
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_batched_left_padded_generation_with_the_cache_equals_one_by_one(name, family):
     """Greedy tokens of each row alone equal those of the row left-padded in a batch, KV cache on."""
@@ -218,3 +224,10 @@ def test_batched_left_padded_generation_with_the_cache_equals_one_by_one(name, f
         alone = model.generate(input_ids=row[None], attention_mask=torch.ones(1, len(row), dtype=torch.long),
                                **settings)[:, len(row):]
         assert alone[0].tolist() == together[i].tolist()
+
+
+def test_gate_values_of_a_decoder_are_readable_per_method_and_layer():
+    model = build("unipelt_apl", "llama")
+    values = delta.gate_values(model, decoder_batch("llama"))
+    assert set(values) == {"adapter", "prefix", "lora"}
+    assert set(values["prefix"]) == {"0", "1"} and values["prefix"]["0"] == pytest.approx(0.5)

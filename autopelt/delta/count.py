@@ -76,10 +76,11 @@ def _count(method, config, arch, experts: int = 1, share_up: bool = True) -> tup
         count = lambda down, up: (down + up + gate) * per_layer * layers + shared_rule  # noqa: E731
         return count(down_t, up_t), count(down_s, up_s)
     if isinstance(method, PrefixConfig):
+        gates = layers * (hidden + 1) * (2 if method.split_gate else 1) if method.gate else 0
         if arch.causal:  # keys and values of one layer are as wide as its key projection's output
             heads, head_dim = key_width(config)
             hidden = heads * head_dim
-        gates = layers * (hidden + 1) * (2 if method.split_gate else 1) if method.gate else 0
+            gates = layers * (2 if method.split_gate else 1) if method.gate else 0  # one value per layer
         stored = layers * 2 * method.length * hidden + gates
         r = method.reparam_hidden
         if r == 0:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
-from autopelt.delta.modules.decoder import CachePrefix, LastToken, LeadingPrompt
+from autopelt.delta.modules.decoder import CachePrefix, LastToken, LayerGates, LeadingPrompt
 from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_, masked_mean
 from autopelt.delta.modules.ia3 import IA3Linear
 from autopelt.delta.modules.lora import DoRALinear, LoRALinear
@@ -144,8 +144,6 @@ def why_not(method, arch: Architecture) -> str | None:
         return arch.no_bias
     if method.method in arch.unsupported:
         return arch.unsupported[method.method]
-    if isinstance(method, PrefixConfig) and arch.causal and method.gate:
-        return "a decoder's prefix goes through the key/value cache, where no gate sees the layer's input"
     if isinstance(method, PrefixConfig) and arch.causal and method.layers is not None:
         return "a decoder's prefix fills the key/value cache of every layer"
     return None
@@ -292,11 +290,16 @@ def key_width(config) -> tuple[int, int]:
 
 def _build_cache_prefix(model, arch: Architecture, cfg: PrefixConfig, generator) -> None:
     heads, head_dim = key_width(model.config)
-    encoder = PrefixEncoder(arch.num_layers(model.config), cfg.length, heads * head_dim, cfg.reparam_hidden,
-                            generator)
+    rows = arch.num_layers(model.config)
+    encoder = PrefixEncoder(rows, cfg.length, heads * head_dim, cfg.reparam_hidden, generator)
     backbone = arch.backbone_of(model)
-    backbone.add_module("prefix_encoder", encoder.to(next(backbone.parameters()).device))
-    backbone.register_forward_pre_hook(CachePrefix(encoder, heads, head_dim, cfg.shift_positions), with_kwargs=True)
+    device = next(backbone.parameters()).device
+    backbone.add_module("prefix_encoder", encoder.to(device))
+    gates = LayerGates(rows, 2 if cfg.split_gate else 1, list(range(rows))) if cfg.gate else None
+    if gates is not None:
+        backbone.add_module("prefix_gates", gates.to(device))
+    hook = CachePrefix(encoder, heads, head_dim, cfg.shift_positions, gates)
+    backbone.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mixture) -> None:

@@ -56,6 +56,20 @@ def _new_tokens(kwargs: dict) -> int:
     return (ids if ids is not None else embeds).shape[1]
 
 
+class LayerGates(nn.Module):
+    """UniPELT's prefix gate on a decoder: sigmoid of a learned value per layer (and per keys/values when split),
+    not of the layer's input. An average over the sequence would let a token see the ones after it, and a value per
+    token cannot scale keys and values that every token shares in the cache."""
+
+    def __init__(self, rows: int, heads: int, layers: list[int]):
+        super().__init__()
+        self.logit = nn.Parameter(torch.zeros(rows, heads))  # starts at 0.5, as a new UniPELT gate about does
+        self.kind, self.layers = "prefix", layers
+
+    def forward(self) -> torch.Tensor:  # (rows, heads)
+        return torch.sigmoid(self.logit)
+
+
 class CachePrefix:
     """Prefix-tuning on a decoder: layer l's prefix keys and values are the first L entries of its cache.
 
@@ -63,8 +77,8 @@ class CachePrefix:
     With `shift` the real tokens take positions L..L+T-1, as peft's (transformers counts the prefix as past tokens).
     """
 
-    def __init__(self, encoder: PrefixEncoder, heads: int, head_dim: int, shift: bool):
-        self.encoder, self.heads, self.head_dim, self.shift = encoder, heads, head_dim, shift
+    def __init__(self, encoder: PrefixEncoder, heads: int, head_dim: int, shift: bool, gates: LayerGates | None = None):
+        self.encoder, self.heads, self.head_dim, self.shift, self.gates = encoder, heads, head_dim, shift, gates
 
     def __call__(self, backbone: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         kwargs = _inputs(backbone, args, kwargs)
@@ -83,9 +97,12 @@ class CachePrefix:
 
     def fill(self, cache, batch: int):
         cache = cache if cache is not None else DynamicCache()
+        gates = self.gates() if self.gates is not None else None  # (rows, 1 or 2)
         for row in range(self.encoder.rows):
             key, value = (p.view(1, -1, self.heads, self.head_dim).transpose(1, 2).expand(batch, -1, -1, -1)
                           for p in self.encoder(row))  # (B, heads, L, d)
+            if gates is not None:
+                key, value = key * gates[row, 0], value * gates[row, -1]
             cache.update(key, value, row)
         return cache
 
