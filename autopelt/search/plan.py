@@ -111,9 +111,13 @@ def prepare(options: SearchOptions) -> SearchPlan:
     storage = normalise_url(options.storage)
     check_storage(storage)
     model_config = load_config(model, task.num_labels)
+    from autopelt.search.space_models import cannot_apply_preset, for_model
+
+    space = for_model(space, model_config)  # what the model's family cannot take is not drawn
     gpus_per_trial = _gpus_per_trial(options)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     baselines = baselines_for(budget) if options.baselines else []
+    baselines = [name for name in baselines if not cannot_apply_preset(name, model_config)]
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
     if data_dir is None:  # last: the slowest check (online, the task is downloaded here, once, for every trial)
