@@ -3,6 +3,7 @@
 All measured side by side in one process, in each precision as the trainer runs it (autocast, the frozen weights
 cast once): all-MiniLM-L6-v2, sequence length 128, batch 32, 2 threads.
 Usage: python bench/step_times.py [--steps 5] [--warmup 1] [--threads 2] [--precisions fp32,bf16] [--only lora,UniPELT]
+       [--model smollm2-135m]   (a method the model's family cannot take, BitFit on Llama, is skipped with its reason)
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import time
 import torch
 
 from autopelt import delta
-from autopelt.models import default_model, load_model
+from autopelt.errors import UserError
+from autopelt.models import load_model, resolve_model
 from autopelt.train import device as devices
 from autopelt.train.loop import supervised_loss, training_loss
 
@@ -99,7 +101,11 @@ def build_steps(name: str, data: dict, dtype) -> tuple[dict, dict]:
     if peft_step is not None:
         steps[PEFT_LORA], params[PEFT_LORA] = peft_step
     for label, spec in METHODS.items():
-        model = delta.apply_delta(fresh(), spec, seed=0)
+        try:
+            model = delta.apply_delta(fresh(), spec, seed=0)
+        except UserError as error:
+            print(f"{label}: skipped ({error})")
+            continue
         routing = torch.Generator().manual_seed(1)
         adamix = next((m for m in delta.parse_spec(spec).methods if m.method == "adamix"), None)
         consistency = adamix.consistency if adamix else 0.0
@@ -121,12 +127,14 @@ def main() -> None:
     parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated, among fp32, bf16, fp16")
     parser.add_argument("--only", help="comma-separated starts of configuration names to time, e.g. lora,UniPELT "
                                        "(the forward, full fine-tuning and peft LoRA always run)")
+    parser.add_argument("--model", help="base model folder, hub id or packaged name (default: all-MiniLM-L6-v2)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     steps, params = {}, {}
     for precision in precisions:
-        built, params = build_steps(default_model(), batch(args.seq, args.batch), devices.autocast_dtype(precision))
+        built, params = build_steps(resolve_model(args.model), batch(args.seq, args.batch),
+                                    devices.autocast_dtype(precision))
         steps.update({(label, precision): step for label, step in built.items()
                       if _chosen(label, args.only)})
     medians = interleaved(steps, args.steps, args.warmup)
@@ -142,8 +150,12 @@ def _peft_lora(model, data, dtype):
         from peft import LoraConfig, get_peft_model
     except ImportError:
         return None
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
-                                             modules_to_save=["classifier"]))
+    from autopelt.delta.sites import architecture_of
+
+    arch = architecture_of(model.config)  # q,v of this family (BERT's query/value, Llama's q_proj/v_proj)
+    targets = sorted({arch.linears[arch.aliases.get(s, s)].rsplit(".", 1)[-1] for s in ("query", "value")})
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets,
+                                             modules_to_save=[arch.head]))
     inputs = {k: v for k, v in data.items() if k != "labels"}
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return optimiser_step(model, lambda: supervised_loss(model(**inputs).logits, data["labels"]), dtype), trainable

@@ -138,3 +138,12 @@ def test_an_unsupported_architecture_is_one_line_exit_2(data_dir, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert "model type 'opt' is not supported yet" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_search_refuses_a_generation_task_in_one_line(lm_dir, data_dir, tmp_path, capsys):
+    args = ["search", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", str(lm_dir),
+            "--data-dir", str(data_dir), "--budget", "2", "--out", str(tmp_path / "study")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "does not take generation tasks yet" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "study").exists()

@@ -166,6 +166,9 @@ def _finalists(options: SearchOptions, budget: Budget, baselines: int) -> int:
 def _task(name: str, custom: dict | None):
     from autopelt.data import custom_task, get_task
 
+    if custom and custom.get("target_column"):
+        raise UserError("autopelt search does not take generation tasks yet: train each delta with autopelt train "
+                        "--input-column ... --target-column ...")
     return custom_task(name, **custom) if custom else get_task(name)
 
 
