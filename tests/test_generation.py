@@ -147,3 +147,12 @@ def test_search_refuses_a_generation_task_in_one_line(lm_dir, data_dir, tmp_path
     err = capsys.readouterr().err.strip()
     assert "does not take generation tasks yet" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("family, method", [("gpt2", ("--method", "prefix", "--length", "2")),
+                                            ("t5", ("--method", "ia3")), ("llama", ("--preset", "unipelt_apl"))])
+def test_each_family_trains_a_generation_delta(family, method, data_dir, tmp_path):
+    folder = make_tiny_lm_folder(tmp_path / family, family)
+    assert cli.main(train_args(folder, data_dir, tmp_path / "out", *method)) == 0
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "ok" and set(result["test"]) == {"bleu", "rouge_l"}
