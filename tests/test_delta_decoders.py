@@ -231,3 +231,22 @@ def test_gate_values_of_a_decoder_are_readable_per_method_and_layer():
     values = delta.gate_values(model, decoder_batch("llama"))
     assert set(values) == {"adapter", "prefix", "lora"}
     assert set(values["prefix"]) == {"0", "1"} and values["prefix"]["0"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "mistral"])
+@pytest.mark.parametrize("name", ["lora", "ia3", "houlsby", "unipelt_apl"])
+def test_the_llama_declaration_serves_qwen2_and_mistral(model_type, name):
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    config = AutoConfig.for_model(model_type, vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                  max_position_embeddings=64, pad_token_id=0)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config).eval()
+    batch = decoder_batch("llama")
+    expected = logits(model, batch)
+    delta.apply_delta(model, CASES[name]).eval()
+    if not changes_output_at_init(name):
+        torch.testing.assert_close(logits(model, batch), expected, rtol=0, atol=1e-6)
+    count = delta.count_parameters(CASES[name], config)
+    assert count.trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
