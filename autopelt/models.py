@@ -29,6 +29,11 @@ def resolve_model(name_or_path: str | None) -> str:
     reach a hub id must be in the local cache."""
     if not name_or_path:
         return default_model()
+    from autopelt.packaged import packaged_model
+
+    packaged = packaged_model(name_or_path)  # a short name such as smollm2-135m
+    if packaged:
+        return packaged
     path = Path(name_or_path).expanduser()
     if path.exists():
         return str(path)
@@ -99,9 +104,12 @@ def load_tokenizer(name_or_path: str):
 
     offline = _hub_unreachable(name_or_path)
     try:
-        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=bool(offline))
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=bool(offline))
     except OSError as error:
         raise UserError(f"cannot load the tokenizer of {name_or_path!r} ({_cause(error, offline)})") from None
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:  # decoders (GPT-2) pad with end-of-text
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0):
@@ -114,6 +122,8 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     offline = _hub_unreachable(name_or_path)
     if problem_type:
         config.problem_type = problem_type
+    if getattr(config, "pad_token_id", None) is None:  # a decoder's classifier finds the last token past padding,
+        config.pad_token_id = _first(getattr(config, "eos_token_id", None))  # which is end-of-text (load_tokenizer)
     torch.manual_seed(seed)  # the head's initialisation is part of the trial's seed
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialised head" warnings are expected here
@@ -128,6 +138,31 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     finally:
         hf_logging.set_verbosity(verbosity)
     _fresh_head(model, seed)
+    return model
+
+
+def load_language_model(name_or_path: str, seed: int = 0):
+    """The base model with its own LM head (a decoder's causal LM, T5's encoder-decoder), seeded; a one-line error
+    for a family autopelt does not know."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from autopelt.delta.sites import architecture_of, model_class
+
+    config = load_config(name_or_path, 2)
+    architecture_of(config)
+    offline = _hub_unreachable(name_or_path)
+    torch.manual_seed(seed)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        model = model_class(config, lm=True).from_pretrained(name_or_path, config=config,
+                                                             local_files_only=bool(offline))
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot load model {name_or_path!r} as a language model ({_cause(error, offline)})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     return model
 
 
@@ -192,6 +227,10 @@ def _fresh_head(model, seed: int) -> None:
                 module.weight.normal_(0.0, std, generator=generator)
                 if module.bias is not None:
                     module.bias.zero_()
+
+
+def _first(token_id):
+    return token_id[0] if isinstance(token_id, (list, tuple)) else token_id
 
 
 def _hub_unreachable(name_or_path: str) -> str | None:

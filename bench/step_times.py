@@ -11,6 +11,7 @@ The results go to --out (default benchmarks/results/step_times-<date>.json) with
 model and flags, torch version and threads; bench/step_times_doc.py renders them into docs/speed.md.
 Usage: python bench/step_times.py [--steps 2] [--warmup 1] [--threads 2] [--precisions fp32,bf16]
                                   [--dropouts model,attention-off,off] [--attentions sdpa,eager] [--only lora,dora]
+                                  [--model smollm2-135m]   (a method the family cannot take is skipped)
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import torch
 from torch import nn
 
 from autopelt import delta
-from autopelt.models import default_model, load_model
+from autopelt.errors import UserError
+from autopelt.models import default_model, load_model, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.loop import supervised_loss, training_loss
 
@@ -156,7 +158,11 @@ def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: l
             continue
         model = fresh()
         switch = Switch(model)
-        delta.apply_delta(model, spec, seed=0)
+        try:
+            delta.apply_delta(model, spec, seed=0)
+        except UserError as error:
+            print(f"{label}: skipped ({error})")
+            continue
         routing = torch.Generator().manual_seed(1)
         adamix = next((m for m in delta.parse_spec(spec).methods if m.method == "adamix"), None)
         consistency = adamix.consistency if adamix else 0.0
@@ -183,8 +189,13 @@ def _peft_lora(model, data, dtype):
     except ImportError:
         return None
     switch = Switch(model)
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
-                                             modules_to_save=["classifier"]))
+    from autopelt.delta.sites import architecture_of
+
+
+    arch = architecture_of(model.config)  # q,v of this family (BERT's query/value, Llama's q_proj/v_proj)
+    targets = sorted({arch.linears[arch.aliases.get(s, s)].rsplit(".", 1)[-1] for s in ("query", "value")})
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets,
+                                             modules_to_save=[arch.head]))
     inputs = {k: v for k, v in data.items() if k != "labels"}
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     step = optimiser_step(model, lambda: supervised_loss(model(**inputs).logits, data["labels"]), dtype)
@@ -239,7 +250,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     split = lambda text: [p.strip() for p in text.split(",") if p.strip()]  # noqa: E731
     precisions, dropouts, attentions = split(args.precisions), split(args.dropouts), split(args.attentions)
-    model = args.model or default_model()
+    model = resolve_model(args.model)  # a folder, hub id or packaged name (smollm2-135m); default all-MiniLM-L6-v2
     steps, params = {}, {}
     for precision in precisions:
         pairs = [tuple(pair.split("/")) for pair in split(args.method_settings)] if args.method_settings else None

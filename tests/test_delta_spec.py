@@ -65,7 +65,7 @@ def test_adapter_preset_names_normalise():
     ({"methods": [{"method": "lora", "rnk": 4}]}, "unknown field 'rnk' for method 'lora'"),
     ({"methods": [{"method": "lora", "rank": 0}]}, "lora.rank = 0"),
     ({"methods": [{"method": "lora", "rank": "8"}]}, "lora.rank = '8'"),
-    ({"methods": [{"method": "lora", "targets": ["qkv"]}]}, "lora.targets"),
+    ({"methods": [{"method": "lora", "targets": ["qkvo"]}]}, "lora.targets"),
     ({"methods": [{"method": "adapter", "placement": "middle"}]}, "adapter.placement"),
     ({"methods": [{"method": "adamix", "expert_init": "random"}]}, "adamix.expert_init = 'random'"),
     ({"methods": [{"method": "prefix", "split_gate": 1}]}, "prefix.split_gate"),
@@ -79,7 +79,7 @@ def test_adapter_preset_names_normalise():
     ({"methods": [{"method": "lora", "dora": True, "gate": True}]}, "lora.dora = True is invalid"),
     ({"methods": [{"method": "lora", "rslora": "yes"}]}, "lora.rslora = 'yes'"),
     ({"methods": [{"method": "adamix", "delta": {"method": "lora", "dora": True}}]}, "without dora"),
-    ({"methods": [{"method": "ia3", "targets": ["qkv"]}]}, "ia3.targets"),
+    ({"methods": [{"method": "ia3", "targets": ["qkvo"]}]}, "ia3.targets"),
     ({"methods": [{"method": "ia3", "targets": []}]}, "ia3.targets"),
     ({"methods": [{"method": "ia3", "gate": True}]}, "unknown field 'gate' for method 'ia3'"),
     ({"methods": [{"method": "vera", "rank": 0}]}, "vera.rank = 0"),
@@ -122,10 +122,11 @@ def test_specs_that_do_not_fit_the_model(spec, words):
 
 
 def test_an_unsupported_architecture_is_a_clear_error():
-    from transformers import GPT2Config
+    from transformers import OPTConfig
 
-    with pytest.raises(UserError, match="model type 'gpt2' is not supported yet; supported: bert, roberta"):
-        delta.count_parameters(delta.PRESETS["lora"], GPT2Config(n_layer=2, n_embd=32, n_head=4))
+    with pytest.raises(UserError, match="model type 'opt' is not supported yet; supported: bert, gpt2, llama"):
+        delta.count_parameters(delta.PRESETS["lora"], OPTConfig(num_hidden_layers=2, hidden_size=32,
+                                                                num_attention_heads=4))
 
 
 def test_loading_a_delta_whose_weights_do_not_match_fails_cleanly(tmp_path):

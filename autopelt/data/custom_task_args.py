@@ -21,6 +21,9 @@ def add_custom_task_arguments(parser) -> None:
     own.add_argument("--label-names", help="class names in id order, comma-separated, for text labels (neg,pos); "
                                            "with --train-file: its distinct labels, sorted")
     own.add_argument("--regression", action="store_true", help="a real-valued label (metric: Pearson)")
+    own.add_argument("--input-column", help="text generation: the input text column (E2E: mr), with --target-column")
+    own.add_argument("--target-column", help="text generation: the target text column (E2E: ref); a decoder or T5 "
+                                             "learns input -> target, scored by BLEU and ROUGE-L")
 
 
 def task_name(args) -> str:
@@ -35,6 +38,11 @@ def task_name(args) -> str:
 
 def custom_task_fields(args) -> dict | None:
     """The `custom_task` fields the flags describe, or None for a GLUE task. Reads the train file, if given."""
+    if getattr(args, "input_column", None) or getattr(args, "target_column", None):
+        if not (args.input_column and args.target_column) or args.text_columns:
+            raise UserError("a generation task takes --input-column and --target-column together, without "
+                            "--text-columns")
+        return {"input_column": args.input_column, "target_column": args.target_column}
     given = {
         "text_columns": [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None,
         "label_column": args.label_column, "num_labels": args.num_labels, "regression": args.regression,

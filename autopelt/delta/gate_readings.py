@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from autopelt.delta.modules.decoder import LayerGates
 from autopelt.delta.modules.gate import Gate
 
 
@@ -18,10 +19,16 @@ def recording_gates(model: nn.Module):
 
     def observe(gate: Gate, _inputs, output: torch.Tensor) -> None:
         entry = totals[(gate.kind, gate.layer)]
-        entry[0] += float(output.detach().float().mean(dim=-1).sum())
+        entry[0] += float(output.detach().float().reshape(output.shape[0], -1).mean(dim=-1).sum())  # per-token too
         entry[1] += output.shape[0]
 
+    def observe_layers(gates, _inputs, output: torch.Tensor) -> None:  # a decoder's prefix: (layers, heads)
+        for layer, value in zip(gates.layers, output.detach().float().mean(dim=-1)):
+            entry = totals[(gates.kind, layer)]
+            entry[0], entry[1] = entry[0] + float(value), entry[1] + 1
+
     handles = [m.register_forward_hook(observe) for m in model.modules() if isinstance(m, Gate)]
+    handles += [m.register_forward_hook(observe_layers) for m in model.modules() if isinstance(m, LayerGates)]
     try:
         yield totals
     finally:
@@ -30,7 +37,7 @@ def recording_gates(model: nn.Module):
 
 
 def has_gates(model: nn.Module) -> bool:
-    return any(isinstance(module, Gate) for module in model.modules())
+    return any(isinstance(module, (Gate, LayerGates)) for module in model.modules())
 
 
 def summarise_gates(totals) -> dict[str, dict[str, float]]:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
+from autopelt.delta.modules.decoder import CachePrefix, LastToken, LayerGates, LeadingPrompt
 from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_, masked_mean
 from autopelt.delta.modules.ia3 import IA3Linear
 from autopelt.delta.modules.lora import DoRALinear, LoRALinear
@@ -21,7 +22,7 @@ from autopelt.delta.modules.phm import PHMLinear, new_rule
 from autopelt.delta.modules.prefix import PositionShift, PrefixEncoder, PrefixSelfAttention
 from autopelt.delta.modules.prompt import SoftPrompt
 from autopelt.delta.modules.vera import SharedProjections, VeRALinear
-from autopelt.delta.sites import Architecture, architecture_of, chosen_layers, linear_shape
+from autopelt.delta.sites import Architecture, Stack, architecture_of, chosen_layers, linear_shape
 from autopelt.delta.spec import (
     BIAS_SITES, AdaMixConfig, AdapterConfig, BitFitConfig, DeltaSpec, IA3Config, LoRAConfig, PrefixConfig,
     PromptConfig, VeRAConfig, parse_spec,
@@ -61,10 +62,22 @@ def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
         inner = config.delta if isinstance(config, AdaMixConfig) else config
         BUILDERS[type(inner)](model, arch, inner, generator, Mixture.of(config))
     _share_padding_mask(model, arch)
+    head = getattr(model, arch.head, None)  # None on a language model: its LM head is part of the frozen base
+    if arch.causal and head is not None:
+        _read_last_token(model, arch)
     if spec.pooling == "mean":
         _pool_mean(model, arch)
-    model.get_submodule(arch.head).requires_grad_(True)
+    if head is not None:
+        head.requires_grad_(True)
     return model
+
+
+def _read_last_token(model: nn.Module, arch: Architecture) -> None:
+    """A decoder classifier's head reads the last real token (hooks registered after any prefix's or prompt's)."""
+    last = LastToken()
+    backbone = arch.backbone_of(model)
+    backbone.register_forward_pre_hook(last.capture, with_kwargs=True)
+    backbone.register_forward_hook(last.release, with_kwargs=True)
 
 
 def _pool_mean(model: nn.Module, arch: Architecture) -> None:
@@ -99,16 +112,41 @@ def _share_padding_mask(model: nn.Module, arch: Architecture) -> None:
 
 def check_fits(spec: DeltaSpec, config) -> None:
     """Errors a spec has only against a given model (sizes that must divide, layers that must exist)."""
+    arch = architecture_of(config)
+    if spec.pooling == "mean" and arch.causal:
+        raise UserError(f"mean pooling is for encoders: a {arch.family} classifier's head reads the last token "
+                        "(use --pooling cls)")
     for method in spec.methods:
         inner = method.delta if isinstance(method, AdaMixConfig) else method
-        chosen_layers(getattr(inner, "layers", None), config.num_hidden_layers)
+        _check_applies(inner, arch)
+        chosen_layers(getattr(inner, "layers", None), arch.num_layers(config))
+        if hasattr(inner, "targets") and not isinstance(inner, BitFitConfig):
+            arch.sites(inner.targets)
         if isinstance(inner, AdapterConfig) and inner.projection != "dense":
             if config.hidden_size % inner.n:
                 raise UserError(f"adapter.n = {inner.n} must divide the model's hidden size {config.hidden_size}")
         if isinstance(inner, LoRAConfig):
-            smallest = min(min(linear_shape(config, site)) for site in inner.targets)
+            smallest = min(min(linear_shape(config, site)) for site in arch.sites(inner.targets))
             if inner.rank > smallest:
                 raise UserError(f"lora.rank = {inner.rank} exceeds the smallest adapted dimension {smallest}")
+
+
+def _check_applies(method, arch: Architecture) -> None:
+    """A one-line error for a method this family cannot take (the search spaces skip it, see `applies`)."""
+    reason = why_not(method, arch)
+    if reason:
+        raise UserError(f"{method.method} cannot apply to {arch.family}: {reason}")
+
+
+def why_not(method, arch: Architecture) -> str | None:
+    """Why `method` (a config) cannot apply to models of this family; None when it can."""
+    if isinstance(method, BitFitConfig) and arch.no_bias:
+        return arch.no_bias
+    if method.method in arch.unsupported:
+        return arch.unsupported[method.method]
+    if isinstance(method, PrefixConfig) and arch.causal and method.layers is not None:
+        return "a decoder's prefix fills the key/value cache of every layer"
+    return None
 
 
 def merge(model: nn.Module) -> nn.Module:
@@ -148,21 +186,27 @@ def _linear(in_features, out_features, generator, mixture: Mixture = Mixture(), 
     return linear
 
 
-def _gate(in_features, heads, kind, layer, generator) -> Gate:
-    gate = Gate(in_features, heads, kind, layer)
+def _gate(in_features, heads, kind, layer, generator, per_token=False) -> Gate:
+    gate = Gate(in_features, heads, kind, layer, per_token)
     init_linear_(gate.linear, generator)
     return gate
 
 
+def _site_layers(model, arch: Architecture, cfg) -> list[tuple[int, nn.Module, Stack, str]]:
+    """(layer index, layer, its stack, site) for each chosen layer and target site it has, layer by layer."""
+    entries = arch.layer_entries(model)
+    sites = arch.sites(cfg.targets)
+    return [(i, entries[i][0], entries[i][1], site) for i in chosen_layers(cfg.layers, len(entries))
+            for site in sites if site in entries[i][1].linears]
+
+
 def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, mixture: Mixture) -> None:
-    layers = arch.layer_modules(model)
-    for i in chosen_layers(cfg.layers, len(layers)):
-        for site in cfg.targets:
-            in_f, out_f = linear_shape(model.config, site)
-            lora_A = _linear(in_f, cfg.rank, generator, mixture, bias=False)
-            lora_B = _linear(cfg.rank, out_f, generator, mixture, up=True, bias=False)
-            gate = _gate(in_f, 1, "lora", i, generator) if cfg.gate else None
-            _replace(layers[i], arch.linears[site], lambda base: _lora(base, cfg, lora_A, lora_B, gate))
+    for i, layer, stack, site in _site_layers(model, arch, cfg):
+        in_f, out_f = linear_shape(model.config, site)
+        lora_A = _linear(in_f, cfg.rank, generator, mixture, bias=False)
+        lora_B = _linear(cfg.rank, out_f, generator, mixture, up=True, bias=False)
+        gate = _gate(in_f, 1, "lora", i, generator, arch.causal) if cfg.gate else None
+        _replace(layer, stack.linears[site], lambda base: _lora(base, cfg, lora_A, lora_B, gate))
 
 
 def _lora(base: nn.Module, cfg: LoRAConfig, lora_A, lora_B, gate: Gate | None) -> LoRALinear:
@@ -172,26 +216,21 @@ def _lora(base: nn.Module, cfg: LoRAConfig, lora_A, lora_B, gate: Gate | None) -
 
 
 def _build_vera(model, arch: Architecture, cfg: VeRAConfig, generator, _: Mixture) -> None:
-    layers = arch.layer_modules(model)
-    shapes = [linear_shape(model.config, site) for site in cfg.targets]
+    shapes = [linear_shape(model.config, site) for site in arch.sites(cfg.targets)]
     largest_in, largest_out = max(s[0] for s in shapes), max(s[1] for s in shapes)  # as peft's VeRA sizes them
     projections = SharedProjections(cfg.rank, largest_in, largest_out, cfg.projection_seed)
-    for i in chosen_layers(cfg.layers, len(layers)):
-        for site in cfg.targets:
-            in_f, out_f = linear_shape(model.config, site)
-            gate = _gate(in_f, 1, "vera", i, generator) if cfg.gate else None
-            _replace(layers[i], arch.linears[site],
-                     lambda base: VeRALinear(base, projections, in_f, out_f, cfg.d_initial, cfg.dropout, gate))
+    for i, layer, stack, site in _site_layers(model, arch, cfg):
+        in_f, out_f = linear_shape(model.config, site)
+        gate = _gate(in_f, 1, "vera", i, generator, arch.causal) if cfg.gate else None
+        _replace(layer, stack.linears[site],
+                 lambda base: VeRALinear(base, projections, in_f, out_f, cfg.d_initial, cfg.dropout, gate))
 
 
 def _build_ia3(model, arch: Architecture, cfg: IA3Config, generator, _: Mixture) -> None:
-    layers = arch.layer_modules(model)
-    for i in chosen_layers(cfg.layers, len(layers)):
-        for site in cfg.targets:
-            in_f, out_f = linear_shape(model.config, site)
-            on_input = site == "output"  # the FFN output layer: its input is the inner activation (l_ff)
-            _replace(layers[i], arch.linears[site],
-                     lambda base: IA3Linear(base, in_f if on_input else out_f, on_input))
+    for _, layer, stack, site in _site_layers(model, arch, cfg):
+        in_f, out_f = linear_shape(model.config, site)
+        on_input = site == "output"  # the FFN output layer: its input is the inner activation (l_ff)
+        _replace(layer, stack.linears[site], lambda base: IA3Linear(base, in_f if on_input else out_f, on_input))
 
 
 def _adapter_projection(cfg: AdapterConfig, in_f, out_f, generator, rule, mixture: Mixture, up: bool) -> nn.Module:
@@ -202,39 +241,65 @@ def _adapter_projection(cfg: AdapterConfig, in_f, out_f, generator, rule, mixtur
     return PHMLinear(in_f, out_f, rule, cfg.phm_rank, generator, up)
 
 
-def adapter_positions(cfg: AdapterConfig, arch: Architecture) -> list[tuple[str, type[nn.Module]]]:
-    """(path inside a layer, wrapper) of each adapter a layer gets under `cfg.placement`."""
-    if cfg.placement == "houlsby":  # after each sublayer's dropout, before its LayerNorm
-        return [(arch.dropouts[site], AdapterWrapper) for site in ("attention_output", "output")]
-    if cfg.placement == "pfeiffer":  # on the FFN's normalised sum, through its LayerNorm
-        return [(arch.layernorms["output"], PostNormAdapter)]
-    return [(arch.linears["output"], AdapterWrapper)]  # ffn: on the FFN projection, before its dropout
+def adapter_positions(cfg: AdapterConfig, arch: Architecture, stack: Stack) -> list[tuple[str, type[nn.Module]]]:
+    """(path inside a layer, wrapper) of each adapter a layer of `stack` gets under `cfg.placement`."""
+    if cfg.placement == "houlsby":  # after each sublayer's dropout, before its LayerNorm (pre-norm: its residual)
+        return [(stack.dropouts[site], AdapterWrapper) for site in ("attention_output", "output")]
+    if cfg.placement == "pfeiffer" and not arch.pre_norm:  # on the FFN's normalised sum, through its LayerNorm
+        return [(stack.layernorms["output"], PostNormAdapter)]
+    if cfg.placement == "pfeiffer":  # pre-norm: the FFN's output joins the residual un-normalised, as AdapterHub's
+        return [(stack.dropouts["output"], AdapterWrapper)]
+    return [(stack.linears["output"], AdapterWrapper)]  # ffn: on the FFN projection, before its dropout
 
 
 def _build_adapter(model, arch: Architecture, cfg: AdapterConfig, generator, mixture: Mixture) -> None:
-    layers = arch.layer_modules(model)
+    entries = arch.layer_entries(model)
     hidden = model.config.hidden_size
     rule = new_rule(cfg.n, generator) if cfg.projection == "compacter" else None  # one rule for the model
-    for i in chosen_layers(cfg.layers, len(layers)):
-        for path, wrapper in adapter_positions(cfg, arch):
+    for i in chosen_layers(cfg.layers, len(entries)):
+        layer, stack = entries[i]
+        for path, wrapper in adapter_positions(cfg, arch, stack):
             down = _adapter_projection(cfg, hidden, cfg.bottleneck, generator, rule, mixture, up=False)
             up = _adapter_projection(cfg, cfg.bottleneck, hidden, generator, rule, mixture, up=True)
-            gate = _gate(hidden, 1, "adapter", i, generator) if cfg.gate else None
+            gate = _gate(hidden, 1, "adapter", i, generator, arch.causal) if cfg.gate else None
             adapter = Bottleneck(down, up, cfg.activation)
-            _replace(layers[i], path, lambda base: wrapper(base, adapter, gate))
+            _replace(layer, path, lambda base: wrapper(base, adapter, gate))
 
 
 def _build_prefix(model, arch: Architecture, cfg: PrefixConfig, generator, _: Mixture) -> None:
-    layers = arch.layer_modules(model)
-    rows = chosen_layers(cfg.layers, len(layers))
+    if arch.causal:
+        return _build_cache_prefix(model, arch, cfg, generator)
+    entries = arch.layer_entries(model)
+    rows = chosen_layers(cfg.layers, len(entries))
     hidden = model.config.hidden_size
     encoder = PrefixEncoder(len(rows), cfg.length, hidden, cfg.reparam_hidden, generator)
     for row, i in enumerate(rows):
         gate = _gate(hidden, 2 if cfg.split_gate else 1, "prefix", i, generator) if cfg.gate else None
-        _replace(layers[i], arch.self_attention, lambda base: PrefixSelfAttention(base, encoder, row, gate))
+        layer, stack = entries[i]
+        _replace(layer, stack.self_attention, lambda base: PrefixSelfAttention(base, encoder, row, gate))
     if cfg.shift_positions:
         embeddings = arch.backbone_of(model).get_submodule(arch.embeddings)
         embeddings.register_forward_pre_hook(PositionShift(cfg.length), with_kwargs=True)
+
+
+def key_width(config) -> tuple[int, int]:
+    """(heads, head size) of one layer's keys: fewer heads than the queries' under grouped-query attention."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return heads, getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _build_cache_prefix(model, arch: Architecture, cfg: PrefixConfig, generator) -> None:
+    heads, head_dim = key_width(model.config)
+    rows = arch.num_layers(model.config)
+    encoder = PrefixEncoder(rows, cfg.length, heads * head_dim, cfg.reparam_hidden, generator)
+    backbone = arch.backbone_of(model)
+    device = next(backbone.parameters()).device
+    backbone.add_module("prefix_encoder", encoder.to(device))
+    gates = LayerGates(rows, 2 if cfg.split_gate else 1, list(range(rows))) if cfg.gate else None
+    if gates is not None:
+        backbone.add_module("prefix_gates", gates.to(device))
+    hook = CachePrefix(encoder, heads, head_dim, cfg.shift_positions, gates)
+    backbone.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mixture) -> None:
@@ -243,19 +308,22 @@ def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mi
     tokens = torch.randint(vocabulary.shape[0], (cfg.length,), generator=generator)
     prompt = SoftPrompt(vocabulary.detach()[tokens.to(vocabulary.device)].float())  # start from real words
     backbone.add_module("soft_prompt", prompt)
-    backbone.register_forward_pre_hook(prompt.hook, with_kwargs=True)
+    hook = LeadingPrompt(prompt) if arch.causal else prompt.hook
+    backbone.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _build_bitfit(model, arch: Architecture, cfg: BitFitConfig, generator, _: Mixture) -> None:
-    layers = arch.layer_modules(model)
+    entries = arch.layer_entries(model)
     backbone = arch.backbone_of(model)
     targets = cfg.targets or BIAS_SITES
-    for i in chosen_layers(cfg.layers, len(layers)):
-        paths = [arch.linears[t] for t in targets if t in arch.linears]
-        paths += list(arch.layernorms.values()) if "layernorm" in targets else []
+    sites = {arch.aliases.get(t, t) for t in targets}
+    for i in chosen_layers(cfg.layers, len(entries)):
+        layer, stack = entries[i]
+        paths = [stack.linears[t] for t in sorted(sites) if t in stack.linears]
+        paths += list(stack.layernorms.values()) if "layernorm" in targets else []
         for path in paths:
-            layers[i].get_submodule(path).bias.requires_grad_(True)
-    if "embeddings" in targets:
+            layer.get_submodule(path).bias.requires_grad_(True)
+    if "embeddings" in targets and arch.embeddings_layernorm is not None:
         backbone.get_submodule(arch.embeddings_layernorm).bias.requires_grad_(True)
     if cfg.pooler and arch.pooler is not None:
         backbone.get_submodule(arch.pooler).bias.requires_grad_(True)

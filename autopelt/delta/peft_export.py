@@ -29,20 +29,27 @@ PEFT_NAMES = {"lora_magnitude_vector.weight": "magnitude", "ia3_l": "scale", "ve
 PREFIX_EMBEDDING = "prompt_encoder.embedding.weight"
 
 
-def peft_reason(spec) -> str | None:
-    """Why the delta has no peft form, in one line; None when it has one."""
+def peft_reason(spec, model_type: str | None = None) -> str | None:
+    """Why the delta has no peft form on a model of `model_type` (None: an encoder), in one line; None when it has
+    one."""
     try:
-        peft_form(spec)
+        peft_form(spec, model_type)
     except UserError as error:
         return str(error)
     return None
 
 
-def peft_expressible(spec) -> bool:
-    return peft_reason(spec) is None
+def peft_expressible(spec, model_type: str | None = None) -> bool:
+    return peft_reason(spec, model_type) is None
 
 
-def peft_form(spec) -> tuple[MethodConfig, str]:
+def _causal(model_type: str | None) -> bool:
+    from autopelt.delta.sites import ARCHITECTURES
+
+    return model_type in ARCHITECTURES and ARCHITECTURES[model_type].causal
+
+
+def peft_form(spec, model_type: str | None = None) -> tuple[MethodConfig, str]:
     """The one method of the delta's inference form that peft loads, and peft's `bias` setting that trains exactly
     the delta's biases; a one-line UserError when there is none."""
     stored = stored_spec(spec)
@@ -58,18 +65,18 @@ def peft_form(spec) -> tuple[MethodConfig, str]:
                 f"{len(methods)}")
         raise UserError(f"this delta ({stored.summary()}) has no peft form: {what}")
     method = methods[0]
-    reason = _unexpressible(method)
+    reason = _unexpressible(method, _causal(model_type))
     if reason:
         raise UserError(f"this delta's {method.describe()} has no peft form: {reason}")
     return method, _bias(method, bitfit)
 
 
-def _unexpressible(method: MethodConfig) -> str | None:
+def _unexpressible(method: MethodConfig, causal: bool) -> str | None:
     if getattr(method, "gate", False):
         return "peft has no UniPELT gate"
     if isinstance(method, AdapterConfig):
         return "peft has no bottleneck adapters (AdapterHub has)"
-    if isinstance(method, PromptConfig):
+    if isinstance(method, PromptConfig) and not causal:  # on a decoder both put them before the first token
         return "peft's prompt tuning puts the soft tokens before the first token, autopelt's after it"
     if isinstance(method, PrefixConfig) and method.layers is not None:
         return "peft's prefix-tuning covers every layer"
@@ -97,19 +104,31 @@ def _bias(method: MethodConfig, bitfit: BitFitConfig | None) -> str:
                     f"{method.method}'s targets and layers, pooler false) or none")
 
 
-def peft_config(spec: DeltaSpec, config):
-    """The peft config of the delta's peft form on a model of transformers config `config`."""
+def peft_task(config, lm: bool):
     import peft
 
-    method, bias = peft_form(spec)
+    if not lm:
+        return peft.TaskType.SEQ_CLS
+    return peft.TaskType.SEQ_2_SEQ_LM if getattr(config, "is_encoder_decoder", False) else peft.TaskType.CAUSAL_LM
+
+
+def peft_config(spec: DeltaSpec, config, lm: bool = False):
+    """The peft config of the delta's peft form on a model of transformers config `config` (with `lm`, its language
+    model, which has no task head to save)."""
+    import peft
+
+    method, bias = peft_form(spec, config.model_type)
     arch = architecture_of(config)
-    task = {"task_type": peft.TaskType.SEQ_CLS}
+    task = {"task_type": peft_task(config, lm)}
     if isinstance(method, PrefixConfig):  # its saved form, the prefix matrices themselves
         return peft.PrefixTuningConfig(num_virtual_tokens=method.length, prefix_projection=False, **task)
+    if isinstance(method, PromptConfig):
+        return peft.PromptTuningConfig(num_virtual_tokens=method.length, **task)
     targets = _sites(arch, config, method.layers, method.targets)
-    task["modules_to_save"] = [arch.head]
+    if not lm:
+        task["modules_to_save"] = [arch.head]
     if isinstance(method, IA3Config):  # the vector on `output` rescales its input: peft's feedforward module
-        inputs = [site for site in method.targets if site == "output"]
+        inputs = [site for site in arch.sites(method.targets) if site == "output"]
         return peft.IA3Config(target_modules=targets, **task,
                               feedforward_modules=_sites(arch, config, method.layers, inputs) if inputs else [])
     if isinstance(method, VeRAConfig):  # peft regenerates A and B from the same seed, as autopelt does
@@ -121,27 +140,37 @@ def peft_config(spec: DeltaSpec, config):
 
 
 def _sites(arch, config, layers, sites) -> str:
-    """A full-match regex for exactly these sites in these layers (peft reads a string as a regex)."""
-    indices = "|".join(str(i) for i in chosen_layers(layers, config.num_hidden_layers))
-    paths = "|".join(re.escape(arch.linears[site]) for site in sites)
-    return rf".*{re.escape(arch.layers)}\.({indices})\.({paths})"
+    """A full-match regex for exactly these sites in these layers, stack by stack (peft reads a string as a
+    regex)."""
+    chosen, start, parts = set(chosen_layers(layers, arch.num_layers(config))), 0, []
+    for stack in arch.stacks:
+        size = int(getattr(config, stack.size))
+        indices = "|".join(str(i - start) for i in range(start, start + size) if i in chosen)
+        paths = "|".join(re.escape(stack.linears[site]) for site in arch.sites(sites) if site in stack.linears)
+        if indices and paths:
+            parts.append(rf"{re.escape(stack.layers)}\.({indices})\.({paths})")
+        start += size
+    return rf".*({'|'.join(parts)})"
 
 
 def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = None) -> Path:
     """Write a peft adapter folder that `PeftModel.from_pretrained(base, out_dir)` loads."""
     from peft import get_peft_model
-    from transformers import AutoModelForSequenceClassification
 
-    peft_form(spec)  # a one-line UserError when peft cannot hold this delta
+    from autopelt.delta.sites import model_class
+
+    peft_form(spec, model.config.model_type)  # a one-line UserError when peft cannot hold this delta
     spec = stored_spec(spec)
-    config = peft_config(spec, model.config)
+    lm = getattr(model, architecture_of(model.config).head, None) is None  # a language model: no task head
+    config = peft_config(spec, model.config, lm)
     config.base_model_name_or_path = base_model_name
     with torch.device("meta"):  # peft only needs the structure; every saved tensor is copied from ours
-        skeleton = AutoModelForSequenceClassification.from_config(model.config)
+        skeleton = model_class(model.config, lm).from_config(model.config)
     peft_model = get_peft_model(skeleton, config)
     ours = _inference_state(model)
     for name, param in list(peft_model.named_parameters()):  # peft may save frozen tensors too (biases, the head)
-        source = ours.get(_our_name(name))
+        source = ours.get(_our_name(name), ours.get(_plain(name.removeprefix("base_model."))))  # prompt learning:
+        # peft holds the model itself as base_model, with no tuner model between
         if source is None:
             raise RuntimeError(f"peft parameter {name} has no counterpart in the autopelt model")
         _set_parameter(peft_model, name, source.reshape(param.shape))  # peft's IA3 vectors are (n, 1) or (1, n)
@@ -159,6 +188,9 @@ def _inference_state(model: nn.Module) -> dict[str, torch.Tensor]:
     if encoder is not None:
         prefix = encoder.stored_state()["prefix"].detach().to("cpu")  # (layers, 2, L, H)
         state[PREFIX_EMBEDDING] = prefix.permute(2, 0, 1, 3).reshape(prefix.shape[2], -1)  # (L, layers·2·H)
+    prompt = next((p for name, p in model.named_parameters() if name.endswith("soft_prompt.embedding")), None)
+    if prompt is not None:
+        state[PREFIX_EMBEDDING] = prompt.detach().to("cpu")  # (L, H)
     return state
 
 

@@ -2,11 +2,15 @@
 
 Everything else in the delta library finds modules through an `Architecture`: adding a family (say
 DeBERTa) is one more entry here, not a change to any method.
+
+A family has one stack of layers (BERT, Llama, GPT-2) or two (T5: encoder then decoder). Layers are numbered
+across stacks, the encoder's first; a site a stack lacks (T5's cross-attention in the encoder) is skipped there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from torch import nn
 
@@ -14,33 +18,96 @@ from autopelt.errors import UserError
 
 
 @dataclass(frozen=True)
+class Stack:
+    """One stack of identical transformer layers."""
+
+    layers: str  # path from the backbone to the ModuleList of layers
+    linears: dict[str, str]  # site name -> path of an nn.Linear (or GPT-2's Conv1D) inside one layer
+    self_attention: str  # path of the self-attention module inside a layer
+    # Post-norm (BERT) sublayer output is LayerNorm(dropout(dense(x)) + residual); pre-norm (Llama, GPT-2, T5) it is
+    # residual + dropout(dense(LayerNorm(x))). `dropouts` is the module whose output an adapter reads, per sublayer:
+    dropouts: dict[str, str]
+    layernorms: dict[str, str]  # sublayer site -> path of its LayerNorm inside one layer
+    size: str = "num_hidden_layers"  # the config attribute holding how many layers the stack has
+
+
+@dataclass(frozen=True)
 class Architecture:
     family: str
-    backbone: str  # attribute of the *ForSequenceClassification model holding the encoder
-    layers: str  # path from the backbone to the ModuleList of transformer layers
-    linears: dict[str, str]  # site name -> path of an nn.Linear inside one layer
-    self_attention: str  # path of the self-attention module (query/key/value + attention call) in a layer
-    # A sublayer's output (site "attention_output" or "output") is LayerNorm(dropout(dense(x)) + residual):
-    dropouts: dict[str, str]  # sublayer site -> path of its dropout inside one layer
-    layernorms: dict[str, str]  # sublayer site -> path of its LayerNorm inside one layer
-    embeddings: str  # path from the backbone of the embeddings module (it turns positions into vectors)
-    embeddings_layernorm: str  # path from the backbone
+    backbone: str  # path from the top model to the module holding the stacks ("" for the top model itself)
+    stacks: tuple[Stack, ...]
+    embeddings: str | None  # path from the backbone of the embeddings module (it turns positions into vectors)
+    embeddings_layernorm: str | None  # path from the backbone; BitFit's `embeddings` bias
     pooler: str | None  # path from the backbone of the pooler's dense layer, None when the model has no pooler
     head: str  # attribute of the top model: the task head (trainable with every delta)
     head_hidden_layer: bool  # RoBERTa's head has a dense H x H layer before the output projection
+    shapes: Callable[[object], dict[str, tuple[int, int]]]  # config -> {site: (in_features, out_features)}
+    head_bias: bool = True
+    pre_norm: bool = False
+    causal: bool = False  # a decoder: the head reads the last real token; prefixes go through the key/value cache
+    aliases: dict[str, str] = field(default_factory=dict)  # a site name -> the site that holds it (GPT-2's fused qkv)
+    no_bias: str | None = None  # why BitFit cannot apply, when the family has no bias terms
+    unsupported: dict[str, str] = field(default_factory=dict)  # method -> why it cannot apply here
+
+    # The first stack, as the encoder families read it
+    @property
+    def layers(self) -> str:
+        return self.stacks[0].layers
+
+    @property
+    def linears(self) -> dict[str, str]:
+        return self.stacks[0].linears
 
     def backbone_of(self, model: nn.Module) -> nn.Module:
-        return getattr(model, self.backbone)
+        return model.get_submodule(self.backbone)
 
-    def layer_modules(self, model: nn.Module) -> nn.ModuleList:
-        return self.backbone_of(model).get_submodule(self.layers)
+    def layer_entries(self, model: nn.Module) -> list[tuple[nn.Module, Stack]]:
+        """Every layer of every stack, in the order of their indices, with the stack it belongs to."""
+        backbone = self.backbone_of(model)
+        return [(layer, stack) for stack in self.stacks for layer in backbone.get_submodule(stack.layers)]
+
+    def layer_modules(self, model: nn.Module) -> list[nn.Module]:
+        return [layer for layer, _ in self.layer_entries(model)]
+
+    def num_layers(self, config) -> int:
+        return sum(int(getattr(config, stack.size)) for stack in self.stacks)
+
+    def sites(self, targets) -> list[str]:
+        """The sites `targets` name on this family (aliases resolved, each once); a one-line error for a site no
+        stack has."""
+        known = {site for stack in self.stacks for site in stack.linears}
+        resolved = []
+        for site in targets:
+            site = self.aliases.get(site, site)
+            if site not in known:
+                raise UserError(f"{self.family} has no linear site {site!r}; its sites: {', '.join(sorted(known))}")
+            if site not in resolved:
+                resolved.append(site)
+        return resolved
+
+    def site_layers(self, config, site: str, layers) -> list[int]:
+        """The chosen layer indices whose stack has `site`."""
+        indices, start = [], 0
+        chosen = set(chosen_layers(layers, self.num_layers(config)))
+        for stack in self.stacks:
+            size = int(getattr(config, stack.size))
+            if site in stack.linears:
+                indices += [i for i in range(start, start + size) if i in chosen]
+            start += size
+        return indices
 
     def head_params(self, hidden: int, num_labels: int) -> int:
         extra = hidden * hidden + hidden if self.head_hidden_layer else 0
-        return extra + hidden * num_labels + num_labels
+        return extra + hidden * num_labels + (num_labels if self.head_bias else 0)
 
 
-_BERT_LIKE = dict(
+def _encoder_shapes(config) -> dict[str, tuple[int, int]]:
+    hidden, inner = config.hidden_size, config.intermediate_size
+    square = {site: (hidden, hidden) for site in ("query", "key", "value", "attention_output")}
+    return {**square, "intermediate": (hidden, inner), "output": (inner, hidden)}
+
+
+_BERT_STACK = Stack(
     layers="encoder.layer",
     linears={
         "query": "attention.self.query",
@@ -53,10 +120,83 @@ _BERT_LIKE = dict(
     self_attention="attention.self",
     dropouts={"attention_output": "attention.output.dropout", "output": "output.dropout"},
     layernorms={"attention_output": "attention.output.LayerNorm", "output": "output.LayerNorm"},
-    embeddings="embeddings",
-    embeddings_layernorm="embeddings.LayerNorm",
-    head="classifier",
 )
+_BERT_LIKE = dict(stacks=(_BERT_STACK,), embeddings="embeddings", embeddings_layernorm="embeddings.LayerNorm",
+                  head="classifier", shapes=_encoder_shapes)
+
+
+def _llama_shapes(config) -> dict[str, tuple[int, int]]:
+    hidden, inner = config.hidden_size, config.intermediate_size
+    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
+    queries, keys = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim  # GQA: fewer keys
+    return {"query": (hidden, queries), "key": (hidden, keys), "value": (hidden, keys),
+            "attention_output": (queries, hidden), "gate": (hidden, inner), "intermediate": (hidden, inner),
+            "output": (inner, hidden)}
+
+
+# Llama and the families that share its layer (Qwen2/3, Mistral): RMSNorm before each sublayer, rotary positions,
+# grouped-query attention, a gated FFN down(act(gate(x)) * up(x)); no dropout modules, no biases (Qwen2's q,k,v
+# have some, BitFit is refused all the same).
+_LLAMA_STACK = Stack(
+    layers="layers",
+    linears={"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value": "self_attn.v_proj",
+             "attention_output": "self_attn.o_proj", "gate": "mlp.gate_proj", "intermediate": "mlp.up_proj",
+             "output": "mlp.down_proj"},
+    self_attention="self_attn",
+    dropouts={"attention_output": "self_attn.o_proj", "output": "mlp.down_proj"},
+    layernorms={"attention_output": "input_layernorm", "output": "post_attention_layernorm"},
+)
+_LLAMA_LIKE = dict(backbone="model", stacks=(_LLAMA_STACK,), embeddings=None, embeddings_layernorm=None, pooler=None,
+                   head="score", head_hidden_layer=False, head_bias=False, shapes=_llama_shapes, pre_norm=True,
+                   causal=True, no_bias="it has no bias terms")
+
+
+def _gpt2_shapes(config) -> dict[str, tuple[int, int]]:
+    hidden = config.hidden_size
+    inner = config.n_inner or 4 * hidden
+    return {"qkv": (hidden, 3 * hidden), "attention_output": (hidden, hidden), "intermediate": (hidden, inner),
+            "output": (inner, hidden)}
+
+
+# GPT-2: LayerNorm before each sublayer; query, key and value are one fused Conv1D (weight in x out), so a delta on
+# any of them is a delta on `qkv` (peft's default GPT-2 target, c_attn).
+_GPT2_STACK = Stack(
+    layers="h",
+    linears={"qkv": "attn.c_attn", "attention_output": "attn.c_proj", "intermediate": "mlp.c_fc",
+             "output": "mlp.c_proj"},
+    self_attention="attn",
+    dropouts={"attention_output": "attn.resid_dropout", "output": "mlp.dropout"},
+    layernorms={"attention_output": "ln_1", "output": "ln_2"},
+)
+
+
+def _t5_shapes(config) -> dict[str, tuple[int, int]]:
+    hidden, inner, ff = config.d_model, config.num_heads * config.d_kv, config.d_ff
+    attention = {"query": (hidden, inner), "key": (hidden, inner), "value": (hidden, inner),
+                 "attention_output": (inner, hidden)}
+    cross = {f"cross_{site}": shape for site, shape in attention.items()}
+    return {**attention, **cross, "intermediate": (hidden, ff), "output": (ff, hidden)}
+
+
+def _t5_stack(layers: str, ffn: int, size: str, cross: bool) -> Stack:
+    attention = {"query": "q", "key": "k", "value": "v", "attention_output": "o"}
+    linears = {site: f"layer.0.SelfAttention.{name}" for site, name in attention.items()}
+    if cross:
+        linears.update({f"cross_{site}": f"layer.1.EncDecAttention.{name}" for site, name in attention.items()})
+    linears.update({"intermediate": f"layer.{ffn}.DenseReluDense.wi", "output": f"layer.{ffn}.DenseReluDense.wo"})
+    return Stack(layers=layers, linears=linears, self_attention="layer.0.SelfAttention",
+                 dropouts={"attention_output": "layer.0.dropout", "output": f"layer.{ffn}.dropout"},
+                 layernorms={"attention_output": "layer.0.layer_norm", "output": f"layer.{ffn}.layer_norm"}, size=size)
+
+
+# T5 (v1.0's ReLU FFN): the encoder's layers, then the decoder's, whose layers add cross-attention (`cross_*` sites).
+# T5ForConditionalGeneration holds both stacks itself (T5 is declared for generation; its LM head never trains).
+_T5 = dict(backbone="", stacks=(_t5_stack("encoder.block", 1, "num_layers", False),
+                                _t5_stack("decoder.block", 2, "num_decoder_layers", True)),
+           embeddings=None, embeddings_layernorm=None, pooler=None, head="classification_head", head_hidden_layer=False,
+           head_bias=False, shapes=_t5_shapes, pre_norm=True, no_bias="it has no bias terms",
+           unsupported={"prefix": "prefix-tuning on T5 (encoder, decoder and cross-attention) is not supported yet",
+                        "prompt": "prompt tuning on T5 is not supported yet"})
 
 ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds the dense layer
     "bert": Architecture(family="bert", backbone="bert", head_hidden_layer=False, pooler="pooler.dense",
@@ -64,24 +204,33 @@ ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds
     "roberta": Architecture(family="roberta", backbone="roberta", head_hidden_layer=True, pooler=None, **_BERT_LIKE),
     "xlm-roberta": Architecture(family="xlm-roberta", backbone="roberta", head_hidden_layer=True, pooler=None,
                                 **_BERT_LIKE),
+    **{family: Architecture(family=family, **_LLAMA_LIKE) for family in ("llama", "mistral", "qwen2", "qwen3")},
+    "gpt2": Architecture(family="gpt2", backbone="transformer", stacks=(_GPT2_STACK,), embeddings=None,
+                         embeddings_layernorm="ln_f", pooler=None, head="score", head_hidden_layer=False,
+                         head_bias=False, shapes=_gpt2_shapes, pre_norm=True, causal=True,
+                         aliases={"query": "qkv", "key": "qkv", "value": "qkv"}),
+    "t5": Architecture(family="t5", **_T5),
 }
 
 
 def architecture_of(config) -> Architecture:
     """The declared sites of a transformers config's family; a one-line error for any other family."""
-    arch = ARCHITECTURES.get(getattr(config, "model_type", None))
+    model_type = getattr(config, "model_type", None)
+    arch = ARCHITECTURES.get(model_type)
     if arch is None:
         raise UserError(
-            f"model type {getattr(config, 'model_type', None)!r} is not supported yet; supported: "
+            f"model type {model_type!r} is not supported yet; supported: "
             f"{', '.join(sorted(ARCHITECTURES))} (add an entry to autopelt/delta/sites.py)"
         )
+    if model_type == "t5" and getattr(config, "is_gated_act", False):
+        raise UserError("T5 with a gated FFN (v1.1, Flan-T5: wi_0, wi_1) is not supported yet; T5 v1.0 is")
     return arch
 
 
 def linear_shape(config, site: str) -> tuple[int, int]:
-    """(in_features, out_features) of a linear site, from the config alone."""
-    hidden, inner = config.hidden_size, config.intermediate_size
-    return {"intermediate": (hidden, inner), "output": (inner, hidden)}.get(site, (hidden, hidden))
+    """(in_features, out_features) of a linear site, from the config alone (an alias gives its site's shape)."""
+    arch = architecture_of(config)
+    return arch.shapes(config)[arch.aliases.get(site, site)]
 
 
 def chosen_layers(layers, num_layers: int) -> list[int]:
@@ -92,3 +241,14 @@ def chosen_layers(layers, num_layers: int) -> list[int]:
     if bad:
         raise UserError(f"layer {bad[0]} does not exist: the model has layers 0..{num_layers - 1}")
     return sorted(set(layers))
+
+
+def model_class(config, lm: bool):
+    """The transformers auto class of a sequence classifier, or with `lm` of the family's language model."""
+    import transformers
+
+    if not lm:
+        return transformers.AutoModelForSequenceClassification
+    if getattr(config, "is_encoder_decoder", False):
+        return transformers.AutoModelForSeq2SeqLM
+    return transformers.AutoModelForCausalLM

@@ -20,8 +20,12 @@ from autopelt.delta.fields import (
 )
 from autopelt.errors import UserError
 
-LINEAR_SITES = ("query", "key", "value", "attention_output", "intermediate", "output")
-BIAS_SITES = LINEAR_SITES + ("layernorm", "embeddings")
+ENCODER_SITES = ("query", "key", "value", "attention_output", "intermediate", "output")
+# Sites only some families have (autopelt/delta/sites.py): GPT-2's fused query/key/value, the gate projection of a
+# gated FFN (Llama), T5's decoder cross-attention
+DECODER_SITES = ("qkv", "gate", "cross_query", "cross_key", "cross_value", "cross_output")
+LINEAR_SITES = ENCODER_SITES + DECODER_SITES
+BIAS_SITES = ENCODER_SITES + ("layernorm", "embeddings")
 ACTIVATIONS = ("relu", "gelu", "tanh", "swish")
 PLACEMENTS = ("houlsby", "pfeiffer", "ffn")
 EXPERT_INITS = ("copy", "independent")

@@ -116,7 +116,7 @@ def _maybe_peft(folder: Path, result: dict) -> str | None:
     from autopelt.delta.peft_export import peft_reason
 
     header = read_delta_header(folder)  # a delta saved by an older autopelt, in today's fields
-    reason = peft_reason(header["spec"])
+    reason = peft_reason(header["spec"], header.get("model_type"))
     if reason:
         return reason
     try:

@@ -10,6 +10,8 @@ def add_arguments(parser) -> None:
     source.add_argument("--text", help="the text to classify")
     source.add_argument("--input", help="a JSONL file with the task's text columns, one row a line")
     parser.add_argument("--text-pair", help="the second text, for pair tasks (RTE, MRPC, …)")
+    parser.add_argument("--max-new-tokens", type=int, default=64,
+                        help="a generation delta: tokens generated per input, greedily (default 64)")
 
 
 def run(args) -> int:
@@ -19,6 +21,12 @@ def run(args) -> int:
     from autopelt.models import load_tokenizer
     from autopelt.export.predict import load_delta_model, predict, read_rows, text_columns
 
+    from autopelt.export.predict_generation import is_generation_delta
+
+    if is_generation_delta(args.delta):
+        return _generate(args)
+    if args.max_new_tokens != 64:
+        raise UserError("--max-new-tokens is for a generation delta; this delta classifies")
     model, header = load_delta_model(args.delta, args.model)
     columns = text_columns(header)
     if args.text is not None:
@@ -29,4 +37,23 @@ def run(args) -> int:
         rows = read_rows(args.input)
     for row, prediction in zip(rows, predict(model, load_tokenizer(header["base_model"]), header, rows)):
         print(json.dumps(prediction) if args.text is None else json.dumps({**row, **prediction}))
+    return 0
+
+
+def _generate(args) -> int:
+    import json
+
+    from autopelt.errors import UserError
+    from autopelt.export.predict import read_rows
+    from autopelt.export.predict_generation import generate_for_rows, load_generation_model
+    from autopelt.models import load_tokenizer
+
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be a positive integer, not {args.max_new_tokens}")
+    model, header = load_generation_model(args.delta, args.model)
+    column = header["generation"]["input_column"]
+    rows = [{column: args.text}] if args.text is not None else read_rows(args.input)
+    outputs = generate_for_rows(model, load_tokenizer(header["base_model"]), header, rows, args.max_new_tokens)
+    for row, output in zip(rows, outputs):
+        print(json.dumps({**row, **output}))
     return 0

@@ -116,10 +116,14 @@ def prepare(options: SearchOptions) -> SearchPlan:
     storage = normalise_url(options.storage)
     check_storage(storage)
     model_config = load_config(model, task.num_labels)
+    from autopelt.search.space_models import cannot_apply_preset, for_model
+
+    space = for_model(space, model_config)  # what the model's family cannot take is not drawn
     gpus_per_trial = _gpus_per_trial(options)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     portfolio, portfolio_note = _portfolio(options.portfolio, model, space)
     baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
+    baselines = [name for name in baselines if not cannot_apply_preset(name, model_config)]
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
@@ -186,6 +190,9 @@ def _finalists(options: SearchOptions, budget: Budget, baselines: int) -> int:
 def _task(name: str, custom: dict | None):
     from autopelt.data import custom_task, get_task
 
+    if custom and custom.get("target_column"):
+        raise UserError("autopelt search does not take generation tasks yet: train each delta with autopelt train "
+                        "--input-column ... --target-column ...")
     return custom_task(name, **custom) if custom else get_task(name)
 
 

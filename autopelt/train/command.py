@@ -72,6 +72,8 @@ def add_arguments(parser) -> None:
                         help="attention implementation: auto (default: SDPA on CUDA; on a CPU the faster of the two "
                              "for this shape, timed once; $AUTOPELT_ATTENTION overrides), sdpa or eager")
     parser.add_argument("--out", help="folder for result.json and the trained delta")
+    parser.add_argument("--max-new-tokens", type=int, help="generation tasks: tokens generated per test input "
+                                                           "(default 64)")
 
 
 def run(args) -> int:
@@ -97,7 +99,7 @@ def run(args) -> int:
         learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, precision=args.precision, backbone_dropout=args.backbone_dropout,
-        attention=args.attention, out_dir=args.out,
+        attention=args.attention, out_dir=args.out, max_new_tokens=args.max_new_tokens,
     )
     check_inputs(settings)
     from autopelt.train import run_trial  # torch: only once the inputs are sound
@@ -155,6 +157,10 @@ def check_inputs(settings) -> None:
     task = resolve_task(settings)
     parse_protocol(settings.protocol)
     resolve_model(settings.model)
+    from autopelt.train.generate import check_generation_inputs, is_generation
+
+    if is_generation(settings):
+        return check_generation_inputs(settings, task)
     if settings.data_dir and not os.path.isdir(settings.data_dir):
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
     if not (task.files or settings.data_dir or os.environ.get(DATA_DIR_ENV)):

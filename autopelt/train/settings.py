@@ -44,13 +44,14 @@ class TrialSettings:
     score_test: bool = True  # score the test split(s) after training; False: "test" stays None (a search trial)
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
+    max_new_tokens: int | None = None  # generation tasks: tokens generated per test input; None = 64
 
     def __post_init__(self) -> None:
         positive = ("epochs", "batch_size", "eval_batch_size", "max_length")
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
-        for name in ("max_steps", "eval_every", "patience", "threads", "max_train_examples"):
+        for name in ("max_steps", "eval_every", "patience", "threads", "max_train_examples", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise UserError(f"{name} must be a positive integer, not {value!r}")

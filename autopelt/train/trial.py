@@ -18,6 +18,8 @@ from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate
+from autopelt.train.generate import is_generation
+from autopelt.train.generation_trial import run_generation
 from autopelt.train.lr_sweep import train_at_chosen_rate
 from autopelt.train.trial_data import prepare_data, resolve_task
 from autopelt.train.settings import TrialSettings
@@ -70,6 +72,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
 
 
 def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step, test_each: bool) -> None:
+    if is_generation(settings):
+        return run_generation(settings, result, outcome, report, on_step)
     spec = delta.parse_spec(settings.spec)
     task = resolve_task(settings)
     model_name = resolve_model(settings.model)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from autopelt.delta.modules.gate import Gate
+from autopelt.delta.modules.stack import ExposesWeight
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "swish": nn.SiLU}
 
@@ -27,10 +28,10 @@ class Bottleneck(nn.Module):
 
     def gated(self, x: torch.Tensor, gate: Gate | None) -> torch.Tensor:
         out = self(x)
-        return out if gate is None else out * gate(x)[:, None, :]
+        return out if gate is None else out * gate.scale(x)
 
 
-class AdapterWrapper(nn.Module):
+class AdapterWrapper(ExposesWeight, nn.Module):
     """Wraps a module of the output path (the dense layer, or its dropout): y = base(x); y + G_A(y)·adapter(y)."""
 
     def __init__(self, base_layer: nn.Module, adapter: Bottleneck, gate: Gate | None = None):

@@ -30,16 +30,22 @@ class Gate(nn.Module):
     The average runs over real tokens when the model's `padding` mask is known (so a gated delta gives the same
     output however a batch is padded); UniPELT's reference code averages over padding too, padded to 128.
     `kind` and `layer` name what the gate scales, so gate values can be read per method and layer.
+    On a decoder the gate is `per_token`: an average over the sequence would let a token see the ones after it.
     """
 
-    def __init__(self, in_features: int, heads: int, kind: str, layer: int):
+    def __init__(self, in_features: int, heads: int, kind: str, layer: int, per_token: bool = False):
         super().__init__()
         self.linear = nn.Linear(in_features, heads)
-        self.kind, self.layer = kind, layer
+        self.kind, self.layer, self.per_token = kind, layer, per_token
         self.padding: PaddingMask | None = None  # shared by a model's gates; set by apply_delta
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads)
-        return masked_mean(torch.sigmoid(self.linear(hidden)), self.padding.current if self.padding else None)
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads), or (B, T, heads) per token
+        values = torch.sigmoid(self.linear(hidden))
+        return values if self.per_token else masked_mean(values, self.padding.current if self.padding else None)
+
+    def scale(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, 1 or T, heads), to multiply by
+        values = self(hidden)
+        return values if self.per_token else values[:, None, :]
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from autopelt.delta.modules.stack import base_linear, merged_below
+from autopelt.delta.modules.stack import ExposesWeight, base_linear, merged_below, weight_of
 
 
-class IA3Linear(nn.Module):
+class IA3Linear(ExposesWeight, nn.Module):
     """y = l ⊙ base(x), or y = base(l ⊙ x) with `on_input`. `scale` starts at one: a new (IA)³ is the identity."""
 
     def __init__(self, base_layer: nn.Module, features: int, on_input: bool):
@@ -44,8 +44,8 @@ class IA3Linear(nn.Module):
         linear = base_linear(self)
         with torch.no_grad():
             if self.on_input:
-                linear.weight.mul_(factor[None, :])
+                weight_of(linear).mul_(factor[None, :])
             else:
-                linear.weight.mul_(factor[:, None])
+                weight_of(linear).mul_(factor[:, None])
                 if linear.bias is not None:
                     linear.bias.mul_(factor)

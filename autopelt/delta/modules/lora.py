@@ -9,7 +9,7 @@ from torch import nn
 
 from autopelt.delta.modules.gate import Gate
 from autopelt.delta.modules.mixture import MixtureLinear
-from autopelt.delta.modules.stack import AdditiveMerge
+from autopelt.delta.modules.stack import AdditiveMerge, weight_of
 
 
 class LoRALinear(AdditiveMerge, nn.Module):
@@ -30,7 +30,7 @@ class LoRALinear(AdditiveMerge, nn.Module):
         result = self.base_layer(x)
         if self.merged:
             return result
-        scale = self.gate(x)[:, None, :] if self.gate is not None else self.scaling  # (B, 1, 1) or float
+        scale = self.gate.scale(x) if self.gate is not None else self.scaling  # (B, 1, 1) or float
         return result + self.lora_B(self.lora_A(self.dropout(x))) * scale
 
     def delta_weight(self) -> torch.Tensor:  # (out, in)
@@ -45,7 +45,7 @@ class DoRALinear(LoRALinear):
     of W) and, as the paper's section 4.3 and peft do, held constant for the gradient. `magnitude` starts at ||W||,
     so a new DoRA is the identity. Wraps the nn.Linear itself: LoRA is injected before any other wrapper."""
 
-    def __init__(self, base_layer: nn.Linear, lora_A: nn.Linear, lora_B: nn.Linear, scaling: float,
+    def __init__(self, base_layer: nn.Module, lora_A: nn.Linear, lora_B: nn.Linear, scaling: float,
                  dropout: float = 0.0):
         super().__init__(base_layer, lora_A, lora_B, scaling, dropout)
         with torch.no_grad():
@@ -53,7 +53,7 @@ class DoRALinear(LoRALinear):
         self.merged_norm: torch.Tensor | None = None
 
     def weight_norm(self) -> torch.Tensor:  # (out,)
-        return torch.linalg.vector_norm(self.base_layer.weight + self.delta_weight().detach(), dim=1)
+        return torch.linalg.vector_norm(weight_of(self.base_layer) + self.delta_weight().detach(), dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.merged:
@@ -64,11 +64,11 @@ class DoRALinear(LoRALinear):
         excess = self.magnitude / self.weight_norm().detach() - 1  # (out,)
         base = self.base_layer
         if isinstance(self.dropout, nn.Identity) or not self.training:
-            t = torch.add(F.linear(x, base.weight), self.lora_B(self.lora_A(x)), alpha=self.scaling)
+            t = torch.add(F.linear(x, weight_of(base)), self.lora_B(self.lora_A(x)), alpha=self.scaling)
             excess = excess.to(t.dtype)
             return torch.addcmul(t if base.bias is None else t + base.bias.to(t.dtype), t, excess)
         result, x = base(x), self.dropout(x)
-        plain = F.linear(x, base.weight)  # W·dropout(x), as the update sees it
+        plain = F.linear(x, weight_of(base))  # W·dropout(x), as the update sees it
         lora_scale = ((excess + 1) * self.scaling).to(result.dtype)
         return torch.addcmul(torch.addcmul(result, plain, excess.to(result.dtype)), self.lora_B(self.lora_A(x)),
                              lora_scale)
@@ -81,14 +81,14 @@ class DoRALinear(LoRALinear):
             with torch.no_grad():
                 self.merged_norm = self.weight_norm()
                 factor = (self.magnitude / self.merged_norm)[:, None]
-                self.base_layer.weight.copy_(factor * (self.base_layer.weight + self.delta_weight()))
+                weight_of(self.base_layer).copy_(factor * (weight_of(self.base_layer) + self.delta_weight()))
             self.merged = True
 
     def unmerge(self) -> None:
         if self.merged:
             with torch.no_grad():
                 factor = (self.magnitude / self.merged_norm)[:, None]
-                self.base_layer.weight.copy_(self.base_layer.weight / factor - self.delta_weight())
+                weight_of(self.base_layer).copy_(weight_of(self.base_layer) / factor - self.delta_weight())
             self.merged, self.merged_norm = False, None
 
 

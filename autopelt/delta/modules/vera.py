@@ -68,7 +68,7 @@ class VeRALinear(AdditiveMerge, nn.Module):
         else:
             update = F.linear(self.dropout(x), self.delta_weight())
         if self.gate is not None:
-            update = update * self.gate(x)[:, None, :]
+            update = update * self.gate.scale(x)
         return self.base_layer(x) + update
 
     def _one_matmul(self, x: torch.Tensor) -> bool:

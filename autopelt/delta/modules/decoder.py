@@ -1,0 +1,162 @@
+"""Prefixes, prompts and the classification read-out on a decoder (Llama family, GPT-2), where they go through the
+model's own key/value cache and attention mask instead of a wrapped attention module.
+
+Each is a forward pre-hook on the decoder's backbone. On a fresh pass (no cache yet, as in training or the first step
+of generation) the prefix fills a new cache with its keys and values and the prompt puts its L soft tokens before
+the real ones; on every pass the attention mask gets L leading ones and the positions follow the mask, so a left-
+padded row (batched generation) sees the positions it would alone. This is how peft passes a prefix (as
+`past_key_values`) and a prompt (before the first token); positions from the mask equal peft's arange on unpadded
+and right-padded rows.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from autopelt.delta.modules.prefix import PrefixEncoder
+
+
+def _cached(past) -> int:
+    return 0 if past is None else int(past.get_seq_length())
+
+
+def _inputs(backbone: nn.Module, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments as keywords (a backbone's first two positional ones are the ids and the mask)."""
+    kwargs = dict(kwargs)
+    for name, value in zip(("input_ids", "attention_mask"), args):
+        kwargs[name] = value
+    return kwargs
+
+
+def _lead(kwargs: dict, length: int, tokens: int, shift: int, seen: int) -> None:
+    """Give the mask `length` leading ones and the `tokens` new tokens positions counted over the real mask (or,
+    without a mask, after the `seen` real tokens already in the cache), moved by `shift`."""
+    mask = kwargs.get("attention_mask")
+    if kwargs.get("position_ids") is None:
+        if mask is not None:
+            kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -tokens:]
+        else:
+            device = _device(kwargs)
+            kwargs["position_ids"] = torch.arange(seen, seen + tokens, device=device)[None]
+    kwargs["position_ids"] = kwargs["position_ids"] + shift
+    if mask is not None:
+        ones = torch.ones(mask.shape[0], length, dtype=mask.dtype, device=mask.device)
+        kwargs["attention_mask"] = torch.cat([ones, mask], dim=-1)
+
+
+def _device(kwargs: dict) -> torch.device:
+    ids = kwargs.get("input_ids")
+    return (ids if ids is not None else kwargs["inputs_embeds"]).device
+
+
+def _new_tokens(kwargs: dict) -> int:
+    ids, embeds = kwargs.get("input_ids"), kwargs.get("inputs_embeds")
+    return (ids if ids is not None else embeds).shape[1]
+
+
+class LayerGates(nn.Module):
+    """UniPELT's prefix gate on a decoder: sigmoid of a learned value per layer (and per keys/values when split),
+    not of the layer's input. An average over the sequence would let a token see the ones after it, and a value per
+    token cannot scale keys and values that every token shares in the cache."""
+
+    def __init__(self, rows: int, heads: int, layers: list[int]):
+        super().__init__()
+        self.logit = nn.Parameter(torch.zeros(rows, heads))  # starts at 0.5, as a new UniPELT gate about does
+        self.kind, self.layers = "prefix", layers
+
+    def forward(self) -> torch.Tensor:  # (rows, heads)
+        return torch.sigmoid(self.logit)
+
+
+class CachePrefix:
+    """Prefix-tuning on a decoder: layer l's prefix keys and values are the first L entries of its cache.
+
+    `heads` x `head_dim` is the width of one layer's keys (grouped-query attention: fewer heads than the queries').
+    With `shift` the real tokens take positions L..L+T-1, as peft's (transformers counts the prefix as past tokens).
+    """
+
+    def __init__(self, encoder: PrefixEncoder, heads: int, head_dim: int, shift: bool, gates: LayerGates | None = None):
+        self.encoder, self.heads, self.head_dim, self.shift, self.gates = encoder, heads, head_dim, shift, gates
+
+    def __call__(self, backbone: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        kwargs = _inputs(backbone, args, kwargs)
+        tokens = _new_tokens(kwargs)
+        length = self.encoder.length
+        cached = _cached(kwargs.get("past_key_values"))
+        if cached == 0:
+            kwargs["past_key_values"] = self.fill(kwargs.get("past_key_values"), self._batch(kwargs))
+        _lead(kwargs, length, tokens, length if self.shift else 0, max(cached - length, 0))
+        return (), kwargs
+
+    @staticmethod
+    def _batch(kwargs: dict) -> int:
+        ids = kwargs.get("input_ids")
+        return (ids if ids is not None else kwargs["inputs_embeds"]).shape[0]
+
+    def fill(self, cache, batch: int):
+        cache = cache if cache is not None else DynamicCache()
+        gates = self.gates() if self.gates is not None else None  # (rows, 1 or 2)
+        for row in range(self.encoder.rows):
+            key, value = (p.view(1, -1, self.heads, self.head_dim).transpose(1, 2).expand(batch, -1, -1, -1)
+                          for p in self.encoder(row))  # (B, heads, L, d)
+            if gates is not None:
+                key, value = key * gates[row, 0], value * gates[row, -1]
+            cache.update(key, value, row)
+        return cache
+
+
+class LeadingPrompt:
+    """Prompt tuning on a decoder: the L soft tokens go before the real ones, as peft's."""
+
+    def __init__(self, prompt: nn.Module):
+        self.prompt = prompt
+
+    def __call__(self, backbone: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        kwargs = _inputs(backbone, args, kwargs)
+        tokens = _new_tokens(kwargs)
+        length = self.prompt.embedding.shape[0]
+        cached = _cached(kwargs.get("past_key_values"))
+        if cached == 0:
+            ids = kwargs.pop("input_ids", None)
+            embeds = kwargs.get("inputs_embeds")
+            embeds = backbone.get_input_embeddings()(ids) if embeds is None else embeds
+            soft = self.prompt.embedding.unsqueeze(0).expand(embeds.shape[0], -1, -1).to(embeds.dtype)
+            kwargs["inputs_embeds"] = torch.cat([soft, embeds], dim=1)
+            kwargs["input_ids"] = None
+            mask = kwargs.get("attention_mask")
+            if mask is not None and kwargs.get("position_ids") is None:
+                kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp_min(0)
+            positions = kwargs.get("position_ids")
+            if positions is not None:
+                lead = torch.arange(length, device=positions.device).expand(positions.shape[0], -1)
+                kwargs["position_ids"] = torch.cat([lead, positions + length], dim=-1)
+            if mask is not None:
+                kwargs["attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]).expand(-1, length), mask], -1)
+        else:
+            _lead(kwargs, length, tokens, length, cached - length)
+        return (), kwargs
+
+
+class LastToken:
+    """The read-out of a decoder classifier: the head reads the last real token's state, as
+    LlamaForSequenceClassification means to; found from the attention mask (its pad-token search cannot see
+    through a soft prompt), and moved to the last position, which is where that search lands when it fails."""
+
+    def __init__(self):
+        self.mask: torch.Tensor | None = None
+
+    def capture(self, backbone: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.mask = _inputs(backbone, args, kwargs).get("attention_mask")
+
+    def release(self, backbone: nn.Module, args: tuple, kwargs: dict, output):
+        mask, self.mask = self.mask, None
+        hidden = output.last_hidden_state  # (B, T, H)
+        if mask is None:
+            return output
+        mask = mask[:, -hidden.shape[1]:]  # a prefix's leading ones stand for the cache, not for hidden states
+        last = (mask.long() * torch.arange(1, mask.shape[1] + 1, device=mask.device)).argmax(-1)  # (B,)
+        picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B, H)
+        output.last_hidden_state = torch.cat([hidden[:, :-1], picked[:, None]], dim=1)
+        return output

@@ -1,0 +1,69 @@
+"""One generation trial, with the result dict of a classification trial (`run_trial` hands generation tasks here):
+`dev_metric` is minus the dev loss (higher is better, as every metric a study maximises), `test` holds BLEU and
+ROUGE-L over the distinct test inputs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from autopelt import delta
+from autopelt.data.generation import PROMPT, load_generation_splits, make_generation_splits
+from autopelt.models import load_language_model, load_tokenizer, resolve_model
+from autopelt.train import device as devices
+from autopelt.train.generate import (
+    DEFAULT_RATE, MAX_NEW_TOKENS, check_generator, encode, generation_task, score_generation, train_generation,
+)
+
+
+def run_generation(settings, result: dict, outcome, report=None, on_step=None) -> None:
+    """Fill `result` (run_trial's record) and `outcome` (its TrainOutcome) for a generation task; raises UserError
+    on bad input."""
+    spec = delta.parse_spec(settings.spec)
+    task = generation_task(settings)
+    model_name = resolve_model(settings.model)
+    loaded = load_generation_splits(task, settings.data_dir)  # bad columns fail before any model loads
+    k = settings.protocol if isinstance(settings.protocol, int) else None
+    splits = make_generation_splits(loaded, task, k, settings.split_seed, settings.dev_size)
+    result.update(model=model_name, metric="bleu", spec=spec.to_dict(), summary=spec.summary(),
+                  protocol=splits.info, learning_rate=settings.learning_rate or DEFAULT_RATE)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device = devices.pick_device(settings.device)
+    with devices.PeakMemory(device) as memory:
+        model, tokenizer = _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step)
+    result["peak_memory_mb"] = memory.mb
+    if settings.out_dir:
+        metadata = {"base_model": model_name, "task": task.name, "generation": {
+            "input_column": task.input_column, "target_column": task.target_column, "prompt": PROMPT}}
+        result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
+                                                   metadata=metadata))
+
+
+def _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step):
+    tokenizer = load_tokenizer(model_name)
+    model = load_language_model(model_name, seed=settings.seed)
+    check_generator(model.config)
+    delta.apply_delta(model, spec, seed=settings.seed)
+    model.to(device)
+    precision = devices.resolve_precision(settings.precision, device)
+    dtype = devices.autocast_dtype(precision)
+    devices.cast_frozen_weights(model, dtype)
+    result.update(precision=precision, params=delta.count_parameters(spec, model.config, lm=True).to_dict())
+    seq2seq = bool(model.config.is_encoder_decoder)
+    rows = lambda split: [encode(tokenizer, task, r, settings.max_length, seq2seq) for r in split]  # noqa: E731
+    trained = train_generation(model, rows(splits.train), rows(splits.dev), settings, tokenizer.pad_token_id,
+                               device, dtype, on_step, report)
+    best = trained["best"]
+    result.update(dev=best["dev"], dev_metric=best["dev_metric"])
+    outcome.history, outcome.best, outcome.steps = trained["history"], best, trained["steps"]
+    outcome.train_seconds, outcome.fidelity = trained["train_seconds"], trained["history"][-1]["epoch"]
+    outcome.examples_seen = trained["steps"] * settings.batch_size
+    started = time.perf_counter()
+    result["test"], samples = score_generation(model, tokenizer, splits.test, task, settings.eval_batch_size,
+                                               settings.max_new_tokens or MAX_NEW_TOKENS, device, dtype)
+    result["eval_seconds"] = time.perf_counter() - started
+    result["samples"] = [{"input": i, "text": t} for i, t in samples[:5]]
+    return model, tokenizer

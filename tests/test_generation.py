@@ -1,0 +1,158 @@
+"""Generation tasks: dev carved by input, scores over all references of an input, batched greedy generation, and
+`autopelt train`/`predict` on a tiny random decoder; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from generationdata import e2e_like_rows, make_tiny_lm_folder, write_e2e_like
+from tinymodels import tiny_model_dir  # noqa: F401  (fixture)
+
+from autopelt import cli
+from autopelt.data.generation import GenerationTask, corpus_scores, make_generation_splits, references_by_input
+
+pytest.importorskip("sacrebleu")
+pytest.importorskip("rouge_score")
+TASK = GenerationTask("e2e", "mr", "ref")
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return make_tiny_lm_folder(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return write_e2e_like(tmp_path_factory.mktemp("gen"))
+
+
+def test_dev_is_carved_by_input_never_by_row():
+    loaded = e2e_like_rows()
+    for seed in range(5):
+        splits = make_generation_splits(loaded, TASK, k=20, seed=seed, dev_inputs=4)
+        train, dev = {r["mr"] for r in splits.train}, {r["mr"] for r in splits.dev}
+        assert len(dev) == 4 and not train & dev
+        assert len(splits.dev) == 12 and len(splits.train) == 20  # all 3 references of each dev input
+        assert splits.info["test_inputs"] == 8
+
+
+def test_scores_use_every_reference_of_an_input():
+    rows = e2e_like_rows()["validation"]
+    inputs, references = references_by_input(rows, TASK)
+    assert len(inputs) == 8 and all(len(refs) == 2 for refs in references)
+    perfect = corpus_scores([refs[1] for refs in references], references)  # any one reference is perfect
+    assert perfect["bleu"] == pytest.approx(100.0) and perfect["rouge_l"] == pytest.approx(100.0)
+    uneven = [refs[:1] if i % 2 else refs for i, refs in enumerate(references)]  # 1 or 2 references per input
+    assert corpus_scores([refs[0] for refs in uneven], uneven)["bleu"] == pytest.approx(100.0)
+    poor = corpus_scores(["the the the"] * len(references), references)
+    assert poor["bleu"] < 5 and poor["rouge_l"] < 10
+
+
+def test_batched_generation_equals_one_at_a_time(lm_dir):
+    import torch
+
+    from autopelt import delta
+    from autopelt.models import load_language_model, load_tokenizer
+    from autopelt.train.generate import generate
+
+    model = delta.apply_delta(load_language_model(str(lm_dir)), {"methods": [{"method": "prefix", "length": 2}]})
+    tokenizer = load_tokenizer(str(lm_dir))
+    prompts = [TASK.prompt(r) for r in references_by_input(e2e_like_rows()["validation"], TASK)[0]]
+    prompts[0] = "name [ Aromi ] Text :"  # rows of different lengths: left padding in the batch
+    cpu = torch.device("cpu")
+    together = generate(model, tokenizer, prompts, batch_size=8, max_new_tokens=6, device=cpu)
+    alone = [generate(model, tokenizer, [p], batch_size=1, max_new_tokens=6, device=cpu)[0] for p in prompts]
+    assert together == alone and any(together)
+
+
+def train_args(lm_dir, data_dir, out, *more):
+    return ["train", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", str(lm_dir),
+            "--data-dir", str(data_dir), "--out", str(out), "--epochs", "2", "--batch-size", "8", "--lr", "0.01",
+            "--max-new-tokens", "8", "--threads", "1", *more]
+
+
+def test_train_a_generation_delta_and_predict_with_it(lm_dir, data_dir, tmp_path, capsys):
+    assert cli.main(train_args(lm_dir, data_dir, tmp_path / "out", "--method", "lora", "--rank", "4")) == 0
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "ok", result["reason"]
+    assert set(result["test"]) == {"bleu", "rouge_l"} and result["metric"] == "bleu"
+    assert result["dev_metric"] == -result["dev"]["loss"] and len(result["history"]) == 2
+    assert result["protocol"]["test_inputs"] == 8 and result["protocol"]["dev_inputs"] == 1
+    assert result["params"]["trainable"] == result["params"]["stored"] > 0
+    first = result["history"][0]["dev"]["loss"]
+    assert result["dev"]["loss"] <= first
+    capsys.readouterr()
+    delta_dir = tmp_path / "out" / "delta"
+    assert cli.main(["predict", "--delta", str(delta_dir), "--text", "name[Aromi], food[French]",
+                     "--max-new-tokens", "5"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip())
+    assert printed["mr"] == "name[Aromi], food[French]" and isinstance(printed["text"], str)
+
+
+def test_the_target_tokens_alone_are_trained_on(lm_dir):
+    from autopelt.models import load_tokenizer
+    from autopelt.train.generate import IGNORE, encode
+
+    tokenizer = load_tokenizer(str(lm_dir))
+    row = {"mr": "name[Aromi], food[French]", "ref": "Aromi serves French food ."}
+    example = encode(tokenizer, TASK, row, 64, seq2seq=False)
+    prompt = tokenizer(TASK.prompt(row))["input_ids"]
+    assert example["labels"][:len(prompt)] == [IGNORE] * len(prompt)
+    target = example["labels"][len(prompt):]
+    assert tokenizer.decode(target[:-1]) == row["ref"] and target[-1] == tokenizer.eos_token_id
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: a.__setitem__(a.index("ref"), "reference"), "has no text column 'reference'"),
+    (lambda a: a.__setitem__(a.index("--input-column") + 1, "meaning"), "has no text column 'meaning'"),
+    (lambda a: a.remove("--target-column") or a.remove("ref"), "--input-column and --target-column together"),
+])
+def test_bad_generation_input_is_one_line_exit_2_and_nothing_written(change, message, lm_dir, data_dir, tmp_path,
+                                                                     capsys):
+    args = train_args(lm_dir, data_dir, tmp_path / "out", "--method", "lora")
+    change(args)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_generation_task_on_an_encoder_classifier_is_refused(tiny_model_dir, data_dir, tmp_path, capsys):
+    args = train_args(tiny_model_dir, data_dir, tmp_path / "out", "--method", "lora")
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bert is an encoder with a classifier head" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unsupported_architecture_is_one_line_exit_2(data_dir, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, OPTConfig
+
+    folder = tmp_path / "opt"
+    AutoModelForCausalLM.from_config(OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                               num_attention_heads=2, ffn_dim=32, word_embed_proj_dim=16)
+                                     ).save_pretrained(folder)
+    args = train_args(folder, data_dir, tmp_path / "out", "--method", "lora")
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "model type 'opt' is not supported yet" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_search_refuses_a_generation_task_in_one_line(lm_dir, data_dir, tmp_path, capsys):
+    args = ["search", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", str(lm_dir),
+            "--data-dir", str(data_dir), "--budget", "2", "--out", str(tmp_path / "study")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "does not take generation tasks yet" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("family, method", [("gpt2", ("--method", "prefix", "--length", "2")),
+                                            ("t5", ("--method", "ia3")), ("llama", ("--preset", "unipelt_apl"))])
+def test_each_family_trains_a_generation_delta(family, method, data_dir, tmp_path):
+    folder = make_tiny_lm_folder(tmp_path / family, family)
+    assert cli.main(train_args(folder, data_dir, tmp_path / "out", *method)) == 0
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "ok" and set(result["test"]) == {"bleu", "rouge_l"}

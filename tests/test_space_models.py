@@ -1,0 +1,54 @@
+"""A search space as a model family can take it: what cannot apply is never drawn for that model."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from conftest import tiny_config
+from decodermodels import tiny_decoder_config
+
+from autopelt import delta
+from autopelt.errors import UserError
+from autopelt.search.space import load_space
+from autopelt.search.space_models import cannot_apply_preset, for_model
+
+
+def draws(space, config, trials=60):
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    return [space.sample(study.ask(), config.num_hidden_layers)[0] for _ in range(trials)]
+
+
+def test_llama_never_draws_bitfit_mean_pooling_or_a_prefix_in_some_layers():
+    config = tiny_decoder_config("llama")
+    space = for_model(load_space("default"), config)
+    assert "bitfit" not in space.methods
+    specs = draws(space, config)
+    methods = [m for spec in specs for m in spec["methods"]]
+    assert {m["method"] for m in methods} >= {"lora", "prefix"}
+    assert all(spec.get("pooling", "cls") == "cls" for spec in specs)
+    assert all(m.get("layers") is None for m in methods if m["method"] == "prefix")
+    for spec in specs:  # no draw fails for what the family cannot take (a rank above the tiny sizes may)
+        try:
+            delta.count_parameters(spec, config)
+        except UserError as error:
+            assert "exceeds" in str(error) or "must divide" in str(error), str(error)
+
+
+def test_an_encoder_keeps_the_whole_space():
+    space = load_space("default")
+    assert for_model(space, tiny_config("bert")).methods == space.methods
+
+
+def test_a_space_with_nothing_the_family_takes_is_one_line():
+    space = load_space("default")
+    only_bitfit = space.__class__(space.name, space.path, space.tree.__class__(
+        methods={"bitfit": space.tree.methods["bitfit"]}, combine=1, shared={}, train=space.tree.train),
+        space.fingerprint, space.param_names)
+    with pytest.raises(UserError, match="nothing a llama model can take .bitfit: it has no bias terms"):
+        for_model(only_bitfit, tiny_decoder_config("llama"))
+
+
+def test_baselines_the_family_cannot_take_are_named():
+    assert cannot_apply_preset("bitfit", tiny_decoder_config("llama")) == "it has no bias terms"
+    assert cannot_apply_preset("unipelt_apl", tiny_decoder_config("llama")) is None
+    assert cannot_apply_preset("prefix", tiny_decoder_config("t5")).startswith("prefix-tuning on T5")

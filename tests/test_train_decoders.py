@@ -1,0 +1,53 @@
+"""A decoder as a sequence classifier through `autopelt train` and `predict`: the head reads the last real token, as
+LlamaForSequenceClassification; a method the family cannot take is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tinymodels import sst2_dir  # noqa: F401  (fixture)
+
+from autopelt import cli
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory, minilm_path):
+    """A random tiny Llama language model (as a pretrained decoder is saved) with MiniLM's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256,
+                         pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def train(folder, data_dir, out, *method):
+    return cli.main(["train", "--task", "sst2", "--model", str(folder), "--data-dir", str(data_dir), "--out", str(out),
+                     "--epochs", "3", "--batch-size", "16", "--lr", "0.01", "--threads", "1", *method])
+
+
+@pytest.mark.parametrize("method", [("--method", "lora", "--rank", "4"), ("--method", "prompt", "--length", "4"),
+                                    ("--preset", "unipelt_apl")])
+def test_a_decoder_classifier_trains_and_predicts(method, tiny_llama_dir, sst2_dir, tmp_path, capsys):
+    code = train(tiny_llama_dir, sst2_dir, tmp_path / "out", *method)
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert code == 0, result["reason"]
+    if method[1] == "lora":  # a random tiny decoder learns "good"/"bad" through LoRA in 12 steps; a 4-token prompt
+        assert result["test"]["accuracy"] > 0.6  # alone does not, so the others only have to run
+    assert result["spec"].get("pooling", "cls") == "cls"
+    capsys.readouterr()
+    assert cli.main(["predict", "--delta", str(tmp_path / "out" / "delta"), "--text", "a good film"]) == 0
+    assert json.loads(capsys.readouterr().out.strip())["label"] in (0, 1)
+
+
+def test_bitfit_on_llama_is_refused_in_one_line(tiny_llama_dir, sst2_dir, tmp_path, capsys):
+    assert train(tiny_llama_dir, sst2_dir, tmp_path / "out", "--method", "bitfit") == 1  # a failed trial, recorded
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["reason"] == "bitfit cannot apply to llama: it has no bias terms"
