@@ -82,6 +82,7 @@ class Controller:
         self.started = time.monotonic()
         self.rejected = 0  # over --max-params, this process
         self.requeued = 0  # interrupted trials of dead controllers queued again by this process
+        self.portfolio_queued: list[str] = []  # portfolio members queued by this process
         self.finished: list[FrozenTrial] = []  # trained trials this process recorded
         self.error: str | None = None
         self._rejections_in_row = 0
@@ -106,7 +107,7 @@ class Controller:
                                                                     plan.num_layers))
         if plan.portfolio is not None:
             members = plan.portfolio.members[: plan.portfolio_size]
-            queued += portfolio_phase.enqueue_missing(self.study, members, lambda m: self._member_params(m))
+            self.portfolio_queued = portfolio_phase.enqueue_missing(self.study, members, self._member_params)
         return queued
 
     def _member_params(self, member) -> dict | None:

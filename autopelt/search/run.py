@@ -52,7 +52,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
         view = LiveView(study, plan, echo)
         controller = Controller(study, plan, on_record=view.on_record, on_progress=view.on_progress)
         queued = controller.start()
-        view.header(queued, controller.requeued)
+        view.header(queued, controller.requeued, controller.portfolio_queued)
         interrupted = False
         try:
             with Heartbeat(study, controller.running_trial_ids):

@@ -33,7 +33,7 @@ class LiveView:
         self.started = time.monotonic()
         self.mine = 0  # trained trials this process recorded
 
-    def header(self, queued_baselines: list[str], requeued: int) -> None:
+    def header(self, queued_baselines: list[str], requeued: int, queued_portfolio: list[str] = ()) -> None:
         plan = self.plan
         workers = f"{plan.options.workers} worker{'s' if plan.options.workers > 1 else ''}"
         self.echo(f"study {plan.study_name} in {hide_password(plan.storage)}: {plan.task}, {model_name(plan.model)}, "
@@ -47,6 +47,9 @@ class LiveView:
         final = f" + {plan.finalists} finalists" if plan.finalists else ""
         if plan.portfolio_note:
             self.echo(plan.portfolio_note)
+        if queued_portfolio:
+            self.echo(f"portfolio queued: {', '.join(queued_portfolio)} — each at the rate, batch and backbone dropout "
+                      f"it was measured with")
         if plan.portfolio is not None:
             self.echo(f"budget: {len(plan.baselines)} baseline(s) and the portfolio's first {plan.portfolio_size} "
                       f"configurations (early stopping halves them; the first trains to the end), then the sampler"
