@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autopelt.portfolio import metadata  # noqa: E402
 from autopelt.portfolio.design import DROPOUT_STUDY  # noqa: E402
+from results import write_results  # noqa: E402
 
 MEAN_TOLERANCE, TASK_TOLERANCE = -0.3, -1.0
 
@@ -71,6 +73,24 @@ def main() -> None:
     verdict = all(r["meets"] for r in results.values())
     print(f"\nrule: mean Δ ≥ {MEAN_TOLERANCE} and every task ≥ {TASK_TOLERANCE} for every configuration: "
           f"{'met: off can be the default' if verdict else 'NOT met: the model dropout stays the default'}")
+    rows = []
+    for task in [*meta.tasks, "mean"]:
+        row = {"task": task}
+        for config in DROPOUT_STUDY:
+            r = results[config]
+            if task == "mean":
+                row[f"{config} Δ"] = round(r["mean_delta"], 2)
+                continue
+            t = r["tasks"].get(task)
+            row[f"{config} model"] = _cell(t["model"]) if t else None
+            row[f"{config} off"] = _cell(t["off"]) if t else None
+            row[f"{config} Δ"] = round(t["delta"], 2) if t else None
+        rows.append(row)
+    write_results("dropout-quality", rows, columns=list(rows[0]), precision="bf16",
+                  settings={"configurations": list(DROPOUT_STUDY), "rule": [MEAN_TOLERANCE, TASK_TOLERANCE]},
+                  notes=f"Test accuracy (%), mean ± std over seeds; Δ = off − model paired by seed. Verdict: "
+                        f"{'off meets the rule' if verdict else 'off misses the rule'}. Trials ran on "
+                        f"{meta.header.get('hardware', {}).get('name')}.")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "meta_header": meta.header,

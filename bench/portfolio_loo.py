@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autopelt.portfolio import metadata, select, simulate  # noqa: E402
+from results import write_results  # noqa: E402
 
 BUDGETS = (1, 2, 4, 8, 16)
 ARMS = ("portfolio", "portfolio+sampler", "random", "tuned-lora", "unipelt-apl", "best-single", "shuffled-control")
@@ -78,7 +80,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=16, help="portfolio size")
     parser.add_argument("--margin", type=float, default=0.0,
                         help="a later trial replaces the answer only if its dev beats it by this many standard errors")
-    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--json", help="also write every fold's results here")
+    parser.add_argument("--name", help="results name under benchmarks/results (default: portfolio-loo, with "
+                                       "-margin<M> for a margin)")
     args = parser.parse_args()
     meta = metadata.load(args.meta) if args.meta else metadata.shipped()
     configs = meta.configs(seed=0)
@@ -86,6 +90,21 @@ def main() -> None:
     results = {task: held_out(meta, task, configs, args.size, args.margin) for task in meta.tasks}
     report(meta, results, configs)
     print(f"\n({len(meta.tasks)} folds, {len(configs)} configurations, {time.time() - started:.1f} s)")
+    rows = [{"strategy": arm, **{str(b): round(summarise(results, b)["mean"][arm], 2) for b in BUDGETS}}
+            for arm in ARMS]
+    hw = meta.header.get("hardware", {})
+    name = args.name or ("portfolio-loo" + (f"-margin{args.margin:g}" if args.margin else ""))
+    write_results(name, rows, columns=["strategy", *map(str, BUDGETS)], precision="bf16",
+                  settings={"tasks": meta.tasks, "configurations": len(configs), "portfolio_size": args.size,
+                            "margin": args.margin, "k": meta.header["protocol"]["k"],
+                            "epochs": meta.header["protocol"]["epochs"], "model": meta.header.get("model")},
+                  notes=f"Mean test accuracy (%) over the {len(meta.tasks)} held-out tasks at 1-16 full-trial "
+                        f"equivalents; the meta-dataset's trials ran on {hw.get('name')} (bf16), the simulation here.")
+    per_task = [{"task": task, "oracle": round(r["oracle"], 1),
+                 **{arm: round(r["arms"][TARGET_BUDGET][arm], 1) for arm in ARMS}} for task, r in results.items()]
+    write_results(f"{name}-tasks", per_task, columns=["task", "oracle", *ARMS], precision="bf16",
+                  notes=f"Test accuracy (%) per held-out task at {TARGET_BUDGET} full-trial equivalents; oracle: the "
+                        "best test accuracy of any design configuration on that task.")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

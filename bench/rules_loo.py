@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autopelt.portfolio import metadata  # noqa: E402
+from results import write_results  # noqa: E402
 
 CHOSEN_ON = ("sst2", "snli")
 RULES = {  # rule -> (base, reshaped) pairs of design configurations
@@ -65,6 +67,11 @@ def main() -> None:
     for rule, r in results.items():
         print(f"| {rule} | {r['pairs']} | {r['mean_delta']:+.2f} | {r['wins']} / {r['losses']} | "
               f"{r['dev_agrees']} of {r['pairs']} |")
+    write_results("rules-loo", [{"rule": rule, "pairs": r["pairs"], "mean Δ test": round(r["mean_delta"], 2),
+                                 "better": r["wins"], "worse": r["losses"], "dev agrees": r["dev_agrees"]}
+                                for rule, r in results.items()],
+                  notes="Test accuracy difference reshaped − base (points), seed 0, on the ten tasks other than "
+                        "SST-2 and SNLI.")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1))
