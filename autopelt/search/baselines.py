@@ -1,14 +1,13 @@
-"""The baselines every study runs first: UniPELT(APL) and each single method at its paper's defaults.
+"""The baselines every study runs first: UniPELT(APL), and without a portfolio each single method at its paper's
+defaults.
 
 They are queued as trials tagged with their preset's name (the `baseline` attribute; the spec comes from
 `autopelt.delta.presets`), once per study: a later run queues only the ones no trial stands for yet.
 
 They take at most half of a budget, so that a study always searches: on a trial budget at most half its trials
-(`plan.baselines_for`), on a wall-time budget they start in its first half (WALL_SHARE). A baseline costs about two
-trials (its rate sweep), so at 20 trials' worth of time the six took 68-79% of it on SST-2 (README), and the
-finalists' room left no refinement of the best of them the time to run: the last in line (prefix, Compacter)
-now give way to those. One not started is recorded as FAIL, `claims.LATE_BASELINE`, and queued again by a later
-run of the study, whose budget may hold it.
+(`plan.baselines_for`), on a wall-time budget they start in its first half (WALL_SHARE; a baseline costs about two
+trials, its rate sweep: docs/search.md). One not started is recorded as FAIL, `claims.LATE_BASELINE`, and queued
+again by a later run of the study, whose budget may hold it.
 """
 
 from __future__ import annotations

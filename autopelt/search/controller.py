@@ -265,8 +265,7 @@ class Controller:
 
     def _ends_before_room(self, trial: optuna.Trial, trials: list[FrozenTrial]) -> bool:
         """A refinement starts on a wall-time budget only if it can end before the finalists' room at its own
-        expected time: on SST-2 at 44f62ee UniPELT(APL) at half the batch took 45 s where the study's median trial
-        was 23, began 36 s before the room, and was stopped at its last report with the study's best dev."""
+        expected time (a refinement that began too late was otherwise stopped at its last report)."""
         refines, left = trial.user_attrs.get("refines"), self.time_left()
         if not isinstance(refines, dict) or not refines or left is None or self._finalists_queued:
             return True
@@ -400,7 +399,7 @@ class Controller:
         its worker is due to a finalist. (On the SNLI benchmark a searched trial of 413 s held a worker into the
         finalists' room, and the last two finalists were cut by the deadline.) Baselines train on: they are the
         reference the study is compared with, and so does a trial that has reported its last epoch: it is trained
-        (on SST-2 at 44f62ee a refinement was stopped so, with the study's best dev). On a trial budget every trial
+        (a refinement was once stopped so, with the study's best dev). On a trial budget every trial
         has finished before the finalists."""
         run = self.running.get(number)
         if run is None or self.plan.deadline_seconds is None or not self._finalists_queued:
