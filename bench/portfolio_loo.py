@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autopelt.portfolio import metadata, select, simulate  # noqa: E402
+from autopelt.study.answers import MARGIN_SE  # noqa: E402
 from results import write_results  # noqa: E402
 
 BUDGETS = (1, 2, 4, 8, 16)
@@ -49,7 +50,7 @@ def shuffled(scores: dict, rng: random.Random) -> dict:
     return out
 
 
-def held_out(meta, task: str, configs: list[str], size: int, margin: float = 0.0) -> dict:
+def held_out(meta, task: str, configs: list[str], size: int, margin: float = MARGIN_SE) -> dict:
     """Every arm's test metric (%) at every budget on `task`, with the portfolio built without it."""
     others = [t for t in meta.tasks if t != task]
     scores = dev_scores(meta, others, configs)  # the held-out task's rows are never read here
@@ -78,8 +79,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--meta", help="meta-dataset file (default: the shipped one)")
     parser.add_argument("--size", type=int, default=16, help="portfolio size")
-    parser.add_argument("--margin", type=float, default=0.0,
-                        help="a later trial replaces the answer only if its dev beats it by this many standard errors")
+    parser.add_argument("--margin", type=float, default=MARGIN_SE,
+                        help="a later trial replaces the answer only if its dev beats it by this many standard errors "
+                             f"(default {MARGIN_SE:g}: the search's rule, autopelt/study/answers.py; 0: any higher dev)")
     parser.add_argument("--json", help="also write every fold's results here")
     parser.add_argument("--name", help="results name under benchmarks/results (default: portfolio-loo, with "
                                        "-margin<M> for a margin)")
@@ -93,7 +95,7 @@ def main() -> None:
     rows = [{"strategy": arm, **{str(b): round(summarise(results, b)["mean"][arm], 2) for b in BUDGETS}}
             for arm in ARMS]
     hw = meta.header.get("hardware", {})
-    name = args.name or ("portfolio-loo" + (f"-margin{args.margin:g}" if args.margin else ""))
+    name = args.name or ("portfolio-loo" + (f"-margin{args.margin:g}" if args.margin != MARGIN_SE else ""))
     write_results(name, rows, columns=["strategy", *map(str, BUDGETS)], precision="bf16",
                   settings={"tasks": meta.tasks, "configurations": len(configs), "portfolio_size": args.size,
                             "margin": args.margin, "k": meta.header["protocol"]["k"],

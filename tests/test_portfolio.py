@@ -148,3 +148,22 @@ def test_portfolio_build_from_real_studies(tmp_path):
         trained = {(r.learning_rate, r.hparams.get("batch_size", 32)) for r in read_all(optuna.load_study(
             study_name=name, storage=f"sqlite:///{tmp_path}/study.db")) if r.full_fidelity}
         assert {(m.learning_rate, m.batch_size) for m in rebuilt.members} <= trained
+
+
+def _record(number: int, dev: float, rank: int | None = None):
+    from optuna.trial import TrialState
+
+    from autopelt.study.record import TrialRecord
+
+    return TrialRecord(number=number, state=TrialState.COMPLETE, values=(dev, 1.0), full_fidelity=True,
+                       params_pct=1.0, portfolio={"name": "x", "rank": rank} if rank is not None else {})
+
+
+def test_the_portfolio_favourite_answers_unless_beaten_by_one_standard_error():
+    from autopelt.study import answers
+
+    favourite = _record(0, 0.800, rank=0)
+    close, far = _record(1, 0.810), _record(2, 0.830)  # one standard error near 0.8 on 1,000 rows: ~0.018
+    assert answers.best([favourite, close]).number == 0
+    assert answers.best([favourite, close, far]).number == 2
+    assert answers.best([_record(0, 0.800), close]).number == 1  # no portfolio: the best dev answers, as before

@@ -14,9 +14,9 @@ import statistics
 from dataclasses import dataclass
 
 from autopelt.portfolio.metadata import MetaDataset, answer
+from autopelt.study.answers import beats
 
 REFERENCE = "lora-r8-qv@3e-3"
-DEV_ROWS = 1000  # the protocol's dev rows: the standard error of a dev accuracy is sqrt(p(1-p)/DEV_ROWS)
 ETA = 3  # successive halving keeps the best third of a rung (Hyperband's and ASHA's default reduction)
 LOW_FIDELITY = 1  # epochs at the first rung
 TUNED_LORA = ("lora-r8-qv@3e-3", "lora-r8-qv@1e-3")  # LoRA r8 (q,v) with its rate searched, the usual rate first
@@ -30,15 +30,6 @@ class Outcome:
     test: float
     seconds: float
     trials: int
-
-
-def beats(challenger: float, incumbent: float, margin: float) -> bool:
-    """Whether a dev accuracy beats the incumbent's by more than `margin` standard errors of their difference (0: any
-    higher value does). On 1,000 dev rows one standard error of a difference near 80% is about 1.8 points."""
-    if margin <= 0:
-        return challenger > incumbent
-    p = (challenger + incumbent) / 2
-    return challenger - incumbent > margin * math.sqrt(2 * p * (1 - p) / DEV_ROWS)
 
 
 class Task:

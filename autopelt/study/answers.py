@@ -8,6 +8,10 @@ to the earlier trial. The search's summary, `autopelt export`, the report and th
 Finalists come first. A search ends by training its best few trials again with another seed (confirm.py): one
 seed's dev metric picks the luckiest of deltas a point apart, not the best. A finalist's dev metric is then the
 mean over its seeds, and finalists rank before every other trial, whose single seed would otherwise win on luck.
+
+The portfolio's first configuration is the prior's favourite (autopelt/portfolio): in a study that ran it, another
+trial ranks before it only if its dev accuracy is higher by more than MARGIN_SE standard errors of the difference
+(the one-standard-error rule, fixed in advance; docs/portfolio.md measures it across tasks).
 """
 
 from __future__ import annotations
@@ -19,6 +23,20 @@ from optuna.trial import TrialState
 
 from autopelt.numbers import is_finite_number
 from autopelt.study.record import TrialRecord
+
+
+MARGIN_SE = 1.0
+DEV_ROWS = 1000  # the protocols' dev size (K-shot: 1,000; full: at most 1,000)
+
+
+def beats(challenger: float, incumbent: float, margin: float = MARGIN_SE, rows: int = DEV_ROWS) -> bool:
+    """Whether a dev accuracy beats the incumbent's by more than `margin` standard errors of their difference,
+    sqrt(2 p (1 - p) / rows) at their mean p (0: any higher value does). Near 80% on 1,000 rows one standard error
+    is about 1.8 points."""
+    if margin <= 0:
+        return challenger > incumbent
+    p = min(max((challenger + incumbent) / 2, 0.0), 1.0)
+    return challenger - incumbent > margin * math.sqrt(2 * p * (1 - p) / rows)
 
 
 def maximizes(study) -> bool:
@@ -57,7 +75,18 @@ def ranked(records: Iterable[TrialRecord], maximize: bool = True) -> list[TrialR
         size = record.params_pct if record.params_pct is not None else math.inf
         return record.number not in devs, -sign * dev_score(record, devs), size, record.number
 
-    return sorted((r for r in records if r.is_answer), key=key)
+    order = sorted((r for r in records if r.is_answer), key=key)
+    return _favourite_first(order, devs) if maximize else order
+
+
+def _favourite_first(order: list[TrialRecord], devs: dict[int, list[float]]) -> list[TrialRecord]:
+    """The portfolio's first configuration first, unless the best other trial beats it (`beats`)."""
+    favourite = next((r for r in order if r.portfolio.get("rank") == 0), None)
+    if favourite is None or order[0] is favourite or not 0 <= dev_score(favourite, devs) <= 1:
+        return order
+    if beats(dev_score(order[0], devs), dev_score(favourite, devs)):
+        return order
+    return [favourite, *(r for r in order if r is not favourite)]
 
 
 def best(records: Iterable[TrialRecord], maximize: bool = True) -> TrialRecord | None:
