@@ -5,8 +5,8 @@ budget, times it from outside, then reads every trial's result.json: each trial'
 (tokeniser and tokenisation), model load, the attention choice, building the delta, the learning-rate choice,
 training, evaluation (dev and test), saving the delta, and the rest of the trial; and outside the trials, what
 the search spends on its own (Ray and worker start-up, imports, the sampler, study writes): the workers' wall time
-less the seconds their trials took. The overhead share is everything but training and evaluation, over the
-search's worker time.
+less the seconds their trials took. The overhead share is everything but the learning-rate sweep (which trains
+and evaluates its candidates), training and evaluation, over the search's worker time.
 
 Usage: python bench/search_throughput.py --data-dir ../shared/data/glue-full --task sst2 --k 1000 --budget 4 \\
            --work-dir /tmp/throughput [--workers 1] [--cpus-per-trial 2] [--epochs 1] [-- extra search flags]
@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+LEARNING = ("lr choice", "training", "evaluation")  # the learning-rate sweep trains and evaluates its candidates
 PHASES = ("data", "model", "attention", "delta", "lr choice", "training", "evaluation", "save", "rest of the trial")
 
 
@@ -47,7 +48,7 @@ def summarise(results: list[dict], wall: float, workers: int) -> dict:
             "workers": workers, "trials_per_hour": 3600 * len(results) / wall if wall else 0.0,
             "median_trial_seconds": statistics.median([r.get("total_seconds") or 0.0 for r in results]) if results
             else 0.0, "phase_seconds": totals, "outside_trials_seconds": outside,
-            "overhead_share": (worker_time - totals["training"] - totals["evaluation"]) / worker_time
+            "overhead_share": (worker_time - sum(totals[name] for name in LEARNING)) / worker_time
             if worker_time else 0.0}
 
 
@@ -55,7 +56,8 @@ def table(summary: dict) -> str:
     worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
     lines = [f"{summary['trials']} trials ({summary['ok']} ok) in {summary['wall_seconds']:.0f} s on "
              f"{summary['workers']} worker(s): {summary['trials_per_hour']:.1f} trials per hour, median trial "
-             f"{summary['median_trial_seconds']:.1f} s; overhead (all but training and evaluation) "
+             f"{summary['median_trial_seconds']:.1f} s; overhead (all but the learning-rate sweep, training and "
+             f"evaluation) "
              f"{100 * summary['overhead_share']:.1f}% of worker time", "",
              "| where the time goes | seconds | share of worker time |", "|---|---:|---:|"]
     rows = {**summary["phase_seconds"], "outside trials (start-up, sampler, study writes)":

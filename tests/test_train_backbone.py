@@ -131,3 +131,21 @@ def test_every_preset_trains_and_predicts_alike_with_either_attention(preset):
         model.zero_grad()
         logits[implementation] = model.eval()(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(logits["sdpa"], logits["eager"], rtol=1e-5, atol=1e-5)
+
+
+def test_auto_is_timed_once_per_machine_through_the_cache_file(monkeypatch, tmp_path):
+    monkeypatch.delenv(backbone.ATTENTION_ENV, raising=False)
+    monkeypatch.setattr(backbone, "_CHOSEN", {})
+    timed = []
+    monkeypatch.setattr(backbone, "time_attention", lambda *a: timed.append(1) or {"sdpa": 2.0, "eager": 1.0})
+    model, cache = tiny_bert(), tmp_path / "cache" / "attention.json"
+    batch = {"input_ids": torch.ones(4, 20, dtype=torch.long)}
+    first = choose_attention("auto", model, batch, torch.device("cpu"), None, "model", cache)
+    assert first["attention"] == "eager" and len(timed) == 1 and cache.exists()
+    monkeypatch.setattr(backbone, "_CHOSEN", {})  # another process on the same machine
+    assert choose_attention("auto", model, batch, torch.device("cpu"), None, "model", cache) == first
+    assert len(timed) == 1
+    cache.write_text("not json")
+    monkeypatch.setattr(backbone, "_CHOSEN", {})
+    assert choose_attention("auto", model, batch, torch.device("cpu"), None, "model", cache) == first
+    assert len(timed) == 2  # an unreadable cache is timed again, and written anew

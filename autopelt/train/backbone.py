@@ -16,13 +16,17 @@ for the trial's shape on this device (`choose_attention`).
 from __future__ import annotations
 
 import copy
+import json
 import os
+import socket
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from autopelt.errors import UserError
+from autopelt.files import write_atomic
 
 BACKBONE_DROPOUTS = ("model", "attention-off", "off")
 ATTENTIONS = ("sdpa", "eager")
@@ -76,13 +80,14 @@ _CHOSEN: dict[tuple, dict] = {}  # once per process and shape: timing again per 
 
 
 def choose_attention(requested: str, model: nn.Module, batch: dict, device: torch.device,
-                     dtype: torch.dtype | None, backbone_dropout: str) -> dict:
+                     dtype: torch.dtype | None, backbone_dropout: str, cache_file: Path | None = None) -> dict:
     """The attention implementation a trial runs with, and how it was chosen: {"attention", "by", "seconds"}.
 
     `auto` takes $AUTOPELT_ATTENTION where set; SDPA on CUDA (its fused kernels, dropout included, beat eager
-    there); on a CPU whichever of sdpa and eager trains one step of `batch`'s shape faster, timed once per
-    process on a copy of `model` (the backbone as the trial configured it, before the delta) with the global
-    random state restored, so the trial draws the same dropout masks whichever is picked."""
+    there); on a CPU whichever of sdpa and eager trains one step of `batch`'s shape faster, timed on a copy of
+    `model` (the backbone as the trial configured it, before the delta) with the global random state restored,
+    so the trial draws the same dropout masks whichever is picked. Timed once per process, and with `cache_file`
+    once per machine: a search's trials each run in a fresh worker process."""
     if requested != "auto":
         if requested not in ATTENTIONS:
             raise UserError(f"attention must be auto or one of {', '.join(ATTENTIONS)}, not {requested!r}")
@@ -95,12 +100,31 @@ def choose_attention(requested: str, model: nn.Module, batch: dict, device: torc
     if device.type == "cuda":
         return {"attention": "sdpa", "by": "cuda", "seconds": None}
     shape = tuple(batch["input_ids"].shape)
-    key = (getattr(model.config, "_name_or_path", ""), shape[0], -(-shape[1] // 32) * 32, backbone_dropout,
-           dtype, device.type, torch.get_num_threads())
+    key = "|".join(map(str, (socket.gethostname(), torch.backends.cpu.get_cpu_capability(), torch.__version__,
+                             getattr(model.config, "_name_or_path", ""), shape[0], -(-shape[1] // 32) * 32,
+                             backbone_dropout, dtype, device.type, torch.get_num_threads())))
     if key not in _CHOSEN:
-        seconds = time_attention(model, batch, device, dtype)
-        _CHOSEN[key] = {"attention": min(seconds, key=seconds.get), "by": "measured", "seconds": seconds}
+        _CHOSEN[key] = _read_choices(cache_file).get(key) or _measured(model, batch, device, dtype, key, cache_file)
     return dict(_CHOSEN[key])
+
+
+def _measured(model, batch, device, dtype, key: str, cache_file: Path | None) -> dict:
+    seconds = time_attention(model, batch, device, dtype)
+    choice = {"attention": min(seconds, key=seconds.get), "by": "measured", "seconds": seconds}
+    if cache_file is not None:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(cache_file, json.dumps({**_read_choices(cache_file), key: choice}, indent=1))
+        except OSError:  # a read-only cache: every process times for itself
+            pass
+    return choice
+
+
+def _read_choices(cache_file: Path | None) -> dict:
+    try:
+        return json.loads(cache_file.read_text()) if cache_file is not None else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def time_attention(model: nn.Module, batch: dict, device: torch.device, dtype: torch.dtype | None,

@@ -13,6 +13,7 @@ import torch
 
 from autopelt import delta
 from autopelt.data import pad_batch
+from autopelt.data.cache import default_cache_dir
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, resolve_model
@@ -123,7 +124,7 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     dtype = devices.autocast_dtype(precision)
     with timed(phases, "attention"):
         attention = backbone.choose_attention(settings.attention, model, first_batch(data.train, settings.batch_size),
-                                              device, dtype, settings.backbone_dropout)
+                                              device, dtype, settings.backbone_dropout, attention_cache(settings))
     backbone.set_attention(model, attention["attention"])
     result.update(attention=attention["attention"], attention_choice=attention)
     with timed(phases, "delta"):
@@ -143,6 +144,11 @@ def timed(phases: dict, name: str):
         yield
     finally:
         phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
+
+
+def attention_cache(settings: TrialSettings) -> Path:
+    """Where `auto` attention choices are kept for this machine: beside the tokenisation cache."""
+    return (Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()) / "attention.json"
 
 
 def first_batch(train, batch_size: int) -> dict:
