@@ -181,7 +181,7 @@ def own_pooling(name_or_path: str) -> str:
     module takes the mean of the token states (modules.json and its Pooling folder's config.json, as
     all-MiniLM-L6-v2 ships), else "cls", the first token through the model's own pooler or head. Such a
     checkpoint's BERT pooler was never trained: all-MiniLM-L6-v2's has weights of std 0.009 and bias 0, and
-    LoRA r8 read through it tests a point below LoRA read by the mean, on SST-2 and on SNLI (docs/search-value.md).
+    reading it costs accuracy across tasks (docs/portfolio.md, "The hand rules": mean pooling).
     A hub id's files come from the local cache, else from the hub while it is in reach; what cannot be read
     is "cls"."""
     modules = _model_file(name_or_path, "modules.json")

@@ -27,7 +27,7 @@ from autopelt.search import baselines, claims, confirm, learning_rates, portfoli
 from autopelt.search.baselines import baseline_hparams, baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
-from autopelt.study import answers, record
+from autopelt.study import answers, optuna_private, record
 from autopelt.study.record import TrialRecord, read_all
 from autopelt.train.settings import TrialSettings
 
@@ -118,7 +118,7 @@ class Controller:
         return params
 
     def running_trial_ids(self) -> list[int]:
-        return [run.trial._trial_id for run in list(self.running.values())]
+        return [optuna_private.trial_id(run.trial) for run in list(self.running.values())]
 
     # -- what to run next ---------------------------------------------------------------------------
 
@@ -277,7 +277,7 @@ class Controller:
             warnings.simplefilter("ignore")
             trial = self.study.ask()
         record.write(trial, record.attrs(controller=self.owner.to_attr()))
-        self.study._storage.record_heartbeat(trial._trial_id)
+        optuna_private.storage_of(self.study).record_heartbeat(optuna_private.trial_id(trial))
         return trial
 
     def _plan_trial(self, trial: optuna.Trial, baseline: str | None) -> Ticket | None:
@@ -437,7 +437,8 @@ class Controller:
                 record.write(run.trial, record.attrs(fidelity=run.fidelity))
             except UpdateFinishedTrialError:
                 continue
-            recovery.fail_and_requeue(self.study, self.study._storage.get_trial(run.trial._trial_id))
+            recovery.fail_and_requeue(
+                self.study, optuna_private.storage_of(self.study).get_trial(optuna_private.trial_id(run.trial)))
 
     # -- writing ----------------------------------------------------------------------------------------
 
