@@ -79,12 +79,12 @@ def main() -> None:
         for config in DROPOUT_STUDY:
             r = results[config]
             if task == "mean":
-                row[f"{config} Δ"] = round(r["mean_delta"], 2)
+                row[f"{config} Δ"] = f"{r['mean_delta']:+.2f}"
                 continue
             t = r["tasks"].get(task)
             row[f"{config} model"] = _cell(t["model"]) if t else None
             row[f"{config} off"] = _cell(t["off"]) if t else None
-            row[f"{config} Δ"] = round(t["delta"], 2) if t else None
+            row[f"{config} Δ"] = f"{t['delta']:+.2f}" if t else None
         rows.append(row)
     write_results("dropout-quality", rows, columns=list(rows[0]), precision="bf16",
                   settings={"configurations": list(DROPOUT_STUDY), "rule": [MEAN_TOLERANCE, TASK_TOLERANCE]},

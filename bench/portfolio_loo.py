@@ -92,7 +92,7 @@ def main() -> None:
     results = {task: held_out(meta, task, configs, args.size, args.margin) for task in meta.tasks}
     report(meta, results, configs)
     print(f"\n({len(meta.tasks)} folds, {len(configs)} configurations, {time.time() - started:.1f} s)")
-    rows = [{"strategy": arm, **{str(b): round(summarise(results, b)["mean"][arm], 2) for b in BUDGETS}}
+    rows = [{"strategy": arm, **{str(b): f"{summarise(results, b)['mean'][arm]:.2f}" for b in BUDGETS}}
             for arm in ARMS]
     hw = meta.header.get("hardware", {})
     name = args.name or ("portfolio-loo" + (f"-margin{args.margin:g}" if args.margin != MARGIN_SE else ""))

@@ -29,7 +29,7 @@ def newest(name: str, folder: Path = RESULTS) -> dict | None:
 
 def cell(value) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, (list, tuple)):
         return ", ".join(map(cell, value))
     return "–" if value is None else str(value).replace("|", "\\|")

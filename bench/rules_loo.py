@@ -67,7 +67,7 @@ def main() -> None:
     for rule, r in results.items():
         print(f"| {rule} | {r['pairs']} | {r['mean_delta']:+.2f} | {r['wins']} / {r['losses']} | "
               f"{r['dev_agrees']} of {r['pairs']} |")
-    write_results("rules-loo", [{"rule": rule, "pairs": r["pairs"], "mean Δ test": round(r["mean_delta"], 2),
+    write_results("rules-loo", [{"rule": rule, "pairs": r["pairs"], "mean Δ test": f"{r['mean_delta']:+.2f}",
                                  "better": r["wins"], "worse": r["losses"], "dev agrees": r["dev_agrees"]}
                                 for rule, r in results.items()],
                   notes="Test accuracy difference reshaped − base (points), seed 0, on the ten tasks other than "
