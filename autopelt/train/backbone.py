@@ -27,10 +27,8 @@ from torch import nn
 
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
+from autopelt.train.settings import ATTENTION_SETTINGS, ATTENTIONS, BACKBONE_DROPOUTS  # noqa: F401
 
-BACKBONE_DROPOUTS = ("model", "attention-off", "off")
-ATTENTIONS = ("sdpa", "eager")
-ATTENTION_SETTINGS = ("auto", *ATTENTIONS)  # auto: chosen per device by `choose_attention`
 _ATTENTION_DROPOUTS = ("dropout", "attn_dropout", "attention_dropout")  # BERT/T5, GPT-2, Llama
 
 

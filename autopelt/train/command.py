@@ -157,9 +157,9 @@ def check_inputs(settings) -> None:
     task = resolve_task(settings)
     parse_protocol(settings.protocol)
     resolve_model(settings.model)
-    from autopelt.train.generate import check_generation_inputs, is_generation
+    if settings.custom_task and settings.custom_task.get("target_column"):  # a generation task: torch is needed
+        from autopelt.train.generate import check_generation_inputs
 
-    if is_generation(settings):
         return check_generation_inputs(settings, task)
     if settings.data_dir and not os.path.isdir(settings.data_dir):
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")

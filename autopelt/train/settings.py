@@ -6,9 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from autopelt.errors import UserError
-from autopelt.train.backbone import ATTENTION_SETTINGS, BACKBONE_DROPOUTS
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+BACKBONE_DROPOUTS = ("model", "attention-off", "off")  # train/backbone.py applies them
+ATTENTIONS = ("sdpa", "eager")
+ATTENTION_SETTINGS = ("auto", *ATTENTIONS)  # auto: chosen per device by `backbone.choose_attention`
 
 
 @dataclass(frozen=True)

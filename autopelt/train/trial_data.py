@@ -25,9 +25,9 @@ class TrialData:
 def resolve_task(settings: TrialSettings) -> Task:
     """A GLUE task by name, or the user's own task from its named columns (a generation task: its input and target
     columns)."""
-    from autopelt.train.generate import generation_task, is_generation
+    if settings.custom_task and settings.custom_task.get("target_column"):  # generation: torch only then
+        from autopelt.train.generate import generation_task
 
-    if is_generation(settings):
         return generation_task(settings)
     if settings.custom_task:
         return custom_task(settings.task, **settings.custom_task)
