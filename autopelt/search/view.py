@@ -116,10 +116,13 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     best = answers.best(trials)
     devs = answers.seed_devs(trials)
     lines.append(f"best: {_trial_text(best, plan, devs)}" if best else "best: no trial completed yet")
+    if best is not None and best.portfolio.get("rank") == 0:
+        lines.append("  (the portfolio's first configuration: another trial answers only if its dev beats it by more "
+                     "than a standard error)")
     if devs:
         again = confirm.seed_for(plan.options.seed)
-        lines.append(f"finalists, trained again with seed {again}; the best mean dev answers:")
-        lines += [f"  {_trial_text(t, plan, devs)}" for t in answers.ranked(trials)[:len(devs)]]
+        lines.append(f"finalists, trained again with seed {again}; the best mean dev among them:")
+        lines += [f"  {_trial_text(t, plan, devs)}" for t in answers.ranked(trials) if t.number in devs]
     front = answers.pareto_front(trials) if len(study.directions) > 1 else []
     if front:
         lines.append(f"Pareto front (dev {plan.metric} up, stored params % down), {len(front)} trial(s):")
