@@ -35,8 +35,9 @@ def cell(value) -> str:
     return "–" if value is None else str(value).replace("|", "\\|")
 
 
-def table(record: dict) -> str:
-    """The Markdown table of one results record, with its provenance line."""
+def table(record: dict, commit: bool = True) -> str:
+    """The Markdown table of one results record, with its provenance line (the commit left out for the README,
+    which names none)."""
     columns = record["columns"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in record["rows"]]
@@ -44,18 +45,19 @@ def table(record: dict) -> str:
     where = hardware.get("gpu") or f"{hardware['cpu']['model']} ({hardware['cpu']['cores']} cores, " \
                                    f"{' '.join(hardware['cpu']['flags']) or 'no AVX2'})"
     precision = f" · {record['precision']}" if record.get("precision") else ""
-    lines += ["", f"*{where} · torch {record['torch']}{precision} · {record['date'][:10]} · commit "
-                  f"{record['commit']} · `{record['command']}`*"]
+    made = f" · commit {record['commit']}" if commit else ""
+    lines += ["", f"*{where} · torch {record['torch']}{precision} · {record['date'][:10]}{made} · "
+                  f"`{record['command']}`*"]
     if record.get("notes"):
         lines += ["", record["notes"]]
     return "\n".join(lines) + "\n"
 
 
-def render(text: str, folder: Path = RESULTS) -> str:
+def render(text: str, folder: Path = RESULTS, commit: bool = True) -> str:
     """`text` with every results block filled from `folder`."""
     def fill(match: re.Match) -> str:
         record = newest(match.group(2), folder)
-        body = table(record) if record else f"*No results yet: run the benchmark that writes `{match.group(2)}`.*\n"
+        body = table(record, commit) if record else f"*No results yet: run the benchmark that writes `{match.group(2)}`.*\n"
         return match.group(1) + body + match.group(4)
 
     return BLOCK.sub(fill, text)
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for page in pages():
         text = page.read_text()
-        new = render(text)
+        new = render(text, commit=page.name != "README.md")
         if new != text:
             stale.append(page)
             if not args.check:
