@@ -89,13 +89,13 @@ def main() -> None:
           f"strategy: {args.equivalents:g} full trials, {budget:.0f} training seconds, "
           f"{wall(budget, args, start_up)} of wall time on {args.workers} workers with the start-up", flush=True)
 
-    run_study(args, work, storage, "autopelt", wall(budget, args, start_up), [])
+    run_study(args, work, storage, "autopelt", wall(budget, args, start_up), ["--portfolio", args.portfolio])
     first = finished_trials(storage, study_name(args, "autopelt"))
     spent = sum(seconds(t) for t in first)
     baseline_spent = sum(seconds(t) for t in first if t.user_attrs.get("baseline"))
     copy_baselines(storage, study_name(args, "autopelt"), study_name(args, "random"))
     run_study(args, work, storage, "random", wall(spent - baseline_spent, args, start_up),
-              ["--sampler", "random", "--no-baselines"])  # it has study 1's
+              ["--sampler", "random", "--no-baselines", "--portfolio", "none"])  # it has study 1's baselines
     run_study(args, work, storage, "tuned-lora", wall(budget, args, start_up),
               ["--space", str(space), "--no-baselines"])
 
@@ -134,6 +134,9 @@ def parse_args() -> argparse.Namespace:
                         help="re-train picks and baselines with N seeds after --seed: 1..N by default")
     parser.add_argument("--rerun-baselines", choices=("all", "best"), default="all",
                         help="re-train every baseline, or only UniPELT(APL) and the single method best on dev")
+    parser.add_argument("--portfolio", default="auto",
+                        help="autopelt's portfolio: auto (the shipped one), none, or a file, e.g. one built without "
+                             "this task: autopelt portfolio build --meta shipped --leave-out TASK --out FILE")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cpus-per-trial", type=int, default=1)
     parser.add_argument("--text-columns")
