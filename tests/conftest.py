@@ -82,6 +82,18 @@ def tiny_batch(batch_size: int = 3, seq_len: int = 7, seed: int = 0, padded: boo
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+def moved(model):
+    """A stand-in for training: every trainable tensor moves by seeded noise; the model in eval mode."""
+    import torch
+
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.3 * torch.randn(p.shape, generator=generator))
+    return model.eval()
+
+
 def assert_padding_changes_nothing(model) -> None:
     """The last row's logits are the same alone and right-padded inside a longer batch (`model` in eval mode)."""
     import torch

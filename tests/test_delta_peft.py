@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_batch, tiny_model
+from conftest import moved, tiny_batch, tiny_model
 
 from autopelt import delta
 from autopelt.delta.peft_export import export_peft, peft_expressible, peft_reason
@@ -40,13 +40,7 @@ PROMPT_LEARNING = ("prefix",)  # peft has no merge_and_unload for these
 
 
 def trained(spec, family):
-    model = delta.apply_delta(tiny_model(family), spec)
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():  # stand-in for training: every trainable tensor moves
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(0.3 * torch.randn(p.shape, generator=generator))
-    return model.eval()
+    return moved(delta.apply_delta(tiny_model(family), spec))
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import moved
 from decodermodels import decoder_batch, tiny_decoder
 from test_delta_peft import _ours
 
@@ -30,13 +31,7 @@ PAIRS = [(name, family) for family in ("llama", "gpt2", "t5") for name in ENTRIE
 
 
 def trained(entry, family):
-    model = delta.apply_delta(tiny_decoder(family, lm=True), {"methods": [entry]})
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():  # stand-in for training: every trainable tensor moves
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(0.3 * torch.randn(p.shape, generator=generator))
-    return model.eval()
+    return moved(delta.apply_delta(tiny_decoder(family, lm=True), {"methods": [entry]}))
 
 
 def wrapped_sites(model) -> list[str]:
