@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from autopelt.errors import UserError
@@ -71,9 +72,7 @@ def _config(trial) -> Config:
     spec, hparams = trial.spec, trial.hparams or {}
     batch = int(hparams.get("batch_size", 32))
     dropout = str(hparams.get("backbone_dropout", "model"))
-    key = json.dumps([spec, batch, dropout], sort_keys=True)
-    import hashlib
-
-    name = f"{trial.summary or 'delta'}@{rate_text(trial.learning_rate)}-b{batch}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
+    key = hashlib.sha1(json.dumps([spec, batch, dropout], sort_keys=True).encode()).hexdigest()[:6]
+    name = f"{trial.summary or 'delta'}@{rate_text(trial.learning_rate)}-b{batch}-{key}"
     return Config(name=name, methods=tuple(spec["methods"]), learning_rate=float(trial.learning_rate),
                   batch_size=batch, pooling=spec.get("pooling", "cls"), backbone_dropout=dropout)
