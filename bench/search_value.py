@@ -287,8 +287,8 @@ def calibration_check(full: float, tuned_lora: list) -> str:
 
 
 def pick_and_baselines(studies: dict, baselines: str = "all") -> dict:
-    """{label: TrialRecord}: each strategy's pick (the study's own rule) and the baselines of study 1 (all, or
-    UniPELT(APL) and the best single method on dev)."""
+    """{label: TrialRecord}: each strategy's pick (the study's own rule), the baselines of study 1 (all, or
+    UniPELT(APL) and the best single method on dev) and, where study 1 ran a portfolio, its first member."""
     from autopelt.study import answers
     from autopelt.study.record import read
 
@@ -303,6 +303,9 @@ def pick_and_baselines(studies: dict, baselines: str = "all") -> dict:
         ran = [r for r in ran if r.baseline == "unipelt_apl" or r is single]
     for record in ran:
         out[f"baseline {record.baseline}"] = record
+    first = [r for r in map(read, studies["autopelt"]) if r.portfolio.get("rank") == 0 and r.full_fidelity]
+    if first:  # the portfolio's first member: the best single configuration across the other tasks
+        out["portfolio first"] = first[0]
     return out
 
 
