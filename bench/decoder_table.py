@@ -36,6 +36,9 @@ E2E_ARMS = {  # arm -> (delta spec, rates swept)
 }
 PRESET_OF = {"UniPELT(APL)": "unipelt_apl", "prefix L=10": "prefix", "Pfeiffer adapter": "adapter"}
 SHARING = ((1, [(1e-3, 0)]), (2, [(3e-4, 0), (3e-3, 0)]), (4, [(1e-3, 1), (1e-3, 2), (1e-3, 3), (1e-3, 4)]))
+E2E_COLUMNS = ["arm", "rate", "rates_tried", "dev_loss", "bleu", "rouge_l", "params_pct", "trial_s", "peak_mb"]
+SST2_COLUMNS = ["model", "delta", "seeds", "dev_seed0", "test_mean", "test_min", "params_pct", "trial_s",
+                "picked_by_dev"]
 MINILM_CONFIGS = ("lora-r8-qv-cls@3e-3", "lora-r8-qv@1e-3", "lora-r8-qv@3e-3")
 
 
@@ -75,11 +78,12 @@ def part_sharing(args, common: dict, settings: dict, deadline: float | None) -> 
                         "trial_s_median": round(statistics.median(r["total_seconds"] for r in records), 1),
                         "peak_mb_max": max((r["peak_memory_mb"] or 0) for r in records)})
         print(f"{level} at once: {sharing[-1]}", flush=True)
-    write_results("decoder-sharing", sharing, out_dir=args.results_dir, precision=args.precision,
-                  settings={**settings, "task": "sst2"}, notes="the same SST-2 LoRA trial, N processes on one device; a trial's wall includes its "
-                        "model load")
-    write_results("decoder-sst2", sst2_table(sst2, args), out_dir=args.results_dir, precision=args.precision,
+    precision = ran_at(sst2, args.precision)
+    write_results("decoder-sharing", sharing, out_dir=args.results_dir, precision=precision,
                   settings={**settings, "task": "sst2"},
+                  notes="the same SST-2 LoRA trial, N processes on one device; a trial's wall includes its model load")
+    write_results("decoder-sst2", sst2_table(sst2, args), out_dir=args.results_dir, precision=precision,
+                  settings={**settings, "task": "sst2"}, columns=SST2_COLUMNS,
                   notes="dev picks the decoder's rate; MiniLM rows are the shipped meta-dataset's (same rows)")
 
 
@@ -94,12 +98,18 @@ def part_e2e(args, common: dict, settings: dict, deadline: float | None) -> None
         jobs += [("e2e", {**common, "e2e_dir": args.e2e_dir, "k": args.e2e_k, "epochs": args.epochs,
                           "arm": arm, "spec": spec, "rate": rate, "seed": 0}) for rate in rates]
     wall, records = run_wave(jobs, args.parallel, deadline)
-    write_results("decoder-e2e", e2e_table(records), out_dir=args.results_dir, precision=args.precision,
+    write_results("decoder-e2e", e2e_table(records), out_dir=args.results_dir,
+                  precision=ran_at(records, args.precision),
                   settings={**settings, "task": "e2e", "k": args.e2e_k, "max_new_tokens": 40,
-                            "parallel": args.parallel, "wall_s": round(wall, 1)},
+                            "parallel": args.parallel, "wall_s": round(wall, 1)}, columns=E2E_COLUMNS,
                   notes="dev loss picks each arm's rate; BLEU and ROUGE-L over the distinct test inputs")
     for record in records:
         print(json.dumps(record), flush=True)
+
+
+def ran_at(records: list[dict], asked: str) -> str:
+    """The precision the trials ran at (--precision auto resolves per device)."""
+    return ", ".join(sorted({r["precision"] for r in records if r.get("precision")})) or asked
 
 
 def run_wave(jobs: list, parallel: int, deadline: float | None) -> tuple[float, list[dict]]:
