@@ -54,12 +54,15 @@ STRATEGIES = ("autopelt", "random", "tuned-lora")
 CALIBRATION = "calibration"
 CALIBRATION_ROUNDS = 2  # of trials on every worker: the first round is cold, the second warm
 TUNED_LORA_SPACE = """\
-# tuned LoRA: LoRA r8 alpha 16 on query/value, only the learning rate searched (bench/search_value.py)
+# tuned LoRA: LoRA r8 alpha 16 on query/value, only the learning rate searched (bench/search_value.py); the head
+# reads the model as it was trained to be read (the mean of the token states, for a sentence-transformers model)
 methods:
   lora:
     rank: {choice: [8]}
     alpha: {choice: [16]}
     targets: {choice: [[query, value]]}
+head:
+  pooling: {choice: [%(pooling)s]}
 train:
   learning_rate: {float: [1.0e-4, 1.0e-2], log: true}
   epochs: %(epochs)d
@@ -80,7 +83,7 @@ def main() -> None:
         reuse(args, source, work, storage)
 
     space = work / "tuned-lora.yaml"
-    space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs})
+    space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs, "pooling": own_pooling(args.model)})
     run_study(args, work, storage, CALIBRATION, str(CALIBRATION_ROUNDS * args.workers),
               ["--space", str(space), "--no-baselines", "--no-early-stopping"])
     full, start_up = calibrate(finished_trials(storage, study_name(args, CALIBRATION)), args.workers)
@@ -105,6 +108,14 @@ def main() -> None:
     budgets, table = print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns,
                                   full, start_up)
     save_results(args, budgets, table)
+
+
+def own_pooling(model: str | None) -> str:
+    """How `model` was trained to be read: mean for a sentence-transformers checkpoint (the default model), else
+    cls, as `autopelt train` fills it in."""
+    from autopelt.models import own_pooling as pooling_of, resolve_model
+
+    return pooling_of(resolve_model(model))
 
 
 def save_results(args, budgets: list[dict], table: list[dict]) -> None:

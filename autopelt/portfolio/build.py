@@ -12,7 +12,8 @@ from autopelt.portfolio.portfolio import to_file
 
 
 def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict:
-    """Greedy selection on the meta-dataset's dev scores at seed 0, without the `leave_out` tasks."""
+    """Greedy selection on the meta-dataset's dev scores (the mean over its selection seeds), without the
+    `leave_out` tasks."""
     meta = metadata.shipped() if meta_path == "shipped" else metadata.load(meta_path)
     unknown = [t for t in leave_out if t not in meta.tasks]
     if unknown:
@@ -20,11 +21,10 @@ def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict
     tasks = [t for t in meta.tasks if t not in leave_out]
     if len(tasks) < 2:
         raise UserError("a portfolio needs the scores of at least two tasks")
-    configs = meta.configs(seed=0)
-    scores = {t: {c: metadata.answer(meta.trial(t, c)).dev for c in configs
-                  if metadata.answer(meta.trial(t, c)) is not None} for t in tasks}
+    scores = meta.dev_scores(tasks, meta.candidates())
     chosen = select.greedy_portfolio(scores, size)
-    built_from = {"meta_dataset": meta_path, "tasks": tasks, "selection": "greedy, dev scores at seed 0",
+    seeds = ", ".join(map(str, meta.selection_seeds))
+    built_from = {"meta_dataset": meta_path, "tasks": tasks, "selection": f"greedy, mean dev over seeds {seeds}",
                   "mean_regret": round(select.mean_regret(scores, chosen), 4)}
     return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out)
 

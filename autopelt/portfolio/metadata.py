@@ -57,6 +57,25 @@ class MetaDataset:
     def trial(self, task: str, config: str, seed: int = 0) -> dict | None:
         return self.by_key.get((task, config, seed))
 
+    @cached_property
+    def selection_seeds(self) -> tuple[int, ...]:
+        """The training seeds the design was run at: those at which at least half of seed 0's configurations are
+        complete on every task (a seed run for a few configurations only, as the dropout study's, is not one)."""
+        base = len(self.configs(seed=0))
+        seeds = sorted({r["seed"] for r in self.records})
+        return tuple(s for s in seeds if s == 0 or 2 * len(self.configs(seed=s)) >= base)
+
+    def candidates(self) -> list[str]:
+        """The configurations complete on every task at every selection seed: what a portfolio chooses from."""
+        complete = [set(self.configs(seed=s)) for s in self.selection_seeds]
+        return [c for c in self.configs(seed=0) if all(c in seen for seen in complete)]
+
+    def dev_scores(self, tasks: list[str], configs: list[str]) -> dict[str, dict[str, float]]:
+        """task -> config -> dev metric at full fidelity, the mean over the selection seeds: a configuration that
+        collapses at one seed scores low, so the selection prefers what holds across seeds."""
+        return {t: {c: sum(answer(self.trial(t, c, s)).dev for s in self.selection_seeds) / len(self.selection_seeds)
+                    for c in configs} for t in tasks}
+
 
 def load(path: str | Path) -> MetaDataset:
     """A meta-dataset file written by `autopelt portfolio finish`."""
