@@ -127,7 +127,8 @@ def save_results(args, budgets: list[dict], table: list[dict]) -> None:
                 "model": args.model or "all-MiniLM-L6-v2"}
     write_results(f"search-value-{args.task}-budgets", budgets, settings=settings, out_dir=args.results_dir)
     write_results(f"search-value-{args.task}", table, settings=settings, out_dir=args.results_dir,
-                  columns=["delta", "what", "lr", "params_pct", "study_dev", "test_mean", "test_std", "paired_delta"])
+                  columns=["delta", "what", "lr", "params_pct", "study_dev", "test_mean", "test_std", "test_min",
+                           "paired_delta"])
 
 
 def parse_args() -> argparse.Namespace:
@@ -447,8 +448,8 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print(calibration_check(full, studies["tuned-lora"]))
     print()
     reference = reruns.get("autopelt pick", {})
-    print(f"| delta | what | lr | params % | study dev | test mean ± std | paired Δ to autopelt's pick |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| delta | what | lr | params % | study dev | test mean ± std | worst seed | paired Δ to autopelt's pick |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     means = {}
     for label, record in picks.items():
         tests = [reruns[label][s][1] for s in sorted(reruns[label])]
@@ -459,11 +460,11 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         print(f"| {label} | {record.summary or '–'} | {record.learning_rate or float('nan'):.2g} | "
               f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
               f"{100 * study_dev(record, studies[study_of(label)]):.1f} | {100 * means[label]:.1f} ± "
-              f"{100 * _std(tests):.1f} | {delta} |")
+              f"{100 * _std(tests):.1f} | {100 * min(tests):.1f} | {delta} |")
         table.append({"delta": label, "what": record.summary, "lr": record.learning_rate,
                       "params_pct": record.params_pct, "study_dev": study_dev(record, studies[study_of(label)]),
                       "tests": {str(s): reruns[label][s][1] for s in sorted(reruns[label])},
-                      "test_mean": means[label], "test_std": _std(tests),
+                      "test_mean": means[label], "test_std": _std(tests), "test_min": min(tests),
                       "paired_delta": statistics.fmean(diffs) if diffs and label != "autopelt pick" else None})
     copied = work_copies(args)
     if copied:

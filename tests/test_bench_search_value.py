@@ -68,8 +68,10 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     metric = tests["1"]["metric"]
     assert pick["tests"] == {seed: result["test"][metric] for seed, result in tests.items()}
     assert pick["test_mean"] == pytest.approx(statistics.fmean(pick["tests"].values()))
+    tests_of_pick = list(pick["tests"].values())
     row = next(line for line in out.splitlines() if line.startswith("| tuned-lora pick |"))
-    assert f"{100 * pick['test_mean']:.1f} ± {100 * pick['test_std']:.1f}" in row
+    assert f"{100 * pick['test_mean']:.1f} ± {100 * pick['test_std']:.1f} | {100 * min(tests_of_pick):.1f} |" in row
+    assert pick["test_min"] == min(tests_of_pick)
 
     # a re-run trained again reproduces its recorded test metric to the last digit (CPU, same settings)
     from autopelt.train import TrialSettings, run_trial
