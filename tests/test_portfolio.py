@@ -120,15 +120,15 @@ def test_a_corrupt_portfolio_file_is_one_line(tmp_path):
         load(path)
 
 
-def _small_portfolio(path: Path) -> Path:
+def _small_portfolio(path: Path, baseline_rates: dict | None = None) -> Path:
     members = [BY_NAME["lora-r8-qv@3e-3"], BY_NAME["lora-r8-qv-b16@2e-3"], BY_NAME["pfeiffer-48@1e-3"]]
-    to_file(members, "all-MiniLM-L6-v2", {"tasks": ["a", "b"]}, path)
+    to_file(members, "all-MiniLM-L6-v2", {"tasks": ["a", "b"]}, path, baseline_rates)
     return path
 
 
-def _study(tmp_path, name: str, portfolio: Path, budget: int = 8):
+def _study(tmp_path, name: str, portfolio: Path, budget: int = 8, **options):
     fakes.script(tmp_path / "out" / name)
-    plan = prepare(search_options(tmp_path, portfolio=str(portfolio), budget=budget, study_name=name,
+    plan = prepare(search_options(tmp_path, portfolio=str(portfolio), budget=budget, study_name=name, **options,
                                   out=str(tmp_path / "out" / name)))
     study = open_study(plan)
     control = Controller(study, plan)
@@ -147,6 +147,32 @@ def test_a_search_runs_its_portfolio_first_in_order_at_the_recorded_rates(tmp_pa
     names = [t.user_attrs.get("portfolio", {}).get("name") for t in study.get_trials(deepcopy=False)[:3]]
     assert names == ["lora-r8-qv@3e-3", "lora-r8-qv-b16@2e-3", "pfeiffer-48@1e-3"]
     assert not tickets[3].settings.spec == members[0].spec or tickets[3].settings.learning_rate != 3e-3
+
+
+def test_unipelt_trains_at_the_rate_learned_with_the_portfolio_and_sweeps_without_one(tmp_path):
+    learned = _small_portfolio(tmp_path / "learned.json", {"unipelt_apl": 1e-3})
+    study, control = _study(tmp_path, "learned", learned, baselines=True)
+    first = control.next_trial()
+    assert study.get_trials(deepcopy=False)[0].user_attrs.get("baseline") == "unipelt_apl"
+    assert first.settings.learning_rate == 1e-3
+    study, control = _study(tmp_path, "swept", _small_portfolio(tmp_path / "plain.json"), baselines=True)
+    assert control.next_trial().settings.learning_rate is None  # the trial sweeps
+
+
+def test_the_shipped_portfolio_learns_unipelts_rate_from_mean_dev_across_tasks_and_seeds():
+    meta = metadata.shipped()
+    scores = meta.dev_scores(meta.tasks, meta.candidates())
+    rates = {c: sum(row[c] for row in scores.values()) for c in ("unipelt-apl@1e-3", "unipelt-apl@3e-3")}
+    best = max(rates, key=rates.get)
+    assert load(SHIPPED).baseline_rates == {"unipelt_apl": BY_NAME[best].learning_rate}
+
+
+@pytest.mark.parametrize("rates", [{"unipelt_apl": -1}, {"no_such_baseline": 1e-3}, ["unipelt_apl"]])
+def test_a_bad_baseline_rate_in_a_portfolio_file_is_one_line(tmp_path, rates):
+    path = _small_portfolio(tmp_path / "p.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "baseline_rates": rates}))
+    with pytest.raises(UserError, match="baseline_rates"):
+        load(path)
 
 
 def test_portfolio_build_from_real_studies(tmp_path):

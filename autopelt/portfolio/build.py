@@ -26,7 +26,24 @@ def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict
     seeds = ", ".join(map(str, meta.selection_seeds))
     built_from = {"meta_dataset": meta_path, "tasks": tasks, "selection": f"greedy, mean dev over seeds {seeds}",
                   "mean_regret": round(select.mean_regret(scores, chosen), 4)}
-    return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out)
+    return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
+                   baseline_rates(scores))
+
+
+# A baseline's structure in the design: its preset at batch 32, read by the mean, at each of the design's rates.
+BASELINE_CONFIGS = {"unipelt_apl": "unipelt-apl"}
+
+
+def baseline_rates(scores: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each baseline's learned rate: among the design's configurations of its structure, the rate with the best
+    mean dev over the tasks and seeds of `scores` (a rate that collapses at some seed or task scores low there)."""
+    rates = {}
+    for baseline, prefix in BASELINE_CONFIGS.items():
+        runs = [c for c in next(iter(scores.values())) if c.split("@")[0] == prefix and "~" not in c]
+        if runs:
+            best = max(runs, key=lambda c: sum(row[c] for row in scores.values()))
+            rates[baseline] = config_named(best).learning_rate
+    return rates
 
 
 def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -> dict:

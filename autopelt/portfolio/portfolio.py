@@ -2,16 +2,18 @@
 
     {"format": "autopelt-portfolio", "version": 1, "model": "all-MiniLM-L6-v2", "space": "default",
      "design_version": 1, "built_from": {...}, "members": [{"name", "methods", "learning_rate", "batch_size",
-     "pooling", "layers", "backbone_dropout"}, ...]}
+     "pooling", "layers", "backbone_dropout"}, ...], "baseline_rates": {"unipelt_apl": 0.001}}
 
 A member's learning rate is absolute: it was measured on the portfolio's model, and carries over to another model
-untested (the search says so). `layers` "upper_half" is resolved per model, like the design's.
+untested (the search says so). `layers` "upper_half" is resolved per model, like the design's. `baseline_rates`
+(optional) is the rate a baseline trains at in a study that runs this portfolio, learned with it; a baseline
+without one chooses its rate by a sweep, as without a portfolio.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autopelt.errors import UserError
@@ -29,6 +31,7 @@ class Portfolio:
     members: tuple[Config, ...]
     source: str  # the file it was read from
     built_from: dict
+    baseline_rates: dict[str, float] = field(default_factory=dict)  # preset name -> learned rate
 
     def hparams(self, index: int, epochs: int) -> dict:
         member = self.members[index]
@@ -36,11 +39,13 @@ class Portfolio:
                 "backbone_dropout": member.backbone_dropout, "epochs": epochs}
 
 
-def to_file(members: list[Config], model: str, built_from: dict, out: str | Path) -> dict:
+def to_file(members: list[Config], model: str, built_from: dict, out: str | Path,
+            baseline_rates: dict[str, float] | None = None) -> dict:
     from autopelt.files import write_atomic
 
     data = {"format": FORMAT, "version": VERSION, "model": model, "space": SPACE, "design_version": DESIGN_VERSION,
-            "built_from": built_from, "members": [m.to_dict() for m in members]}
+            "built_from": built_from, "members": [m.to_dict() for m in members],
+            **({"baseline_rates": baseline_rates} if baseline_rates else {})}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(Path(out), json.dumps(data, indent=1))
     return data
@@ -71,7 +76,20 @@ def load(path: str | Path, model: str | None = None) -> Portfolio:
         raise UserError(f"--portfolio {path}: a member is malformed ({error!r})") from None
     if not members:
         raise UserError(f"--portfolio {path} has no members")
-    return Portfolio(data["model"], members, str(path), data.get("built_from") or {})
+    return Portfolio(data["model"], members, str(path), data.get("built_from") or {},
+                     _baseline_rates(path, data.get("baseline_rates") or {}))
+
+
+def _baseline_rates(path: Path, rates) -> dict[str, float]:
+    from autopelt.delta.presets import PRESETS
+
+    if not isinstance(rates, dict):
+        raise UserError(f"--portfolio {path}: baseline_rates must map a baseline to its learning rate")
+    for name, rate in rates.items():
+        if name not in PRESETS or isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise UserError(f"--portfolio {path}: baseline_rates {name!r}: {rate!r} is not a known baseline with a "
+                            "positive learning rate")
+    return {name: float(rate) for name, rate in rates.items()}
 
 
 def _member(entry: dict) -> Config:
@@ -104,6 +122,8 @@ def for_search(choice: str, model_name: str, space_name: str) -> tuple[Portfolio
     learned = portfolio.built_from.get("tasks", [])
     line = (f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} across "
             f"{len(learned)} tasks, run first")
+    if portfolio.baseline_rates:
+        line += "; " + ", ".join(f"{name} at its learned rate {rate:g}" for name, rate in portfolio.baseline_rates.items())
     if model_name != portfolio.model:
         line += f"; its learning rates were measured on {portfolio.model} and carry over to {model_name} untested"
     return portfolio, line

@@ -327,7 +327,9 @@ class Controller:
                 raise UserError(f"unknown baseline {baseline!r}")
             if record.is_drawn_baseline(trial):  # queued with the parameters that draw it: record them
                 self.plan.space.sample(trial, self.plan.num_layers)
-            return baseline_spec(baseline, self.baseline_pooling), baseline_hparams(baseline, self.plan.epochs)
+            learned = self.plan.portfolio.baseline_rates if self.plan.portfolio else None
+            return baseline_spec(baseline, self.baseline_pooling), baseline_hparams(baseline, self.plan.epochs,
+                                                                                     learned)
         spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
         hparams, lr_from = learning_rates.resolve(spec, hparams, learning_rates.measured(read_all(self.study)))
         if lr_from:
