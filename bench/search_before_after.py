@@ -70,7 +70,7 @@ def side(args, name: str, source: Path, work: Path) -> dict:
         done.write_text(f"{time.perf_counter() - started:.1f}")
     export = here / "export"
     if not (export / "metrics.json").exists():
-        command = [sys.executable, "-m", "autopelt.cli", "export", "--storage", storage, "--study-name", "default",
+        command = [sys.executable, "-m", "autopelt.cli", "export", "--storage", storage, "--study", "default",
                    "--out", str(export), "--reseed", str(args.seeds)]
         print(f"{name}: $ {' '.join(command[2:])}", flush=True)
         subprocess.run(command, cwd=source, env=env, check=True, stdout=subprocess.DEVNULL)
