@@ -38,7 +38,7 @@ def main() -> None:
     ratio = rows[0]["wall_s"] / rows[1]["wall_s"]
     for row in rows:
         print(f"{row['side']:>6}: {row['wall_s']:.0f} s, {row['trials']} trials, answer {row['answer']} at "
-              f"{row['lr']:.2g}: test {row['test_mean']:.1f} ± {row['test_std']:.1f} (worst {row['test_min']:.1f}) "
+              f"{row['lr']}: test {row['test_mean']:.1f} ± {row['test_std']:.1f} (worst {row['test_min']:.1f}) "
               f"over {args.seeds} seeds")
     delta = rows[1]["test_mean"] - rows[0]["test_mean"]
     print(f"after is {ratio:.2f}x as fast (target >= 1.8x), answer {delta:+.1f} points (target within 0.5 or better)")
@@ -79,8 +79,16 @@ def side(args, name: str, source: Path, work: Path) -> dict:
     tests = [100 * run["test"]["accuracy"] for run in metrics["reseed"]["runs"]]
     return {"side": name, "source": args.before if name == "before" else "this checkout",
             "wall_s": float(done.read_text()), "trials": trials_of(storage, source, env),
-            "answer": metrics.get("baseline") or f"trial {metrics['trial']}", "lr": settings.get("learning_rate"),
+            "answer": metrics.get("baseline") or f"trial {metrics['trial']}", "delta": summary_of(settings["spec"]),
+            "batch": settings.get("batch_size"), "backbone_dropout": settings.get("backbone_dropout", "model"),
+            "lr": settings.get("learning_rate") or "swept at each seed",  # None: the trial chose it by a sweep
             "test_mean": statistics.fmean(tests), "test_std": statistics.stdev(tests), "test_min": min(tests)}
+
+
+def summary_of(spec: dict) -> str:
+    from autopelt.delta import parse_spec
+
+    return parse_spec(spec).summary()
 
 
 def trials_of(storage: str, source: Path, env: dict) -> int:
