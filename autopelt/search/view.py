@@ -157,10 +157,14 @@ def baseline_cost(trials: list[TrialRecord]) -> str:
     total = base_seconds + searched_seconds + final_seconds
     sweeps = sum(float(t.lr_choice.get("seconds") or 0.0) for t in base)
     share = 100 * base_seconds / total if total else 0.0
-    text = (f"baselines: {len(base)} trials, {format_duration(base_seconds)} ({share:.0f}% of the trial time; "
-            f"{format_duration(sweeps)} of it choosing learning rates) · searched: {len(searched)} trials, "
-            f"{format_duration(searched_seconds)}")
-    return text + (f" · finalists again: {len(final)} trials, {format_duration(final_seconds)}" if final else "")
+    chosen = f"; {format_duration(sweeps)} of it choosing learning rates" if sweeps else ""
+    text = (f"baselines: {_trials(len(base))}, {format_duration(base_seconds)} ({share:.0f}% of the trial time"
+            f"{chosen}) · searched: {_trials(len(searched))}, {format_duration(searched_seconds)}")
+    return text + (f" · finalists again: {_trials(len(final))}, {format_duration(final_seconds)}" if final else "")
+
+
+def _trials(count: int) -> str:
+    return f"{count} trial{'' if count == 1 else 's'}"
 
 
 def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:

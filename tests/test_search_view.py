@@ -1,0 +1,24 @@
+"""The study summary's cost line: counts in words that agree with them, and no sweep time where none was swept."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from autopelt.search.view import baseline_cost
+
+
+def trial(baseline=None, seconds=10.0, confirms=None, sweep=0.0):
+    return SimpleNamespace(baseline=baseline, seconds=seconds, confirms=confirms or {},
+                           lr_choice={"seconds": sweep} if sweep else {})
+
+
+def test_one_baseline_at_a_learned_rate_is_one_trial_and_no_sweep():
+    line = baseline_cost([trial("unipelt_apl", 50.0), trial(seconds=30.0), trial(seconds=20.0, confirms={"trial": 1})])
+    assert line.startswith("baselines: 1 trial, 50s (50% of the trial time) · searched: 1 trial, 30s")
+    assert line.endswith("finalists again: 1 trial, 20s") and "choosing" not in line
+
+
+def test_swept_baselines_say_what_the_sweeps_cost():
+    line = baseline_cost([trial("lora", 40.0, sweep=12.0), trial("adapter", 40.0, sweep=8.0), trial(seconds=20.0)])
+    assert line == "baselines: 2 trials, 1m20s (80% of the trial time; 20s of it choosing learning rates) · " \
+                   "searched: 1 trial, 20s"
