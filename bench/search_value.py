@@ -125,8 +125,9 @@ def save_results(args, budgets: list[dict], table: list[dict]) -> None:
     settings = {"task": args.task, "k": args.k, "epochs": args.epochs, "equivalents": args.equivalents,
                 "seed": args.seed, "rerun_seeds": rerun_seeds(args), "workers": args.workers,
                 "model": args.model or "all-MiniLM-L6-v2"}
-    write_results(f"search-value-{args.task}-budgets", budgets, settings=settings, out_dir=args.results_dir)
-    write_results(f"search-value-{args.task}", table, settings=settings, out_dir=args.results_dir,
+    name = f"search-value-{args.task}" + (f"-{args.label}" if args.label else "")
+    write_results(f"{name}-budgets", budgets, settings=settings, out_dir=args.results_dir)
+    write_results(name, table, settings=settings, out_dir=args.results_dir,
                   columns=["delta", "what", "lr", "params_pct", "study_dev", "test_mean", "test_std", "test_min",
                            "paired_delta"])
 
@@ -162,6 +163,7 @@ def parse_args() -> argparse.Namespace:
                              "settings, rather than train it again (with --reuse: from that dir)")
     parser.add_argument("--verbose", action="store_true", help="show each search's own output")
     parser.add_argument("--results-dir", help="where the results files go (default: benchmarks/results)")
+    parser.add_argument("--label", help="results named search-value-TASK-LABEL (default: search-value-TASK)")
     return parser.parse_args()
 
 

@@ -20,12 +20,13 @@ ARMS = {"autopelt pick": "autopelt", "tuned-lora pick": "tuned LoRA", "baseline 
         "random pick": "random"}
 
 
-def summary(tasks: list[str], folder: Path | None = None) -> list[dict]:
+def summary(tasks: list[str], run_label: str | None = None, folder: Path | None = None) -> list[dict]:
     rows = []
     for task in tasks:
-        record = newest(f"search-value-{task}", *([folder] if folder else []))
+        results = f"search-value-{task}" + (f"-{run_label}" if run_label else "")
+        record = newest(results, *([folder] if folder else []))
         if record is None:
-            raise SystemExit(f"no search-value-{task} results: run bench/search_value.py --task {task} first")
+            raise SystemExit(f"no {results} results: run bench/search_value.py --task {task} first")
         arms = {row["delta"]: row for row in record["rows"]}
         row = {"task": task, "equivalents": record["settings"].get("equivalents"),
                "seeds": len(record["settings"].get("rerun_seeds", []))}
@@ -46,13 +47,14 @@ def summary(tasks: list[str], folder: Path | None = None) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", required=True, type=lambda s: s.split(","))
-    parser.add_argument("--name", default="search-value-held-out")
+    parser.add_argument("--label", help="read search-value-TASK-LABEL (search_value.py --label)")
+    parser.add_argument("--name", help="results name (default: search-value-held-out[-LABEL])")
     args = parser.parse_args()
-    rows = summary(args.tasks)
+    rows = summary(args.tasks, args.label)
     columns = ["task", *ARMS.values(), *[f"Δ vs {name}" for name in list(ARMS.values())[1:]]]
     for row in rows:
         print(" | ".join(str(row.get(c, "")) for c in columns))
-    write_results(args.name, rows, columns=columns, settings={"tasks": args.tasks},
+    write_results(args.name or "search-value-held-out" + (f"-{args.label}" if args.label else ""), rows, columns=columns, settings={"tasks": args.tasks},
                   notes="Test accuracy (%) over re-run seeds 1-5 of each arm's pick (worst seed in brackets); Δ: "
                         "autopelt's pick minus the arm, paired by seed, in points; from the search-value-<task> files.")
 
