@@ -69,11 +69,12 @@ def tiny_model(family: str = "bert", num_labels: int = 2, seed: int = 0, **overr
     return model.eval()
 
 
-def tiny_batch(batch_size: int = 3, seq_len: int = 7, seed: int = 0, padded: bool = True):
-    """Random token ids (3..99) with the last rows right-padded, as a tokenizer would give."""
+def tiny_batch(batch_size: int = 3, seq_len: int = 7, seed: int = 0, padded: bool = True, generator=None):
+    """Random token ids (3..99) with the last rows right-padded, as a tokenizer would give; drawn from `generator`
+    when given (the caller draws more from it), else from one seeded with `seed`."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = generator if generator is not None else torch.Generator().manual_seed(seed)
     input_ids = torch.randint(3, 100, (batch_size, seq_len), generator=g)
     attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
     if padded and batch_size > 1:

@@ -34,14 +34,11 @@ def tiny_decoder(family: str, lm: bool = False, seed: int = 0):
 
 
 def decoder_batch(family: str, batch_size: int = 3, seq_len: int = 7, seed: int = 0, padded: bool = True):
-    """Random ids (3..99), the last row right-padded; T5 gets decoder ids too."""
+    """conftest.tiny_batch; T5 gets decoder ids too, drawn after the input ids from the same generator."""
+    from conftest import tiny_batch
+
     g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(3, 100, (batch_size, seq_len), generator=g)
-    attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
-    if padded and batch_size > 1:
-        attention_mask[-1, seq_len - 3:] = 0
-        input_ids[-1, seq_len - 3:] = 0
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    batch = tiny_batch(batch_size, seq_len, padded=padded, generator=g)
     if family == "t5":
         batch["decoder_input_ids"] = torch.randint(3, 100, (batch_size, 4), generator=g)
     return batch

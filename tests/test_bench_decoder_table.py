@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "decoder_table.py"
+from support import benches
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("decoder_table", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benches.load_bench("decoder_table")
 
 
 def trial(arm, rate, dev_loss, bleu):

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "search_throughput.py"
+from support import benches
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("search_throughput", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benches.load_bench("search_throughput")
 
 
 def result(total, train, evaluation, lr=0.0, **phases):

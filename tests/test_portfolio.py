@@ -3,12 +3,11 @@ a portfolio first. Uses the controller on the synthetic objective of tests/suppo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-from support import fakes
+from support import benches, fakes
 
 from autopelt.cli import main as cli
 from autopelt.errors import UserError
@@ -22,13 +21,6 @@ from autopelt.study.record import read_all
 from test_search_controller import search_options
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_greedy_selection_gives_the_known_order():
@@ -73,7 +65,7 @@ def test_selection_averages_the_design_seeds_so_a_config_that_collapses_at_one_s
 
 
 def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_portfolio():
-    loo = _bench("portfolio_loo")
+    loo = benches.load_bench("portfolio_loo")
     meta = metadata.shipped()
     configs = meta.candidates()
     task = "trec"
