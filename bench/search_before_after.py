@@ -78,7 +78,7 @@ def side(args, name: str, source: Path, work: Path) -> dict:
     settings = json.loads((export / "training.json").read_text())
     tests = [100 * run["test"]["accuracy"] for run in metrics["reseed"]["runs"]]
     return {"side": name, "source": args.before if name == "before" else "this checkout",
-            "wall_s": float(done.read_text()), "trials": trials_of(storage, source, env),
+            "wall_s": float(done.read_text()), "trials": trials_of(storage),
             "answer": metrics.get("baseline") or f"trial {metrics['trial']}", "delta": summary_of(settings["spec"]),
             "batch": settings.get("batch_size"), "backbone_dropout": settings.get("backbone_dropout", "model"),
             "lr": settings.get("learning_rate") or "swept at each seed",  # None: the trial chose it by a sweep
@@ -91,11 +91,11 @@ def summary_of(spec: dict) -> str:
     return parse_spec(spec).summary()
 
 
-def trials_of(storage: str, source: Path, env: dict) -> int:
-    code = ("import optuna, sys; optuna.logging.set_verbosity(optuna.logging.WARNING); "
-            f"print(len(optuna.load_study(study_name='default', storage='{storage}').trials))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=source, env=env, capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
+def trials_of(storage: str) -> int:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return len(optuna.load_study(study_name="default", storage=storage).trials)
 
 
 def parse_args() -> argparse.Namespace:
