@@ -343,7 +343,7 @@ def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict
             out = work / "reruns" / label.replace(" ", "-") / f"seed-{seed}"
             jobs.append((label, seed, {**settings, "seed": seed, "data_seed": split_seed,
                                        "learning_rate": result["learning_rate"], "threads": args.cpus_per_trial,
-                                       "out_dir": str(out)}))
+                                       "score_test": True, "out_dir": str(out)}))
             if source is not None:
                 copy_same_run(jobs[-1][2], source, work)
     reruns: dict = {label: {} for label in picks}

@@ -123,3 +123,30 @@ def test_reseed_reruns_the_config_and_records_mean_and_std(study_db, tmp_path):
     assert summary["std"] == pytest.approx(abs(values[0] - values[1]) / 2 ** 0.5)
     assert "± " in (out / "README.md").read_text()
     assert not (out / "seeds").exists()  # the re-runs' weights are not kept, only their numbers
+
+
+def test_exporting_a_trial_trained_without_test_scores_it_from_its_delta(tmp_path, tiny_model_dir, trial_cache,
+                                                                           sst2_dir):
+    """A search trial trains without test scores; its export scores them from the saved delta, as they would have
+    been scored after training, and keeps them in the trial's result.json; the reseeded runs score their own."""
+    from tinymodels import trial_settings
+
+    def trained(name: str, score_test: bool) -> dict:
+        settings = trial_settings(tiny_model_dir, sst2_dir, trial_cache, out_dir=str(tmp_path / name),
+                                  score_test=score_test)
+        result = run_trial(settings)
+        assert result["status"] == "ok", result["reason"]
+        return result
+
+    scored, unscored = trained("scored", True), trained("unscored", False)
+    assert unscored["test"] is None
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="unscored", storage=url, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=unscored["dev_metric"], user_attrs={
+        "result_dir": str(tmp_path / "unscored"), "full_fidelity": True, "summary": unscored["summary"],
+        "params_pct": unscored["params"]["stored_pct"]}))
+    out = tmp_path / "export"
+    assert main(["export", "--study", "unscored", "--storage", url, "--out", str(out), "--reseed", "1"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["test"] == pytest.approx(scored["test"]) and metrics["reseed"]["runs"][0]["test"]
+    assert json.loads((tmp_path / "unscored" / "result.json").read_text())["test"] == metrics["test"]

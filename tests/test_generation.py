@@ -140,13 +140,91 @@ def test_an_unsupported_architecture_is_one_line_exit_2(data_dir, tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
-def test_search_refuses_a_generation_task_in_one_line(lm_dir, data_dir, tmp_path, capsys):
-    args = ["search", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", str(lm_dir),
-            "--data-dir", str(data_dir), "--budget", "2", "--out", str(tmp_path / "study")]
-    assert cli.main(args) == 2
+def search_args(lm_dir, data_dir, tmp_path, *more) -> list[str]:
+    return ["search", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", str(lm_dir),
+            "--data-dir", str(data_dir), "--storage", f"sqlite:///{tmp_path / 'study.db'}",
+            "--out", str(tmp_path / "study"), *more]
+
+
+def test_a_search_on_a_generation_task_trains_language_model_deltas_and_scores_its_answer(lm_dir, data_dir,
+                                                                                         tmp_path):
+    """The controller with real trials, one at a time: baselines that apply to a Llama, a searched trial and a
+    finalist, each counted as a language-model delta, selected by minus the dev loss; test (BLEU, ROUGE-L) scored
+    for the baselines and the finalist as they train, and for the answer from its saved delta after the search."""
+    from support import fakes
+
+    from autopelt.search.answer_test import score_answers
+    from autopelt.search.controller import Controller
+    from autopelt.search.plan import SearchOptions, prepare
+    from autopelt.search.resume import open_study
+    from autopelt.search.view import summary_lines
+    from autopelt.study import answers
+    from autopelt.study.record import read_all
+    from autopelt.train import run_trial
+
+    plan = prepare(SearchOptions(
+        task="e2e", custom_task={"input_column": "mr", "target_column": "ref"}, model=str(lm_dir),
+        data_dir=str(data_dir), storage=f"sqlite:///{tmp_path / 'study.db'}", out=str(tmp_path / "out"), budget=5,
+        epochs=1, cpus_per_trial=1))
+    assert plan.generation and plan.portfolio is None and plan.metric == "bleu" and plan.dev_label == "-loss"
+    assert plan.baselines == ["unipelt_apl", "lora"] and plan.finalists == 1
+    study = open_study(plan)
+    control = Controller(study, plan)
+    control.start()
+    results = {}
+
+    def real(settings, report):
+        results[settings.out_dir] = run_trial(settings.replace(threads=1), report)
+        return results[settings.out_dir]
+
+    assert fakes.run_serially(control, real) == 5
+    records = read_all(study)
+    assert all(r.state.name in ("COMPLETE", "PRUNED") for r in records), [r.fail_reason for r in records]
+    for r in records:
+        result = results[r.result_dir]
+        assert result["metric"] == "bleu" and r.values[0] == pytest.approx(-result["dev"]["loss"])
+        assert r.params_stored == result["params"]["stored"]  # counted as the language model's delta
+        scored = bool(r.baseline or r.confirms)
+        assert bool(result["test"]) == scored and (set(r.test) == {"bleu", "rouge_l"}) == scored
+    assert not any(r.refines for r in records)  # refinements were chosen on classification
+    best = answers.best(records)
+    before = best.test
+    assert score_answers(study) == ([] if before else [best.number])
+    assert set(next(r for r in read_all(study) if r.number == best.number).test) == {"bleu", "rouge_l"}
+    text = "\n".join(summary_lines(study, plan, 1.0))
+    assert f"best: #{best.number} " in text and "dev -loss -" in text and "test " in text
+
+
+@pytest.mark.parametrize("more, message", [
+    (("--portfolio", "some.json"), "portfolios are learned on classification tasks"),
+    (("--target-column", "nope"), "has no text column 'nope'"),
+])
+def test_bad_generation_search_input_is_one_line_exit_2_and_no_study(more, message, lm_dir, data_dir, tmp_path,
+                                                                     capsys):
+    assert cli.main(search_args(lm_dir, data_dir, tmp_path, "--budget", "2", *more)) == 2
     err = capsys.readouterr().err.strip()
-    assert "does not take generation tasks yet" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "study").exists()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "study").exists() and not (tmp_path / "study.db").exists()
+
+
+def test_a_generation_search_on_an_encoder_classifier_is_refused(tiny_model_dir, data_dir, tmp_path, capsys):
+    assert cli.main(search_args(tiny_model_dir, data_dir, tmp_path, "--budget", "2")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs a model that generates" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "study.db").exists()
+
+
+@pytest.mark.slow
+def test_autopelt_search_on_a_generation_task_end_to_end_then_export(lm_dir, data_dir, tmp_path, capsys):
+    """The command as a user runs it (Ray, one worker), then the export of its answer with its test scores."""
+    assert cli.main(search_args(lm_dir, data_dir, tmp_path, "--budget", "4", "--epochs", "1")) == 0
+    out = capsys.readouterr().out
+    assert "dev -loss" in out and "no learning-rate sweep" in out and "best: #" in out
+    name = next(line.split()[1] for line in out.splitlines() if line.startswith("study "))
+    assert cli.main(["export", "--study", name, "--storage", f"sqlite:///{tmp_path / 'study.db'}",
+                     "--out", str(tmp_path / "export")]) == 0
+    metrics = json.loads((tmp_path / "export" / "metrics.json").read_text())
+    assert set(metrics["test"]) == {"bleu", "rouge_l"} and metrics["metric"] == "bleu"
 
 
 @pytest.mark.parametrize("family, method", [("gpt2", ("--method", "prefix", "--length", "2")),

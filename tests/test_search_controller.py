@@ -14,6 +14,7 @@ import time
 import optuna
 import pytest
 from conftest import GLUE_DIR
+from tinymodels import sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 from optuna.trial import TrialState
 from support import fakes
 
@@ -865,3 +866,39 @@ def test_on_a_time_budget_a_trial_that_has_reported_its_last_epoch_is_not_stoppe
     assert not control.superseded(running.number)  # trained to its end: it finishes
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
     assert read_all(study)[running.number].is_answer
+
+
+def test_searched_trials_train_without_test_and_the_answer_is_scored_from_its_saved_delta(
+        tmp_path, tiny_model_dir, sst2_dir, trial_cache):
+    """Test is scored where it is read: a finalist's re-run scores it as it trains (the summary shows it), a
+    searched trial does not, and the answer is scored once, after the search, from its saved delta, into its
+    result.json and the study (read_all), to what scoring as it trained gives."""
+    from autopelt.search.answer_test import score_answers
+    from autopelt.train import run_trial
+
+    study, control = make(tmp_path, budget=4, task="sst2", model=str(tiny_model_dir), data_dir=str(sst2_dir),
+                          epochs=1, finalists=1)
+    scoring = {}
+
+    def real(settings, report):
+        scoring[settings.out_dir] = settings.score_test
+        quick = settings.replace(learning_rate=1e-2, max_length=32, threads=1, cache_dir=str(trial_cache))
+        return run_trial(quick, report)
+
+    assert fakes.run_serially(control, real) == 4
+    records = read_all(study)
+    finalist = next(r for r in records if r.confirms)
+    assert scoring[finalist.result_dir] is True and finalist.test
+    searched = [r for r in records if not r.confirms and r.result_dir]  # a delta refused as invalid never trains
+    assert all(scoring[r.result_dir] is False and not r.test for r in searched)
+
+    best = answers.best(records)
+    assert score_answers(study) == [best.number] and score_answers(study) == []  # once
+    scored = {r.number: r for r in read_all(study)}
+    assert scored[best.number].test and all(not scored[r.number].test for r in searched if r is not best)
+    on_disk = json.loads((tmp_path / "out" / f"trial-{best.number:05d}" / "result.json").read_text())
+    assert on_disk["test"] == scored[best.number].test
+
+    again = run_trial(TrialSettings.from_dict({**on_disk["settings"], "score_test": True,
+                                               "out_dir": str(tmp_path / "again")}))
+    assert again["dev"] == on_disk["dev"] and again["test"] == pytest.approx(on_disk["test"])

@@ -76,7 +76,7 @@ def test_a_multi_objective_study_keeps_its_epochs_in_an_attribute(old_url):
 
 def plan_of(study: optuna.Study, storage: str):
     """What the summary reads of a search's plan."""
-    return types.SimpleNamespace(study_name=study.study_name, metric="accuracy", storage=storage,
+    return types.SimpleNamespace(study_name=study.study_name, metric="accuracy", dev_label="accuracy", storage=storage,
                                  param_limit=parse_max_params("5k"))
 
 

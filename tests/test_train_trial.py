@@ -21,7 +21,9 @@ from autopelt.data import get_task
 from autopelt.models import load_model, load_tokenizer
 from autopelt.train import TrialSettings, run_trial
 from autopelt.train.trial_data import prepare_data
+from autopelt.errors import UserError
 from autopelt.train.loop import evaluate
+from autopelt.train.trial import score_saved
 
 # Every top-level field of the result JSON in docs/design.md.
 DESIGN_FIELDS = (
@@ -306,6 +308,30 @@ def test_saved_delta_reloads_to_the_same_test_metric(name, make_settings, tiny_m
     reloaded = test_metrics(delta.load_delta(fresh, result["delta_dir"]).eval())
     assert reloaded == pytest.approx(result["test"], rel=1e-5, abs=1e-6)
     assert without_delta["pearson"] != pytest.approx(result["test"]["pearson"], rel=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "auto"])
+def test_a_trial_trained_without_test_is_scored_later_to_the_same_numbers(precision, make_settings, glue_like_dir,
+                                                                          tmp_path):
+    """A search trial trains with score_test off (no test scores, no test time); `score_saved` then scores its
+    saved delta to what scoring as it trained gives: the same continuous Pearson, in the trial's precision."""
+    def settings(folder: str, score_test: bool):
+        return make_settings(task="stsb", data_dir=glue_like_dir, spec=TINY_UNIPELT, epochs=2, precision=precision,
+                             out_dir=str(tmp_path / folder), score_test=score_test)
+
+    scored = run_trial(settings("scored", True))
+    unscored = run_trial(settings("unscored", False))
+    assert_ok(scored), assert_ok(unscored)
+    assert unscored["test"] is None and scored["test"]
+    assert unscored["dev"] == scored["dev"]  # the same training: test is never read during it
+    later, extra = score_saved(unscored)
+    assert later == pytest.approx(scored["test"], rel=1e-6, abs=1e-7) and extra == {}
+
+
+def test_scoring_a_trial_that_kept_no_delta_is_one_line(make_settings):
+    result = run_trial(make_settings(max_steps=2, epochs=1, score_test=False))
+    with pytest.raises(UserError, match="kept no delta"):
+        score_saved(result)
 
 
 def test_a_checkpoint_with_its_own_head_gets_a_fresh_seeded_head(tmp_path, minilm_path, trial_cache, glue_like_dir):

@@ -56,8 +56,13 @@ def trial_outputs(trial: TrialRecord) -> tuple[dict, Path]:
 
 
 def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name: str = "") -> Path:
-    """Write one trial's export folder (atomically: built beside `out_dir`, then moved into place)."""
+    """Write one trial's export folder (atomically: built beside `out_dir`, then moved into place). A trial
+    trained without its test scores (a search trial) is scored first, from its saved delta."""
     result, delta_dir = trial_outputs(trial)
+    if not result.get("test") and result.get("status") == "ok":
+        from autopelt.search.answer_test import score_result_dir
+
+        result["test"], result["extra_tests"] = score_result_dir(trial.result_dir)
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UserError(f"--out {out_dir} exists and is not empty; choose a new folder")
@@ -70,7 +75,7 @@ def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name:
         metrics = _metrics(result, trial, study_name)
         if reseed:
             metrics["reseed"] = reseeded(result["settings"], reseed, staging / "seeds")
-        _write_json(staging / "training.json", result["settings"])
+        _write_json(staging / "training.json", {**result["settings"], "score_test": True})
         no_peft = _maybe_peft(staging, result)
         _write_json(staging / "metrics.json", {**metrics, "peft": no_peft or "peft/"})
         (staging / "README.md").write_text(model_card(result, metrics, no_peft))
@@ -88,7 +93,8 @@ def reseeded(settings: dict, seeds: int, work_dir: Path) -> dict:
 
     runs = []
     for seed in range(seeds):
-        changed = {**settings, "seed": seed, "data_seed": seed, "out_dir": str(work_dir / f"seed-{seed}")}
+        changed = {**settings, "seed": seed, "data_seed": seed, "out_dir": str(work_dir / f"seed-{seed}"),
+                   "score_test": True}
         result = run_trial(TrialSettings.from_dict(changed))
         if result["status"] != "ok":
             raise UserError(f"re-run with seed {seed} failed: {result['reason']}")

@@ -26,7 +26,7 @@ class Header:
     task: str
     model: str
     space: str
-    metric: str
+    metric: str  # of test (and of dev, but where dev_label says otherwise)
     maximize: bool
     protocol: str
     states: dict[str, int]  # trials by state, in STATE_ORDER, zeros left out
@@ -35,6 +35,7 @@ class Header:
     best_hparams: dict = field(default_factory=dict)
     best_spec: dict = field(default_factory=dict)  # the delta spec (docs/design.md), to rebuild the best delta
     fail_reasons: list[tuple[str, int]] = field(default_factory=list)  # most common first
+    dev_label: str = ""  # what the dev objective is: the metric, or "-loss" in a generation study
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,12 @@ def collect(study: optuna.Study, top: int = 10) -> ReportContents:
     )
 
 
+def dev_label(info, metric: str) -> str:
+    """The study's first objective as the search named it ("dev -loss" -> "-loss"), else the metric."""
+    first = info.objectives[0] if info.objectives else ""
+    return first[4:] if first.startswith("dev ") else metric
+
+
 def header(study: optuna.Study, trials: list[TrialRecord], metric: str, maximize: bool) -> Header:
     info = read_study(study)
     states = Counter(t.state.name for t in trials)
@@ -71,6 +78,7 @@ def header(study: optuna.Study, trials: list[TrialRecord], metric: str, maximize
     return Header(
         study=study.study_name, task=info.task or "?", model=model_name(info.model) if info.model else "?",
         space=info.space or "?", metric=metric, maximize=maximize, protocol=protocol_text(info.protocol),
+        dev_label=dev_label(info, metric),
         states={name: states[name] for name in STATE_ORDER if states[name]},
         answers=sum(1 for t in trials if t.is_answer),
         best=row(best, metric) if best else None,

@@ -35,7 +35,7 @@ def render(contents: ReportContents, footer: str = "") -> str:
 
 
 def _sections(contents: ReportContents) -> tuple[list[str], int]:
-    metric, counter = contents.header.metric, iter(range(1_000_000))
+    metric, counter = contents.header.dev_label or contents.header.metric, iter(range(1_000_000))
 
     def figure(fig, name: str) -> str:
         div_id = f"figure-{next(counter)}-{name}"
@@ -81,7 +81,7 @@ def _sections(contents: ReportContents) -> tuple[list[str], int]:
         "trial and each gated baseline.", gates,
     ))
     out.append(_section("Top trials", "Complete, full-fidelity trials, best first.",
-                        rows_table(contents.top, metric) if contents.top else _note("none yet")))
+                        rows_table(contents.top, metric, contents.header.metric) if contents.top else _note("none yet")))
     return out, next(counter)
 
 
@@ -97,7 +97,7 @@ def header_html(header: Header) -> str:
     better = "higher" if header.maximize else "lower"
     meta = " · ".join(f"{name} <b>{e(value)}</b>" for name, value in [
         ("task", header.task), ("model", header.model), ("space", header.space),
-        ("metric", f"dev {header.metric} ({better} is better)"), ("protocol", header.protocol),
+        ("metric", f"dev {header.dev_label or header.metric} ({better} is better)"), ("protocol", header.protocol),
     ])
     counts = "".join(f'<span class="{state}">{n} {STATE_WORDS[state]}</span>' for state, n in header.states.items())
     counts += f"<span>{header.answers} at full fidelity</span>"
@@ -115,7 +115,7 @@ def _best_html(header: Header) -> str:
     if best is None:
         return '<div class="best">No trial has completed at full fidelity yet.</div>'
     kind = f"baseline {best.name}" if best.name != "searched" else "searched"
-    scores = [f"dev {e(header.metric)} <b>{_num(best.dev)}</b>"]
+    scores = [f"dev {e(header.dev_label or header.metric)} <b>{_num(best.dev)}</b>"]
     if best.test is not None:
         scores.append(f"test {e(header.metric)} <b>{_num(best.test)}</b>")
     if best.params_pct is not None:
@@ -129,10 +129,10 @@ def _best_html(header: Header) -> str:
             + (f"<details><summary>delta spec</summary><pre>{e(spec)}</pre></details>" if spec else "") + "</div>")
 
 
-def rows_table(rows: list[Row], metric: str) -> str:
+def rows_table(rows: list[Row], metric: str, test_metric: str | None = None) -> str:
     head = ("<tr><th class='num'>rank</th><th class='num'>trial</th><th>kind</th><th>delta</th>"
             f"<th class='num'>params %</th><th class='num'>stored</th><th class='num'>dev {e(metric)}</th>"
-            f"<th class='num'>test {e(metric)}</th><th class='num'>epochs</th><th class='num'>seconds</th></tr>")
+            f"<th class='num'>test {e(test_metric or metric)}</th><th class='num'>epochs</th><th class='num'>seconds</th></tr>")
     body = "".join(
         f"<tr class='{'searched' if r.name == 'searched' else 'baseline'}'><td class='num'>{rank}</td>"
         f"<td class='num'>#{r.number}</td><td class='kind'>{e(r.name)}</td><td>{e(r.summary)}</td>"

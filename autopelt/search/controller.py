@@ -90,7 +90,8 @@ class Controller:
         self._last_maintenance = 0.0
         self._multi = len(study.directions) > 1
         # refinements reshape the baselines; a portfolio already holds such reshaped configurations, learned
-        self._refinements_settled = not plan.baselines or plan.portfolio is not None
+        # (and they were chosen on classification: a generation study has none)
+        self._refinements_settled = not plan.baselines or plan.portfolio is not None or plan.generation
         self._nothing_to_confirm = False  # the finalists' turn came and no trial answered the study
         self._finalists_queued = False  # seen queued (by this process or another)
         self._superseded: set[int] = set()  # trials stopped to free their worker for the finalists
@@ -288,7 +289,7 @@ class Controller:
         try:
             drawn, hparams = self._draw(trial, baseline)
             spec = parse_spec(drawn)
-            count = count_parameters(spec, plan.model_config, plan.num_labels)
+            count = count_parameters(spec, plan.model_config, plan.num_labels, lm=plan.generation)
         except UserError as error:
             self._reject(trial, f"invalid delta: {error}")
             return None
@@ -301,8 +302,11 @@ class Controller:
         max_fidelity = int(plan.options.epochs or hparams.get("epochs") or plan.epochs)
         hparams = {**hparams, "epochs": max_fidelity}
         seed = record.confirms(trial).get("seed")
+        # test is scored where it is read (answer_test.py): as it trains for a baseline or a finalist's re-run
+        # (the summary sets them beside the answer), after the search for the answer, never for the rest
         settings = self.trial_settings(spec.to_dict(), hparams, plan.out_dir / f"trial-{trial.number:05d}",
-                                       seed=seed if isinstance(seed, int) else None)
+                                       seed=seed if isinstance(seed, int) else None,
+                                       score_test=bool(baseline or record.confirms(trial)))
         record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
                                            hparams))
         self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
@@ -336,7 +340,8 @@ class Controller:
             record.write(trial, record.attrs(lr_from=lr_from))
         return spec, hparams
 
-    def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None) -> TrialSettings:
+    def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None,
+                       score_test: bool = True) -> TrialSettings:
         """Everything a trial of this search trains with: the study's task, model, data and seed (a finalist's
         own `seed`), the delta, and the training hyper-parameters drawn for it (names of TrialSettings). The
         train/dev rows come from the study's seed (`data_seed`), so every trial sees the same ones."""
@@ -345,7 +350,7 @@ class Controller:
             task=plan.task, spec=spec, custom_task=plan.options.custom_task, model=plan.model, data_dir=plan.data_dir,
             protocol=plan.options.k or "full", seed=plan.options.seed if seed is None else seed,
             data_seed=plan.options.seed,
-            precision=plan.options.precision, out_dir=str(out_dir),
+            precision=plan.options.precision, out_dir=str(out_dir), score_test=score_test,
             **{"backbone_dropout": plan.options.backbone_dropout, **hparams},
         )
 

@@ -79,6 +79,12 @@ class SearchPlan:
     portfolio_size: int = 0  # its members this study runs (at most half of a trial budget)
     portfolio_note: str = ""  # which portfolio, and why, in one line
     pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
+    generation: bool = False  # a generation task: trials train the language model; dev is minus the dev loss
+
+    @property
+    def dev_label(self) -> str:
+        """What the study's first objective is, as shown: the dev metric, or `-loss` for a generation task."""
+        return "-loss" if self.generation else self.metric
 
     @property
     def num_layers(self) -> int:
@@ -104,40 +110,51 @@ def prepare(options: SearchOptions) -> SearchPlan:
     param_limit = parse_max_params(options.max_params)
     _check_numbers(options)
     task = _task(options.task, options.custom_task)
-    data_dir = None if task.files else _data_dir(options.data_dir, task)
+    generation = not hasattr(task, "num_labels")
+    if generation:
+        data_dir = _generation_data_dir(options.data_dir, task)
+    else:
+        data_dir = None if task.files else _data_dir(options.data_dir, task)
     model = _model(options.model)
     cpus_per_trial = _cpus_per_trial(options)
     _check_local_resources(options, cpus_per_trial)
-    if data_dir is None and not task.files:  # offline, one line now: before seconds of imports (SQLAlchemy, torch…)
+    if data_dir is None and not generation and not task.files:  # offline, one line now: before seconds of imports
         from autopelt.data.loading import check_hub_data
 
         check_hub_data(task)
     space = load_space(options.space)
     storage = normalise_url(options.storage)
     check_storage(storage)
-    model_config = load_config(model, task.num_labels)
+    num_labels = 2 if generation else task.num_labels  # a generation trial's model has no task head
+    model_config = load_config(model, num_labels)
+    if generation:
+        from autopelt.train.generate import check_generator
+
+        check_generator(model_config)
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn
     gpus_per_trial = _gpus_per_trial(options)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
-    portfolio, portfolio_note = _portfolio(options.portfolio, model, space)
+    portfolio, portfolio_note = _generation_portfolio(options.portfolio) if generation else \
+        _portfolio(options.portfolio, model, space)
     baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
     baselines = [name for name in baselines if not cannot_apply_preset(name, model_config)]
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    if data_dir is None and not task.files:  # last: the slowest check (online, the task is downloaded here, once)
+    if data_dir is None and not generation and not task.files:  # last: the slowest check (online, a download)
         _check_hub_data(task)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,
-        num_labels=task.num_labels, model=model, model_config=model_config, space=space, budget=budget,
+        num_labels=num_labels, model=model, model_config=model_config, space=space, budget=budget,
         param_limit=param_limit, epochs=epochs,
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
         baselines=baselines, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
         pooling=_baseline_pooling(own_pooling(model), space),
         finalists=finalists, portfolio=portfolio, portfolio_size=portfolio_size, portfolio_note=portfolio_note,
+        generation=generation,
     )
 
 
@@ -188,12 +205,36 @@ def _finalists(options: SearchOptions, budget: Budget, baselines: int) -> int:
 
 
 def _task(name: str, custom: dict | None):
+    """A Task (classification, regression), or a GenerationTask for your own input -> target columns."""
     from autopelt.data import custom_task, get_task
 
     if custom and custom.get("target_column"):
-        raise UserError("autopelt search does not take generation tasks yet: train each delta with autopelt train "
-                        "--input-column ... --target-column ...")
+        from autopelt.data.generation import GenerationTask
+
+        return GenerationTask(name, custom["input_column"], custom["target_column"])
     return custom_task(name, **custom) if custom else get_task(name)
+
+
+def _generation_data_dir(given: str | None, task) -> str:
+    """The data folder of a generation task (absolute), its files and both columns checked: one line, no study."""
+    from autopelt.data.generation import load_generation_splits
+
+    value = given or os.environ.get("AUTOPELT_DATA_DIR")
+    if not value:
+        raise UserError(f"a generation task reads your own data: pass --data-dir DIR holding DIR/{task.name}/train.jsonl")
+    folder = Path(value).expanduser().resolve()
+    if not folder.is_dir():
+        raise UserError(f"--data-dir {value} is not a folder")
+    load_generation_splits(task, str(folder))
+    return str(folder)
+
+
+def _generation_portfolio(choice: str):
+    """No portfolio for a generation task: the shipped one was learned on classification tasks."""
+    if choice not in ("auto", "none", "", None):
+        raise UserError("--portfolio: portfolios are learned on classification tasks; a generation task searches "
+                        "without one (--portfolio none)")
+    return None, "no portfolio: the shipped one was learned on classification tasks, not generation"
 
 
 def _model(name: str | None) -> str:

@@ -25,7 +25,7 @@ def study_info(plan: SearchPlan) -> StudyInfo:
     return StudyInfo(
         task=plan.task, model=model_name(plan.model), model_path=plan.model, space=plan.space.name,
         space_fingerprint=str(plan.space.fingerprint), metric=plan.metric, direction="maximize",
-        objectives=(f"dev {plan.metric}",) + (("stored params %",) if plan.options.multi_objective else ()),
+        objectives=(f"dev {plan.dev_label}",) + (("stored params %",) if plan.options.multi_objective else ()),
         protocol=plan.protocol, epochs=plan.epochs, baseline_pooling=plan.pooling,
     )
 

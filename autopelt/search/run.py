@@ -62,6 +62,10 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
         finally:
             interrupted = interrupted or bool(controller.running and not _time_up(controller))
             controller.close()
+    if not interrupted:
+        from autopelt.search.answer_test import score_answers
+
+        score_answers(study)  # the answer's test, from its saved delta (its trial trained without it)
     seconds = time.monotonic() - started
     for line in summary_lines(study, plan, seconds, controller.rejected):
         echo(line)

@@ -42,8 +42,8 @@ class LiveView:
         if done or requeued:
             self.echo(f"resuming: {done} trained trial(s) kept, {requeued} interrupted trial(s) queued again")
         if queued_baselines:
-            self.echo(f"baselines queued: {', '.join(queued_baselines)} — each keeps its paper structure and chooses "
-                      f"its learning rate by a sweep, about 1.5-2 trials of compute")
+            self.echo(f"baselines queued: {', '.join(queued_baselines)} — each keeps its paper structure and "
+                      f"{_baseline_rates(plan, queued_baselines)}")
         final = f" + {plan.finalists} finalists" if plan.finalists else ""
         if plan.portfolio_note:
             self.echo(plan.portfolio_note)
@@ -66,7 +66,7 @@ class LiveView:
                 f"the best {plan.finalists} trials, or the rounds that fit in a third of what the baselines leave,"
             self.echo(f"at the end: {best} again with seed {confirm.seed_for(plan.options.seed)}, inside the "
                       f"budget; the best mean dev answers")
-        self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {'dev ' + plan.metric[:8]:<14} "
+        self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {'dev ' + plan.dev_label[:8]:<14} "
                   f"{'best so far':<18} elapsed / ETA")
 
     def on_record(self, trial: FrozenTrial) -> None:
@@ -125,7 +125,7 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
         lines += [f"  {_trial_text(t, plan, devs)}" for t in answers.ranked(trials) if t.number in devs]
     front = answers.pareto_front(trials) if len(study.directions) > 1 else []
     if front:
-        lines.append(f"Pareto front (dev {plan.metric} up, stored params % down), {len(front)} trial(s):")
+        lines.append(f"Pareto front (dev {plan.dev_label} up, stored params % down), {len(front)} trial(s):")
         lines += [f"  {_trial_text(t, plan)}" for t in front]
     baselines = _baseline_lines(trials, plan)
     if baselines:
@@ -161,6 +161,18 @@ def baseline_cost(trials: list[TrialRecord]) -> str:
     text = (f"baselines: {_trials(len(base))}, {format_duration(base_seconds)} ({share:.0f}% of the trial time"
             f"{chosen}) · searched: {_trials(len(searched))}, {format_duration(searched_seconds)}")
     return text + (f" · finalists again: {_trials(len(final))}, {format_duration(final_seconds)}" if final else "")
+
+
+def _baseline_rates(plan: SearchPlan, names: list[str]) -> str:
+    """How the queued baselines come by their learning rates, in words."""
+    if plan.generation:
+        from autopelt.train.generate import DEFAULT_RATE
+
+        return f"trains at {DEFAULT_RATE:g} (a generation task has no learning-rate sweep yet)"
+    learned = plan.portfolio.baseline_rates if plan.portfolio is not None else {}
+    if names and all(name in (learned or {}) for name in names):
+        return "trains at the rate learned with the portfolio"
+    return "chooses its learning rate by a sweep, about 1.5-2 trials of compute"
 
 
 def _trials(count: int) -> str:
@@ -204,8 +216,8 @@ def _trial_text(trial: TrialRecord, plan: SearchPlan, devs: dict[int, list[float
         if seeds:
             each = ", ".join(f"{value:.4f}" for value in seeds)
             tail = f"{tail} (seed {plan.options.seed})" if tail else ""
-            return f"{head}: dev {plan.metric} {sum(seeds) / len(seeds):.4f} (mean of {each}){tail}"
-        return f"{head}: dev {plan.metric} {trial.values[0]:.4f}{tail}"
+            return f"{head}: dev {plan.dev_label} {sum(seeds) / len(seeds):.4f} (mean of {each}){tail}"
+        return f"{head}: dev {plan.dev_label} {trial.values[0]:.4f}{tail}"
     return f"{head}: {_outcome(trial)}"
 
 

@@ -177,9 +177,32 @@ def is_drawn_baseline(trial) -> bool:
     return trial.user_attrs.get("baseline_drawn") is True
 
 
+LATER_TESTS = "tests_scored_later"  # study attribute: {"<trial number>": {"test": {...}, "extra_tests": {...}}}
+
+
 def read_all(study) -> list[TrialRecord]:
-    """Every trial of an optuna.Study, in number order."""
-    return [read(trial) for trial in study.get_trials(deepcopy=False)]
+    """Every trial of an optuna.Study, in number order, with the test scores given it after it finished
+    (`add_later_test`: a search trial is scored on test only if it answers the study)."""
+    later = study.user_attrs.get(LATER_TESTS)
+    later = later if isinstance(later, dict) else {}
+    records = [read(trial) for trial in study.get_trials(deepcopy=False)]
+    return [_with_later(r, _mapping(later.get(str(r.number)))) if str(r.number) in later else r for r in records]
+
+
+def _with_later(record: TrialRecord, scores: dict) -> TrialRecord:
+    if record.test or not _mapping(scores.get("test")):
+        return record
+    return dataclasses.replace(record, test=_mapping(scores["test"]),
+                               extra_tests=_mapping(scores.get("extra_tests")) or record.extra_tests)
+
+
+def add_later_test(study, number: int, test: dict, extra_tests: dict | None = None) -> None:
+    """Record the test scores of a finished trial (Optuna keeps a finished trial's attributes as they were; the
+    study's attributes take them). Read back by `read_all`."""
+    later = study.user_attrs.get(LATER_TESTS)
+    later = dict(later) if isinstance(later, dict) else {}
+    later[str(number)] = {"test": dict(test), "extra_tests": dict(extra_tests or {})}
+    study.set_user_attr(LATER_TESTS, later)
 
 
 def gate_table(gates: Any) -> dict[str, dict[int, float]]:

@@ -1,6 +1,6 @@
 """One generation trial, with the result dict of a classification trial (`run_trial` hands generation tasks here):
 `dev_metric` is minus the dev loss (higher is better, as every metric a study maximises), `test` holds BLEU and
-ROUGE-L over the distinct test inputs."""
+ROUGE-L over the distinct test inputs (None when `score_test` is off: a search trial, scored later if it answers)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,30 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
     outcome.train_seconds, outcome.fidelity = trained["train_seconds"], trained["history"][-1]["epoch"]
     outcome.examples_seen = trained["steps"] * settings.batch_size
     started = time.perf_counter()
-    result["test"], samples = score_generation(model, tokenizer, splits.test, task, settings.eval_batch_size,
-                                               settings.max_new_tokens or MAX_NEW_TOKENS, device, dtype)
+    if settings.score_test:
+        result["test"], samples = score_generation(model, tokenizer, splits.test, task, settings.eval_batch_size,
+                                                   settings.max_new_tokens or MAX_NEW_TOKENS, device, dtype)
+        result["samples"] = [{"input": i, "text": t} for i, t in samples[:5]]
     result["eval_seconds"] = time.perf_counter() - started
-    result["samples"] = [{"input": i, "text": t} for i, t in samples[:5]]
     return model, tokenizer
+
+
+def score_saved_generation(settings, delta_dir) -> dict:
+    """BLEU and ROUGE-L on test of a trial's saved delta, generated as the trial would have (trial.score_saved)."""
+    task = generation_task(settings)
+    model_name = resolve_model(settings.model)
+    splits = make_generation_splits(load_generation_splits(task, settings.data_dir), task,
+                                    settings.protocol if isinstance(settings.protocol, int) else None,
+                                    settings.split_seed, settings.dev_size)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device = devices.pick_device(settings.device)
+    tokenizer = load_tokenizer(model_name)
+    model = load_language_model(model_name, seed=settings.seed)
+    delta.load_delta(model, delta_dir, seed=settings.seed)
+    model.to(device)
+    dtype = devices.autocast_dtype(devices.resolve_precision(settings.precision, device))
+    devices.cast_frozen_weights(model, dtype)
+    test, _ = score_generation(model, tokenizer, splits.test, task, settings.eval_batch_size,
+                               settings.max_new_tokens or MAX_NEW_TOKENS, device, dtype)
+    return test

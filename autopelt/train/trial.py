@@ -112,6 +112,37 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
                                                        metadata={"base_model": model_name, **task_metadata(task)}))
 
 
+def score_saved(result: dict) -> tuple[dict, dict]:
+    """(test, extra_tests) of a finished trial scored from its saved delta (`result["delta_dir"]`) with the
+    trial's own settings: what a search trial (TrialSettings.score_test False) would have scored after training.
+    Raises UserError when the trial kept no delta."""
+    settings = TrialSettings.from_dict(result["settings"])
+    delta_dir = result.get("delta_dir")
+    if not delta_dir or not (Path(delta_dir) / "delta.json").is_file():
+        raise UserError(f"the trial in {settings.out_dir} kept no delta to score; train it again with test scored")
+    if is_generation(settings):
+        from autopelt.train.generation_trial import score_saved_generation
+
+        return score_saved_generation(settings, delta_dir), {}
+    task = resolve_task(settings)
+    model_name = resolve_model(settings.model)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device = devices.pick_device(settings.device)
+    data = prepare_data(settings, load_tokenizer(model_name), task)
+    model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
+    if result.get("attention"):
+        backbone.set_attention(model, result["attention"])
+    delta.load_delta(model, delta_dir, seed=settings.seed)
+    model.to(device)
+    dtype = devices.autocast_dtype(result.get("precision") or devices.resolve_precision(settings.precision, device))
+    devices.cast_frozen_weights(model, dtype)
+    test, _ = evaluate(model, data.test, task, settings, device, dtype)
+    extra = {split: evaluate(model, features, task, settings, device, dtype)[0]
+             for split, features in data.extra_tests.items()}
+    return test, extra
+
+
 def _build_model(settings: TrialSettings, spec, task, model_name: str, data, device, result: dict):
     """The model with the delta in place, on `device`, its frozen weights in the trial's precision; the autocast
     dtype. Records precision, attention and parameter counts in `result`, and the seconds of each part."""

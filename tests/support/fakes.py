@@ -69,7 +69,8 @@ def fake_trial(settings, report: Callable[[dict], None]) -> dict:
     final = history[-1]["dev_metric"]
     return {
         "status": "ok", "reason": None, "spec": settings.spec, "task": settings.task, "model": settings.model,
-        "seed": settings.seed, "metric": "accuracy", "dev": {"accuracy": final}, "test": {"accuracy": final - 0.01},
+        "seed": settings.seed, "metric": "accuracy", "dev": {"accuracy": final},
+        "test": {"accuracy": final - 0.01} if settings.score_test else None,
         "dev_metric": final, "epochs_run": epochs, "best_epoch": epochs, "history": history, "gates": None,
         "delta_dir": None, "train_seconds": epochs * seconds, "eval_seconds": 0.0, "settings": settings.to_dict(), "learning_rate": rate,
         "lr_choice": {"rate": rate, "how": "given" if settings.learning_rate is not None else "sweep", "seconds": 0.0},
