@@ -119,7 +119,7 @@ def render(results: dict, doc: str) -> str:
 
 
 def newest() -> Path:
-    found = sorted(RESULTS_DIR.glob("step_times-*.json"))
+    found = sorted(RESULTS_DIR.glob("step_times-*.json"))  # the default model's; other models' are named apart
     if not found:
         raise SystemExit(f"no results in {RESULTS_DIR}: run bench/step_times.py first")
     return found[-1]

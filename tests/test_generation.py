@@ -90,6 +90,22 @@ def test_train_a_generation_delta_and_predict_with_it(lm_dir, data_dir, tmp_path
     assert printed["mr"] == "name[Aromi], food[French]" and isinstance(printed["text"], str)
 
 
+def test_gradient_checkpointing_trains_the_same_generation_delta_and_is_recorded(lm_dir, data_dir, tmp_path):
+    """`--gradient-checkpointing` recomputes activations in the backward pass: the same training to the last digit
+    that matters (dropout off), recorded in the settings; a decoder prefix with it is one line, exit 2."""
+    runs = {}
+    for name, more in (("plain", ()), ("checkpointed", ("--gradient-checkpointing",))):
+        assert cli.main(train_args(lm_dir, data_dir, tmp_path / name, "--method", "lora", "--rank", "4", *more)) == 0
+        runs[name] = json.loads((tmp_path / name / "result.json").read_text())
+    assert runs["checkpointed"]["settings"]["gradient_checkpointing"] is True
+    assert runs["plain"]["settings"]["gradient_checkpointing"] is False
+    losses = [[e["dev"]["loss"] for e in runs[n]["history"]] for n in ("plain", "checkpointed")]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert cli.main(train_args(lm_dir, data_dir, tmp_path / "prefix", "--method", "prefix", "--length", "2",
+                               "--gradient-checkpointing")) == 2
+    assert not (tmp_path / "prefix" / "delta").exists()
+
+
 def test_the_target_tokens_alone_are_trained_on(lm_dir):
     from autopelt.models import load_tokenizer
     from autopelt.train.generate import IGNORE, encode

@@ -902,3 +902,20 @@ def test_searched_trials_train_without_test_and_the_answer_is_scored_from_its_sa
     again = run_trial(TrialSettings.from_dict({**on_disk["settings"], "score_test": True,
                                                "out_dir": str(tmp_path / "again")}))
     assert again["dev"] == on_disk["dev"] and again["test"] == pytest.approx(on_disk["test"])
+
+
+def test_gradient_checkpointing_reaches_every_trial_whose_delta_can_take_it(tmp_path):
+    """--gradient-checkpointing in a search: the drawn LoRA deltas checkpoint; UniPELT(APL), whose gates do not
+    recompute alike, trains without it rather than failing."""
+    study, control = make(tmp_path, budget=4, baselines=True, gradient_checkpointing=True)
+    seen = {}
+
+    def trial(settings, report):
+        seen[settings.out_dir] = settings.gradient_checkpointing
+        return fakes.fake_trial(settings, report)
+
+    fakes.run_serially(control, trial)
+    records = read_all(study)
+    baseline = next(r for r in records if r.baseline == "unipelt_apl")
+    drawn = [r for r in records if not r.baseline and r.result_dir]
+    assert seen[baseline.result_dir] is False and drawn and all(seen[r.result_dir] is True for r in drawn)

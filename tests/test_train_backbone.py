@@ -149,3 +149,64 @@ def test_auto_is_timed_once_per_machine_through_the_cache_file(monkeypatch, tmp_
     monkeypatch.setattr(backbone, "_CHOSEN", {})
     assert choose_attention("auto", model, batch, torch.device("cpu"), None, "model", cache) == first
     assert len(timed) == 2  # an unreadable cache is timed again, and written anew
+
+
+CHECKPOINTED = ("lora", "dora", "vera", "ia3", "adapter", "houlsby", "compacter", "prompt", "adamix",
+                "unipelt_apl_nogate", "prefix")  # prefix: on an encoder (a decoder's is refused, below)
+
+
+def _delta_grads(model, spec, batch, checkpointing: bool) -> dict:
+    set_backbone_dropout(model, "off")
+    backbone.set_gradient_checkpointing(model, checkpointing, spec)
+    delta.apply_delta(model, spec, seed=0)
+    model.train()
+    for module in model.modules():  # the delta's own dropout too: both runs draw nothing
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    out = model(**batch)
+    out.logits.float().pow(2).mean().backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+
+
+def _fresh(family: str):
+    from tests.decodermodels import tiny_decoder
+
+    return tiny_model("bert") if family == "bert" else tiny_decoder(family, lm=True)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2"])
+@pytest.mark.parametrize("name", CHECKPOINTED)
+def test_gradient_checkpointing_gives_the_same_gradients(family, name):
+    """Recomputed activations, the same backward: every delta parameter's gradient equal with and without, on an
+    encoder classifier and on decoder language models."""
+    from tests.conftest import tiny_batch
+
+    spec = delta.PRESETS[name]
+    if family != "bert" and any(m.method == "prefix" for m in delta.parse_spec(spec).methods):
+        pytest.skip("a decoder's prefix is refused with checkpointing (tested below)")
+    batch = tiny_batch(batch_size=3, seq_len=9)
+    plain = _delta_grads(_fresh(family), spec, batch, checkpointing=False)
+    checkpointed = _delta_grads(_fresh(family), spec, batch, checkpointing=True)
+    assert plain.keys() == checkpointed.keys() and plain
+    for key in plain:
+        torch.testing.assert_close(checkpointed[key], plain[key], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("family, name, message", [
+    ("bert", "unipelt_apl", "gated deltas"), ("llama", "unipelt_ap", "gated deltas"),
+    ("llama", "prefix", "llama prefix travels in the key/value cache"),
+    ("gpt2", "unipelt_apl_nogate", "gpt2 prefix travels in the key/value cache"),
+])
+def test_gradient_checkpointing_is_refused_in_one_line_where_it_would_change_the_gradients(family, name, message):
+    with pytest.raises(UserError, match=message):
+        backbone.set_gradient_checkpointing(_fresh(family), True, delta.PRESETS[name])
+
+
+def test_gradient_checkpointing_is_a_setting_and_refused_where_the_model_cannot(monkeypatch):
+    model = tiny_model("bert")
+    monkeypatch.setattr(type(model), "supports_gradient_checkpointing", False)
+    with pytest.raises(UserError, match="cannot checkpoint bert models"):
+        backbone.set_gradient_checkpointing(model, True)
+    backbone.set_gradient_checkpointing(model, False)  # off: nothing asked of the model
+    with pytest.raises(UserError, match="gradient_checkpointing"):
+        TrialSettings(task="sst2", spec={"methods": []}, gradient_checkpointing="yes")

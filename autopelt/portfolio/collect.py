@@ -46,14 +46,15 @@ def done_keys(results: Path) -> set[tuple]:
 
 
 def run_job(job: Job, pool: str, model: str, device: str | None, precision: str, threads: int | None,
-            cache_dir: str | None) -> dict:
-    """One trial of the meta-dataset, as a compact record."""
+            cache_dir: str | None, config=None) -> dict:
+    """One trial of the meta-dataset, as a compact record; `config` (a design.Config) for a configuration outside
+    the design (the job names it)."""
     from transformers import AutoConfig
 
     from autopelt.train import TrialSettings, run_trial
 
     task = read_pool(pool)[job.task]
-    config = config_named(job.config)
+    config = config or config_named(job.config)
     layers = AutoConfig.from_pretrained(model).num_hidden_layers
     settings = TrialSettings(
         task=job.task, spec=config.spec(layers), model=model, data_dir=pool, protocol=K, dev_size=DEV_SIZE,
@@ -73,17 +74,17 @@ def run_job(job: Job, pool: str, model: str, device: str | None, precision: str,
 
 
 def _work(payload) -> dict | None:
-    job, deadline, kwargs = payload
+    job, deadline, kwargs, configs = payload
     if deadline is not None and time.time() > deadline:
         return None
-    return run_job(job, **kwargs)
+    return run_job(job, **kwargs, config=configs.get(job.config))
 
 
 def collect(jobs: list[Job], results: str | Path, pool: str, model: str, workers: int = 1,
             device: str | None = None, precision: str = "auto", threads: int | None = None,
-            cache_dir: str | None = None, deadline: float | None = None, say=print) -> int:
+            cache_dir: str | None = None, deadline: float | None = None, say=print, configs: dict | None = None) -> int:
     """Run the jobs not yet in `results` on `workers` processes; returns how many ran. `deadline` (a time.time()
-    value) starts no trial after it."""
+    value) starts no trial after it. `configs`: {name: design.Config} for configurations outside the design."""
     results = Path(results)
     read_pool(pool)  # a missing pool is a one-line error before any worker starts
     finished = done_keys(results)
@@ -95,7 +96,7 @@ def collect(jobs: list[Job], results: str | Path, pool: str, model: str, workers
     ran, started = 0, time.time()
     context = multiprocessing.get_context("spawn")
     with context.Pool(workers) as workers_pool, results.open("a") as out:
-        for record in workers_pool.imap_unordered(_work, [(job, deadline, kwargs) for job in todo]):
+        for record in workers_pool.imap_unordered(_work, [(job, deadline, kwargs, configs or {}) for job in todo]):
             if record is None:
                 continue
             out.write(json.dumps(record) + "\n")

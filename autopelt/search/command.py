@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--portfolio", default="auto",
                       help="configurations run first, learned across tasks: auto (default: the shipped portfolio, "
                            "for the default space), none, or a file from `autopelt portfolio build`")
+    what.add_argument("--gradient-checkpointing", action="store_true",
+                      help="every trial recomputes the model's activations in the backward pass: less memory, "
+                           "more time")
     what.add_argument("--backbone-dropout", choices=("off", "attention-off", "model"), default="off",
                       help="the frozen model's dropout in every trial (default off; a portfolio member keeps its own)")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
         precision=args.precision, custom_task=custom_task_fields(args), finalists=args.finalists,
         portfolio=args.portfolio, backbone_dropout=args.backbone_dropout,
+        gradient_checkpointing=args.gradient_checkpointing,
     )
     try:
         outcome = run_search(options)

@@ -351,8 +351,17 @@ class Controller:
             protocol=plan.options.k or "full", seed=plan.options.seed if seed is None else seed,
             data_seed=plan.options.seed,
             precision=plan.options.precision, out_dir=str(out_dir), score_test=score_test,
+            gradient_checkpointing=self._checkpointing(spec),
             **{"backbone_dropout": plan.options.backbone_dropout, **hparams},
         )
+
+    def _checkpointing(self, spec: dict) -> bool:
+        """--gradient-checkpointing for every trial whose delta can take it (the others train without it)."""
+        if not self.plan.options.gradient_checkpointing:
+            return False
+        from autopelt.train.backbone import checkpointing_refusal
+
+        return checkpointing_refusal(self.plan.model_config, spec) is None
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:
         self.rejected += 1

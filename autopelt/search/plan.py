@@ -50,6 +50,7 @@ class SearchOptions:
     finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
     backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
+    gradient_checkpointing: bool = False  # of every trial whose delta can take it (TrialSettings')
 
 
 @dataclass

@@ -32,6 +32,38 @@ from autopelt.train.settings import ATTENTION_SETTINGS, ATTENTIONS, BACKBONE_DRO
 _ATTENTION_DROPOUTS = ("dropout", "attn_dropout", "attention_dropout")  # BERT/T5, GPT-2, Llama
 
 
+def set_gradient_checkpointing(model: nn.Module, on: bool, spec=None) -> None:
+    """Recompute the transformer layers' activations in the backward pass instead of keeping them (transformers'
+    `gradient_checkpointing_enable`, non-reentrant: the frozen inputs need no gradient). The same gradients, less
+    activation memory, about one more forward of time. Call it before the delta `spec` is applied. UserError where
+    the model or the delta cannot take it (`checkpointing_refusal`)."""
+    if not on:
+        return
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise UserError(f"--gradient-checkpointing: transformers cannot checkpoint "
+                        f"{getattr(model.config, 'model_type', '?')} models; train without it")
+    reason = checkpointing_refusal(model.config, spec)
+    if reason:
+        raise UserError(reason)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def checkpointing_refusal(config, spec) -> str | None:
+    """Why the delta `spec` cannot be trained with gradient checkpointing on a model of `config`, in one line; None
+    when it can. UniPELT's gates recompute differently; a decoder's prefix travels in the key/value cache, which
+    transformers drops when checkpointing."""
+    from autopelt.delta import parse_spec
+    from autopelt.delta.sites import architecture_of
+
+    methods = parse_spec(spec).methods if spec is not None else ()
+    if any(getattr(m, "gate", False) for m in methods):
+        return "--gradient-checkpointing: gated deltas (UniPELT) do not recompute alike yet; train them without it"
+    if any(m.method == "prefix" for m in methods) and architecture_of(config).causal:
+        return (f"--gradient-checkpointing: a {config.model_type} prefix travels in the key/value cache, which "
+                "transformers drops when checkpointing; train the prefix without it")
+    return None
+
+
 def set_backbone_dropout(model: nn.Module, mode: str) -> int:
     """Turn the pretrained model's dropout off as `mode` says; returns how many dropouts were set to 0.
 

@@ -64,6 +64,8 @@ def add_arguments(parser) -> None:
                         help="auto (default): bf16 mixed precision where the device computes it natively and "
                              "faster (CUDA with bf16; a CPU with AVX512-BF16 or AMX whose bf16 matmul is measured "
                              "at least 1.25x as fast as fp32's), else fp32")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute the model's activations in the backward pass: less memory, more time")
     parser.add_argument("--backbone-dropout", choices=("off", "attention-off", "model"), default="off",
                         help="the frozen model's dropout: off (default: none in the pretrained model; as good or "
                              "better across 12 tasks, and faster), attention-off (none on the attention "
@@ -99,6 +101,7 @@ def run(args) -> int:
         learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, precision=args.precision, backbone_dropout=args.backbone_dropout,
+        gradient_checkpointing=args.gradient_checkpointing,
         attention=args.attention, out_dir=args.out, max_new_tokens=args.max_new_tokens,
     )
     check_inputs(settings)
@@ -157,6 +160,8 @@ def check_inputs(settings) -> None:
     task = resolve_task(settings)
     parse_protocol(settings.protocol)
     resolve_model(settings.model)
+    if settings.gradient_checkpointing:
+        _check_checkpointing(settings)
     if settings.custom_task and settings.custom_task.get("target_column"):  # a generation task: torch is needed
         from autopelt.train.generate import check_generation_inputs
 
@@ -165,6 +170,15 @@ def check_inputs(settings) -> None:
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
     if not (task.files or settings.data_dir or os.environ.get(DATA_DIR_ENV)):
         check_hub_data(task)  # offline: this one line, not a failed trial after seconds of imports
+
+
+def _check_checkpointing(settings) -> None:
+    from autopelt.models import load_config, resolve_model
+    from autopelt.train.backbone import checkpointing_refusal
+
+    reason = checkpointing_refusal(load_config(resolve_model(settings.model), 2), settings.spec)
+    if reason:
+        raise UserError(reason)
 
 
 # Off a terminal (a file, nohup, CI, a Ray log) a long epoch still says it is alive, this often.

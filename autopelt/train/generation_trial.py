@@ -12,7 +12,7 @@ import torch
 from autopelt import delta
 from autopelt.data.generation import PROMPT, load_generation_splits, make_generation_splits
 from autopelt.models import load_language_model, load_tokenizer, resolve_model
-from autopelt.train import device as devices
+from autopelt.train import backbone, device as devices
 from autopelt.train.generate import (
     DEFAULT_RATE, MAX_NEW_TOKENS, check_generator, encode, generation_task, score_generation, train_generation,
 )
@@ -46,6 +46,7 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
     tokenizer = load_tokenizer(model_name)
     model = load_language_model(model_name, seed=settings.seed)
     check_generator(model.config)
+    backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
     delta.apply_delta(model, spec, seed=settings.seed)
     model.to(device)
     precision = devices.resolve_precision(settings.precision, device)

@@ -40,6 +40,10 @@ LEARNED_SE = 3.0  # a candidate has learned when its dev metric beats predicting
 LEARNED_MARGIN = 0.01  # errors of the dev metric (a proportion of the dev rows), and at least by this much
 BACK_OFF_SHARE = 0.75  # the rate below the best is nearly as good when it has this share of the best's gain
 BACK_OFF_LOSS_SHARE = 0.6  # and this share of its drop in dev loss from the rung above (docs/learning-rates.md)
+# the special cases, by name: a sweep without one of them is what leave-one-task-out compares against
+# (bench/sweep_rules_loo.py; docs/learning-rates.md says which earned their place)
+RULES = frozenset({"midpoints", "walk_down", "learned_margin", "back_off", "steadier", "isolated", "second_round",
+                   "loss_first"})
 
 
 @dataclass
@@ -83,6 +87,8 @@ def train_at_chosen_rate(model: nn.Module, data, settings, device: torch.device,
 
 
 class _Sweep:
+    rules: frozenset = RULES  # the special cases in play (all of them but in bench/sweep_rules_loo.py)
+
     def __init__(self, model, data, settings, device, consistency, on_step):
         self.model, self.data, self.settings, self.device = model, data, settings, device
         self.consistency, self.on_step = consistency, on_step
@@ -90,9 +96,15 @@ class _Sweep:
         self.rng = devices.rng_state(device)
         self.tried: dict[float, tuple[Training, dict, float]] = {}  # rate -> (run, its state, seconds)
         self.steps_done = 0
+        self._judge(data)
+
+    def _judge(self, data) -> None:
+        """What the rankings compare with, from the dev rows: predicting one class, and the class shares."""
         self.floor = one_class_metric(data)
-        self.margin = None if self.floor is None else learned_margin(self.floor, len(data.dev.labels))
-        self.midpoints: list[float] | None = None  # to try, around the first best inside that learned nothing
+        self.margin = None if self.floor is None else \
+            learned_margin(self.floor, len(data.dev.labels)) if "learned_margin" in self.rules else 0.0
+        self.midpoints: list[float] | None = None if "midpoints" in self.rules else []  # around the first best
+        #                                                                     inside that learned nothing
         self.prior = prior_loss(data)  # the dev loss of predicting the dev's class shares
         self.steadier: float | None = None  # the midpoint tried below a best that learned with its loss above that
 
@@ -109,35 +121,45 @@ class _Sweep:
             raise NonFiniteLoss(f"the loss became non-finite at every learning rate tried ({rates})")
         steps = self.tried[self._best()][0].outcome.steps
         second = self._second_round()
-        if second:
-            best, backed_off_from = max(second, key=lambda rate: self._score(rate, 1)), None
-        else:
-            best, backed_off_from = self._back_off(self._best())
+        best, backed_off_from = self._choose(second)
         winner, state, _ = self.tried[best]
         winner.restore(state)
         lost = sum(seconds for rate, (_, _, seconds) in self.tried.items() if rate != best)
         return winner, LearningRateChoice(best, "sweep", lost, self._evaluations(self.tried, 0), steps,
                                           backed_off_from, self._evaluations(second, 1))
 
+    def _choose(self, second: list[float]) -> tuple[float, float | None]:
+        """(the rate that goes on, the best one when backed off from it): the better of a second round at its second
+        evaluation, else the best at the first, backed off when it sits on the edge of stability."""
+        if second:
+            return max(second, key=lambda rate: self._score(rate, 1)), None
+        return self._back_off(self._best())
+
     def _evaluations(self, rates, index: int) -> dict[str, dict]:
         return {f"{rate:g}": {key: self._entry(rate, index)[key] for key in ("dev_metric", "dev_loss")}
                 for rate in sorted(rates)}
 
-    def _second_round(self) -> list[float]:
+    def _second_pair(self) -> list[float]:
         """When no candidate learned by the first evaluation: the lowest in dev loss and the one that moved furthest
-        from predicting one class (by the learned margin, either way; else the next lowest in loss) train on to the
-        second evaluation. The two rates, or none when something learned or the trial ends at its first."""
+        from predicting one class (by the learned margin, either way; else the next lowest in loss), to train on to
+        the second evaluation. None when something learned or the trial ends at its first."""
         finite = sorted((rate for rate in self.tried if self._finite(rate)), key=self._score, reverse=True)
-        if self.floor is None or len(finite) < 2 or any(self._learned(rate) for rate in finite):
+        if "second_round" not in self.rules or self.floor is None or len(finite) < 2 \
+                or any(self._learned(rate) for rate in finite):
             return []
         leader, others = finite[0], finite[1:]
         if self.tried[leader][0].done:
             return []
+
         def moved(rate: float) -> float:
             return abs(self._first(rate)["dev_metric"] - self.floor)
 
         furthest = max(others, key=moved)
-        pair = [leader, furthest if moved(furthest) >= self.margin else others[0]]
+        return [leader, furthest if moved(furthest) >= self.margin else others[0]]
+
+    def _second_round(self) -> list[float]:
+        """The `_second_pair` trained on to their second evaluation; the rates that reached it."""
+        pair = self._second_pair()
         for rate in pair:
             run, state, seconds = self.tried[rate]
             started = time.perf_counter()
@@ -165,7 +187,8 @@ class _Sweep:
         tried, best = sorted(self.tried), self._best()
         failed = not any(self._finite(rate) for rate in tried)
         learned = any(self._learned(rate) for rate in tried)
-        if self.steadier is None and (self._unsteady(best) or self._isolated(best)):
+        if self.steadier is None and (("steadier" in self.rules and self._unsteady(best))
+                                      or ("isolated" in self.rules and self._isolated(best))):
             below, _ = self._neighbours(best)
             if below is not None:
                 self.steadier = _two_digits(math.sqrt(best * below))
@@ -176,7 +199,8 @@ class _Sweep:
             self.midpoints = [_two_digits(math.sqrt(best * above)), _two_digits(math.sqrt(best * below))]
         if self.midpoints and not learned:
             return self.midpoints.pop(0)
-        if failed or best == tried[0] or (not learned and best != tried[-1]):
+        walk_down = "walk_down" in self.rules and not learned and best != tried[-1]
+        if failed or best == tried[0] or walk_down:
             index = LADDER.index(tried[0]) - 1
         elif best == tried[-1]:
             index = LADDER.index(tried[-1]) + 1
@@ -197,7 +221,8 @@ class _Sweep:
         in dev loss from the rung above (when that one's loss is finite; a rung above whose loss is no higher than
         the best's did not collapse, and nothing is backed off). A safer rate at a small cost."""
         below, above = self._neighbours(best)
-        if above is None or self._learned(above) or below is None or not self._learned(below):
+        if "back_off" not in self.rules or above is None or self._learned(above) or below is None \
+                or not self._learned(below):
             return best, None
         if self.floor is not None and self._gain(below) < BACK_OFF_SHARE * self._gain(best):
             return best, None
@@ -283,6 +308,8 @@ class _Sweep:
         if not self._finite(rate, index):
             return False, -math.inf, -math.inf
         loss = entry["dev_loss"] if entry["dev_loss"] is not None else math.inf
+        if "loss_first" not in self.rules:
+            return self._learned(rate, index), entry["dev_metric"], -loss
         return self._learned(rate, index), -loss, entry["dev_metric"]
 
     def _best(self) -> float:

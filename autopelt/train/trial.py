@@ -159,6 +159,7 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     backbone.set_attention(model, attention["attention"])
     result.update(attention=attention["attention"], attention_choice=attention)
     with timed(phases, "delta"):
+        backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
         devices.cast_frozen_weights(model, dtype)  # the frozen backbone is cast once, not at every step

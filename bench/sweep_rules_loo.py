@@ -1,0 +1,230 @@
+"""Leave-one-task-out judgement of the learning-rate sweep's special cases (autopelt/train/lr_sweep.py).
+
+The sweep ranks candidate rates by their first dev evaluation (epoch 1 of 3) and lets the best train on; its
+special cases (`lr_sweep.RULES`) were each chosen from runs on SST-2 and SNLI. Here they are judged on all twelve
+tasks of the portfolio's meta-dataset, where ten were never looked at when the rules were made.
+
+`collect` trains the LoRA baseline (r8 on query and value, read by the mean, batch 32, backbone dropout off, as a
+default search trains it) at every rate of a grid that holds the sweep's ladder and the midpoints it tries, on each
+task's pool (K=1000, dev 1,000, 3 epochs, seed 0), recording per epoch dev metric, dev loss and test metric: the
+meta-dataset's protocol and record (autopelt/portfolio/collect.py), resumable. A sweep's candidate trains from the
+same initial state on the same batches as a whole trial at its rate, so its first evaluation is that trial's first
+epoch, and the winner's run is that trial: `judge` replays the real sweep (`lr_sweep._Sweep`'s decisions) on the
+recorded evaluations, with all rules and without each, and scores the chosen rate's kept state (its best dev epoch)
+on test. A replay that asks for a rate outside the grid is counted and left out of that arm's mean.
+
+Arms besides the sweeps: the rate with the best mean dev over the other eleven tasks (a fixed rate learned
+leave-one-task-out), and the grid's best rate by final dev on the task itself (every rate trained: the sweep's
+reference). Printed and written (`sweep-rules-loo`): per arm the mean test over the twelve tasks and over the ten
+the rules were not chosen on, the paired change against all rules, the candidates trained, and per task the rates.
+
+    python bench/sweep_rules_loo.py collect --pool POOL --out benchmarks/sweep-ladder/lora.jsonl --workers 2
+    python bench/sweep_rules_loo.py judge --pool POOL --ladder benchmarks/sweep-ladder/lora.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CHOSEN_ON = ("sst2", "snli")  # the tasks the rules were chosen on (docs/learning-rates.md)
+# the ladder's rungs and the midpoints the sweep tries, most often needed first (a cut-short collection is usable)
+GRID = (1e-3, 3e-3, 1e-2, 3e-4, 3e-2, 5.5e-3, 1.7e-3, 5.5e-4, 1e-4, 1.7e-2, 1.7e-4, 3e-5)
+MODEL = None  # autopelt's default model (all-MiniLM-L6-v2), as the meta-dataset
+
+
+class Missing(Exception):
+    """The replay asked for a rate the grid does not hold."""
+
+
+def config_name(rate: float) -> str:
+    return f"sweep-lora-r8-qv-{rate:g}"
+
+
+def configs() -> dict:
+    from autopelt.portfolio.design import Config
+    from autopelt.search.baselines import baseline_spec
+
+    spec = baseline_spec("lora", "mean")
+    return {config_name(rate): Config(config_name(rate), tuple(spec["methods"]), rate, pooling=spec["pooling"],
+                                      backbone_dropout="off") for rate in GRID}
+
+
+def collect(args) -> None:
+    from autopelt.models import resolve_model
+    from autopelt.portfolio import collect as collector
+    from autopelt.portfolio.tasks import read_pool
+
+    tasks = args.tasks.split(",") if args.tasks else list(read_pool(args.pool))
+    jobs = [collector.Job(task, config_name(rate), 0) for rate in GRID for task in tasks]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    collector.collect(jobs, args.out, args.pool, resolve_model(args.model), workers=args.workers,
+                      threads=args.threads, configs=configs())
+
+
+def task_info(pool: str, name: str) -> types.SimpleNamespace:
+    """What the sweep compares with on this task's dev rows (as a trial of the meta-dataset splits them)."""
+    from autopelt.data import load_task_splits, make_splits
+    from autopelt.portfolio.tasks import DEV_SIZE, K, read_pool
+    from autopelt.train.lr_sweep import learned_margin, one_class_metric, prior_loss
+    from autopelt.train.settings import TrialSettings
+    from autopelt.train.trial_data import resolve_task
+
+    meta = read_pool(pool)[name]
+    settings = TrialSettings(task=name, spec="lora", data_dir=pool, protocol=K, dev_size=DEV_SIZE, seed=0,
+                             data_seed=0, custom_task={"text_columns": meta["text_columns"], "label_column": "label",
+                                                       "label_names": meta["label_names"]})
+    task = resolve_task(settings)
+    splits = make_splits(load_task_splits(task, pool), task, K, seed=settings.split_seed, dev_size=DEV_SIZE)
+    labels = np.asarray([task.encode_label(row[task.label_column]) for row in splits.dev], dtype=np.int64)
+    data = types.SimpleNamespace(task=task, dev=types.SimpleNamespace(labels=labels))
+    floor = one_class_metric(data)
+    return types.SimpleNamespace(floor=floor, margin=learned_margin(floor, len(labels)), prior=prior_loss(data),
+                                 rows=len(labels))
+
+
+def replay(records: dict[float, dict], info, rules: frozenset) -> tuple[float, int]:
+    """(the rate the sweep with `rules` goes on with, candidates it trained) on the recorded evaluations."""
+    from autopelt.train import lr_sweep
+
+    class Replay(lr_sweep._Sweep):
+        def __init__(self):  # noqa: super().__init__ trains; the replay reads
+            self.rules = rules
+            self.tried, self.steps_done = {}, 0
+            self.floor, self.prior = info.floor, info.prior
+            self.margin = info.margin if "learned_margin" in rules else 0.0
+            self.midpoints = None if "midpoints" in rules else []
+            self.steadier = None
+
+        def _try(self, rate: float) -> None:
+            record = records.get(rate)
+            if record is None:
+                raise Missing(rate)
+            history = [{"dev_metric": e["dev"], "dev_loss": e["dev_loss"]} for e in record["epochs"]]
+            if record["status"] != "ok" or not history:
+                history = [{"dev_metric": None, "dev_loss": None}]
+            run = types.SimpleNamespace(outcome=types.SimpleNamespace(history=history), done=False)
+            self.tried[rate] = (run, None, 0.0)
+
+    sweep = Replay()
+    for rate in lr_sweep.START:  # lr_sweep._Sweep.run, its decisions only
+        sweep._try(rate)
+    while len(sweep.tried) < lr_sweep.MAX_CANDIDATES:
+        rate = sweep._next()
+        if rate is None:
+            break
+        sweep._try(rate)
+    if not any(sweep._finite(rate) for rate in sweep.tried):
+        return math.nan, len(sweep.tried)
+    second = [rate for rate in sweep._second_pair() if len(sweep.tried[rate][0].outcome.history) >= 2]
+    rate, _ = sweep._choose(second)
+    return rate, len(sweep.tried)
+
+
+def kept(record: dict) -> dict:
+    """The epoch a trial keeps (its best dev; the first of equals), as recorded."""
+    epochs = [e for e in record["epochs"] if e["dev"] is not None]
+    return max(epochs, key=lambda e: e["dev"]) if epochs else {"dev": math.nan, "test": math.nan}
+
+
+def judge(args) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from results import write_results
+
+    from autopelt.train.lr_sweep import RULES
+
+    ladder = [json.loads(line) for line in Path(args.ladder).read_text().splitlines() if line.strip()]
+    by_task: dict[str, dict[float, dict]] = {}
+    for record in ladder:
+        rate = float(record["config"].rsplit("-", 1)[1])
+        by_task.setdefault(record["task"], {})[rate] = record
+    tasks = sorted(by_task)
+    arms = {"all rules": RULES, **{f"without {rule}": RULES - {rule} for rule in sorted(RULES)},
+            "no special case": frozenset()}
+    picks: dict[str, dict[str, tuple]] = {arm: {} for arm in arms}
+    infos = {task: task_info(args.pool, task) for task in tasks}
+    for task in tasks:
+        for arm, rules in arms.items():
+            try:
+                rate, tried = replay(by_task[task], infos[task], rules)
+            except Missing as missing:
+                picks[arm][task] = (None, None, f"needs {missing.args[0]:g}")
+                continue
+            test = kept(by_task[task][rate])["test"] if rate == rate else math.nan
+            picks[arm][task] = (rate, test, tried)
+    fixed, oracle = "fixed rate, learned on the other tasks", "best rate by final dev (every rate trained)"
+    picks[fixed], picks[oracle] = {}, {}
+    for task in tasks:
+        others = [t for t in tasks if t != task]
+        common = set.intersection(*(set(by_task[t]) for t in others))
+        rate = max(sorted(common), key=lambda r: statistics.fmean(kept(by_task[t][r])["dev"] for t in others))
+        picks[fixed][task] = (rate, kept(by_task[task][rate])["test"], 1) if rate in by_task[task] else \
+            (None, None, f"needs {rate:g}")
+        best = max(sorted(by_task[task]), key=lambda r: kept(by_task[task][r])["dev"])
+        picks[oracle][task] = (best, kept(by_task[task][best])["test"], len(by_task[task]))
+
+    unseen = [t for t in tasks if t not in CHOSEN_ON]
+    reference = picks["all rules"]
+    rows = []
+    for arm, chosen in picks.items():
+        scored = [t for t in tasks if isinstance(chosen[t][1], float) and chosen[t][1] == chosen[t][1]]
+        both = [t for t in scored if isinstance(reference[t][1], float)]
+        paired_unseen = [100 * (chosen[t][1] - reference[t][1]) for t in both if t in unseen]
+        worse = [t for t in both if t in unseen and 100 * (chosen[t][1] - reference[t][1]) < -1.0]
+        tried = [chosen[t][2] for t in scored if isinstance(chosen[t][2], int)]
+        rows.append({
+            "arm": arm, "tasks": len(scored),
+            "test_mean": round(100 * statistics.fmean(chosen[t][1] for t in scored), 2) if scored else None,
+            "test_mean_unseen": round(100 * statistics.fmean(chosen[t][1] for t in scored if t in unseen), 2)
+            if any(t in unseen for t in scored) else None,
+            "delta_unseen_vs_all_rules": round(statistics.fmean(paired_unseen), 2) if paired_unseen else None,
+            "tasks_worse_by_1pt_unseen": len(worse),
+            "candidates_mean": round(statistics.fmean(tried), 2) if tried else None,
+            "rates": {t: (f"{chosen[t][0]:g}" if chosen[t][0] else chosen[t][2]) for t in tasks},
+        })
+    columns = ["arm", "tasks", "test_mean", "test_mean_unseen", "delta_unseen_vs_all_rules",
+               "tasks_worse_by_1pt_unseen", "candidates_mean"]
+    print(f"| {' | '.join(columns)} |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join("–" if row[c] is None else str(row[c]) for c in columns) + " |")
+    print()
+    print("| task | " + " | ".join(row["arm"] for row in rows[:1] + rows[-2:]) + " | grid rates |")
+    for task in tasks:
+        print(f"| {task} | " + " | ".join(str(row["rates"][task]) for row in rows[:1] + rows[-2:])
+              + f" | {len(by_task[task])} |")
+    grid = sorted({rate for rates in by_task.values() for rate in rates})
+    write_results("sweep-rules-loo", columns + ["rates"], rows, settings={
+        "ladder": str(args.ladder), "tasks": tasks, "chosen_on": list(CHOSEN_ON), "grid": grid,
+        "delta": "LoRA r8 (query, value), mean pooling, batch 32, backbone dropout off", "seed": 0},
+        notes="test in points; unseen = the tasks the rules were not chosen on; a replay that needs a rate outside "
+              "the grid is left out of its arm's mean")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("collect", help="train the LoRA baseline at every rate of the grid on every task")
+    run.add_argument("--pool", required=True)
+    run.add_argument("--out", required=True)
+    run.add_argument("--model", default=MODEL)
+    run.add_argument("--tasks", help="comma-separated (default: every task of the pool)")
+    run.add_argument("--workers", type=int, default=1)
+    run.add_argument("--threads", type=int, default=1)
+    replayed = sub.add_parser("judge", help="replay the sweep with and without each rule on the collected grid")
+    replayed.add_argument("--pool", required=True)
+    replayed.add_argument("--ladder", required=True)
+    args = parser.parse_args()
+    collect(args) if args.command == "collect" else judge(args)
+
+
+if __name__ == "__main__":
+    main()
