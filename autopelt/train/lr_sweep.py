@@ -15,8 +15,8 @@ Ranking by the first evaluation fails in seven measured ways, each handled here:
 stability (back off to the rung below when it has BACK_OFF_SHARE of the gain and BACK_OFF_LOSS_SHARE of the loss
 drop); a lead by confident predictions with a dev loss above the class shares' (midpoint below); a lone rung
 between two that did not learn (midpoint below); and no rate learned at all (the two likeliest train on to the
-second evaluation). The cases behind each rule are in docs/learning-rates.md. With a portfolio, only the UniPELT(APL)
-baseline sweeps; the meta-dataset's rates are fixed, so these rules have not been re-judged across its tasks.
+second evaluation). The cases behind each rule, and how each fares on tasks it was not chosen on
+(bench/sweep_rules_loo.py), are in docs/learning-rates.md.
 """
 
 from __future__ import annotations
