@@ -74,7 +74,7 @@ def task_info(pool: str, name: str) -> types.SimpleNamespace:
     """What the sweep compares with on this task's dev rows (as a trial of the meta-dataset splits them)."""
     from autopelt.data import load_task_splits, make_splits
     from autopelt.portfolio.tasks import DEV_SIZE, K, read_pool
-    from autopelt.train.lr_sweep import learned_margin, one_class_metric, prior_loss
+    from autopelt.train.lr_sweep import one_class_metric, prior_loss
     from autopelt.train.settings import TrialSettings
     from autopelt.train.trial_data import resolve_task
 
@@ -86,9 +86,7 @@ def task_info(pool: str, name: str) -> types.SimpleNamespace:
     splits = make_splits(load_task_splits(task, pool), task, K, seed=settings.split_seed, dev_size=DEV_SIZE)
     labels = np.asarray([task.encode_label(row[task.label_column]) for row in splits.dev], dtype=np.int64)
     data = types.SimpleNamespace(task=task, dev=types.SimpleNamespace(labels=labels))
-    floor = one_class_metric(data)
-    return types.SimpleNamespace(floor=floor, margin=learned_margin(floor, len(labels)), prior=prior_loss(data),
-                                 rows=len(labels))
+    return types.SimpleNamespace(floor=one_class_metric(data), prior=prior_loss(data), rows=len(labels))
 
 
 def replay(records: dict[float, dict], info, rules: frozenset) -> tuple[float, int]:
@@ -99,10 +97,7 @@ def replay(records: dict[float, dict], info, rules: frozenset) -> tuple[float, i
         def __init__(self):  # noqa: super().__init__ trains; the replay reads
             self.rules = rules
             self.tried, self.steps_done = {}, 0
-            self.floor, self.prior = info.floor, info.prior
-            self.margin = info.margin if "learned_margin" in rules else 0.0
-            self.midpoints = None if "midpoints" in rules else []
-            self.steadier = None
+            self._start(info.floor, info.rows, info.prior)
 
         def _try(self, rate: float) -> None:
             record = records.get(rate)
@@ -115,13 +110,7 @@ def replay(records: dict[float, dict], info, rules: frozenset) -> tuple[float, i
             self.tried[rate] = (run, None, 0.0)
 
     sweep = Replay()
-    for rate in lr_sweep.START:  # lr_sweep._Sweep.run, its decisions only
-        sweep._try(rate)
-    while len(sweep.tried) < lr_sweep.MAX_CANDIDATES:
-        rate = sweep._next()
-        if rate is None:
-            break
-        sweep._try(rate)
+    sweep._explore()  # lr_sweep._Sweep.run, its decisions only
     if not any(sweep._finite(rate) for rate in sweep.tried):
         return math.nan, len(sweep.tried)
     second = [rate for rate in sweep._second_pair() if len(sweep.tried[rate][0].outcome.history) >= 2]

@@ -3,26 +3,17 @@ newest one of each name into the pages' marked blocks, and nothing else."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from support.benches import load_bench
 
 
 def test_a_results_file_holds_the_rows_and_their_provenance(tmp_path, monkeypatch):
-    results = load("results")
+    results = load_bench("results")
     monkeypatch.setattr(sys, "argv", ["bench/x.py", "--task", "sst2"])
     rows = [{"method": "lora", "test": 0.8123, "seconds": 12.5}, {"method": "bitfit", "test": 0.79, "seconds": 9.0}]
     path = results.write_results("step-x", rows, columns=["method", "test"], precision="fp32",
@@ -39,7 +30,7 @@ def test_a_results_file_holds_the_rows_and_their_provenance(tmp_path, monkeypatc
 
 
 def test_render_fills_each_marked_block_from_the_newest_file_and_leaves_the_rest(tmp_path):
-    render = load("render_docs")
+    render = load_bench("render_docs")
     record = {"name": "speed", "date": "2026-01-02T00:00:00Z", "command": "bench/speed.py", "commit": "abc",
               "hardware": {"cpu": {"model": "Some CPU", "cores": 2, "flags": ["avx2"]}, "gpu": None},
               "torch": "2.13.0", "precision": "bf16", "settings": {}, "columns": ["method", "ms"],

@@ -29,8 +29,7 @@ def test_the_replay_chooses_what_the_real_sweep_chose_from_the_same_evaluations(
     result = run_trial(settings)
     assert result["status"] == "ok", result["reason"]
     data = prepare_data(settings, load_tokenizer(str(tiny_model_dir)))
-    floor = lr_sweep.one_class_metric(data)
-    info = types.SimpleNamespace(floor=floor, margin=lr_sweep.learned_margin(floor, len(data.dev.labels)),
+    info = types.SimpleNamespace(floor=lr_sweep.one_class_metric(data), rows=len(data.dev.labels),
                                  prior=lr_sweep.prior_loss(data))
     rate, tried = bench.replay(records_of(result["lr_choice"]), info, lr_sweep.RULES)
     assert rate == result["learning_rate"] and tried == len(result["lr_choice"]["candidates"])
@@ -45,7 +44,7 @@ def test_each_rule_switched_off_changes_the_choice_it_makes():
     """1e-2 leads on the edge of stability (3e-2 collapsed, 3e-3 nearly as good): all rules back off to 3e-3;
     without back_off the sweep goes on at 1e-2. A lead of one point over predicting one class has not learned
     with the margin; without it, it has."""
-    info = types.SimpleNamespace(floor=0.5, margin=0.047, prior=0.69)
+    info = types.SimpleNamespace(floor=0.5, rows=1000, prior=0.69)  # margin 4.7 points
     edge = ladder({1e-3: (0.70, 0.60), 3e-3: (0.79, 0.50), 1e-2: (0.80, 0.48), 3e-2: (0.5, 0.70), 1e-4: (0.5, 0.69),
                    3e-4: (0.6, 0.65), 1e-1: (0.5, 0.9)})
     assert bench.replay(edge, info, lr_sweep.RULES)[0] == 3e-3

@@ -110,8 +110,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     budget = parse_budget(options.budget)
     param_limit = parse_max_params(options.max_params)
     _check_numbers(options)
+    generation = bool(options.custom_task and options.custom_task.get("target_column"))  # input -> target text
     task = _task(options.task, options.custom_task)
-    generation = not hasattr(task, "num_labels")
     if generation:
         data_dir = _generation_data_dir(options.data_dir, task)
     else:
@@ -220,12 +220,9 @@ def _generation_data_dir(given: str | None, task) -> str:
     """The data folder of a generation task (absolute), its files and both columns checked: one line, no study."""
     from autopelt.data.generation import load_generation_splits
 
-    value = given or os.environ.get("AUTOPELT_DATA_DIR")
-    if not value:
+    folder = _data_folder(given)
+    if folder is None:
         raise UserError(f"a generation task reads your own data: pass --data-dir DIR holding DIR/{task.name}/train.jsonl")
-    folder = Path(value).expanduser().resolve()
-    if not folder.is_dir():
-        raise UserError(f"--data-dir {value} is not a folder")
     load_generation_splits(task, str(folder))
     return str(folder)
 
@@ -268,16 +265,25 @@ def _data_dir(given: str | None, task) -> str | None:
     """The local data folder (absolute), checked to hold the task's splits; None: the hub."""
     from autopelt.data.files import find_split_file
 
+    folder = _data_folder(given)
+    if folder is None:
+        return None
+    for split in (task.train_split, task.test_split):
+        if find_split_file(folder / task.dataset, split) is None:
+            value = given or os.environ.get("AUTOPELT_DATA_DIR")
+            raise UserError(f"--data-dir {value}: no {task.dataset}/{split}.jsonl|csv|parquet for task {task.name!r}")
+    return str(folder)
+
+
+def _data_folder(given: str | None) -> Path | None:
+    """--data-dir, else $AUTOPELT_DATA_DIR, as an absolute folder that exists; None when neither is set."""
     value = given or os.environ.get("AUTOPELT_DATA_DIR")
     if not value:
         return None
     folder = Path(value).expanduser().resolve()
     if not folder.is_dir():
         raise UserError(f"--data-dir {value} is not a folder")
-    for split in (task.train_split, task.test_split):
-        if find_split_file(folder / task.dataset, split) is None:
-            raise UserError(f"--data-dir {value}: no {task.dataset}/{split}.jsonl|csv|parquet for task {task.name!r}")
-    return str(folder)
+    return folder
 
 
 def _baseline_pooling(own: str, space) -> str:

@@ -96,19 +96,20 @@ class _Sweep:
         self.rng = devices.rng_state(device)
         self.tried: dict[float, tuple[Training, dict, float]] = {}  # rate -> (run, its state, seconds)
         self.steps_done = 0
-        self._judge(data)
+        labels = data.dev.labels
+        self._start(one_class_metric(data), 0 if labels is None else len(labels), prior_loss(data))
 
-    def _judge(self, data) -> None:
-        """What the rankings compare with, from the dev rows: predicting one class, and the class shares."""
-        self.floor = one_class_metric(data)
-        self.margin = None if self.floor is None else \
-            learned_margin(self.floor, len(data.dev.labels)) if "learned_margin" in self.rules else 0.0
+    def _start(self, floor: float | None, rows: int, prior: float | None) -> None:
+        """What the rankings compare with: the dev metric of predicting one class (`floor`, on `rows` dev rows) and
+        the dev loss of predicting the dev's class shares (`prior`); None for regression."""
+        self.floor, self.prior = floor, prior
+        self.margin = None if floor is None else learned_margin(floor, rows) if "learned_margin" in self.rules else 0.0
         self.midpoints: list[float] | None = None if "midpoints" in self.rules else []  # around the first best
         #                                                                     inside that learned nothing
-        self.prior = prior_loss(data)  # the dev loss of predicting the dev's class shares
         self.steadier: float | None = None  # the midpoint tried below a best that learned with its loss above that
 
-    def run(self) -> tuple[Training, LearningRateChoice]:
+    def _explore(self) -> None:
+        """Try the start rates, then the next the rules ask for, up to MAX_CANDIDATES."""
         for rate in START:
             self._try(rate)
         while len(self.tried) < MAX_CANDIDATES:
@@ -116,6 +117,9 @@ class _Sweep:
             if rate is None:
                 break
             self._try(rate)
+
+    def run(self) -> tuple[Training, LearningRateChoice]:
+        self._explore()
         if not any(self._finite(rate) for rate in self.tried):
             rates = ", ".join(f"{rate:g}" for rate in sorted(self.tried))
             raise NonFiniteLoss(f"the loss became non-finite at every learning rate tried ({rates})")
