@@ -4,8 +4,9 @@ The sweep ranks candidate rates by their first dev evaluation (epoch 1 of 3) and
 special cases (`lr_sweep.RULES`) were each chosen from runs on SST-2 and SNLI. Here they are judged on all twelve
 tasks of the portfolio's meta-dataset, where ten were never looked at when the rules were made.
 
-`collect` trains the LoRA baseline (r8 on query and value, read by the mean, batch 32, backbone dropout off, as a
-default search trains it) at every rate of a grid that holds the sweep's ladder and the midpoints it tries, on each
+`collect` trains one baseline (`--method`: LoRA r8 on query and value, or prefix-tuning of length 10; read by the
+mean, batch 32, backbone dropout off, as a default search trains it) at every rate of a grid that holds the sweep's
+ladder and the midpoints it tries, on each
 task's pool (K=1000, dev 1,000, 3 epochs, seed 0), recording per epoch dev metric, dev loss and test metric: the
 meta-dataset's protocol and record (autopelt/portfolio/collect.py), resumable. A sweep's candidate trains from the
 same initial state on the same batches as a whole trial at its rate, so its first evaluation is that trial's first
@@ -20,6 +21,8 @@ the rules were not chosen on, the paired change against all rules, the candidate
 
     python bench/sweep_rules_loo.py collect --pool POOL --out benchmarks/sweep-ladder/lora.jsonl --workers 2
     python bench/sweep_rules_loo.py judge --pool POOL --ladder benchmarks/sweep-ladder/lora.jsonl
+    python bench/sweep_rules_loo.py collect --method prefix --pool POOL --out benchmarks/sweep-ladder/prefix.jsonl
+    python bench/sweep_rules_loo.py judge --pool POOL --ladder benchmarks/sweep-ladder/prefix.jsonl
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CHOSEN_ON = ("sst2", "snli")  # the tasks the rules were chosen on (docs/learning-rates.md)
 # the ladder's rungs and the midpoints the sweep tries, most often needed first (a cut-short collection is usable)
 GRID = (1e-3, 3e-3, 1e-2, 3e-4, 3e-2, 5.5e-3, 1.7e-3, 5.5e-4, 1e-4, 1.7e-2, 1.7e-4, 3e-5)
+# the baselines a ladder can be collected for: their names in the ladder file and what the results say they are
+METHODS = {
+    "lora": ("sweep-lora-r8-qv", "LoRA r8 (query, value), mean pooling, batch 32, backbone dropout off"),
+    "prefix": ("sweep-prefix-l10", "prefix-tuning, length 10, mean pooling, batch 32, backbone dropout off"),
+}
 MODEL = None  # autopelt's default model (all-MiniLM-L6-v2), as the meta-dataset
 
 
@@ -45,17 +53,26 @@ class Missing(Exception):
     """The replay asked for a rate the grid does not hold."""
 
 
-def config_name(rate: float) -> str:
-    return f"sweep-lora-r8-qv-{rate:g}"
+def config_name(rate: float, method: str = "lora") -> str:
+    return f"{METHODS[method][0]}-{rate:g}"
 
 
-def configs() -> dict:
+def method_of(ladder: list[dict]) -> str:
+    """The baseline a collected ladder trained (one per file)."""
+    names = {name for name, (prefix, _) in METHODS.items() for record in ladder
+             if record["config"].startswith(prefix + "-")}
+    if len(names) != 1:
+        raise SystemExit(f"a ladder file holds one baseline of {sorted(METHODS)}; this one holds {sorted(names)}")
+    return names.pop()
+
+
+def configs(method: str = "lora") -> dict:
     from autopelt.portfolio.design import Config
     from autopelt.search.baselines import baseline_spec
 
-    spec = baseline_spec("lora", "mean")
-    return {config_name(rate): Config(config_name(rate), tuple(spec["methods"]), rate, pooling=spec["pooling"],
-                                      backbone_dropout="off") for rate in GRID}
+    spec = baseline_spec(method, "mean")
+    return {config_name(rate, method): Config(config_name(rate, method), tuple(spec["methods"]), rate,
+                                              pooling=spec["pooling"], backbone_dropout="off") for rate in GRID}
 
 
 def collect(args) -> None:
@@ -64,10 +81,10 @@ def collect(args) -> None:
     from autopelt.portfolio.tasks import read_pool
 
     tasks = args.tasks.split(",") if args.tasks else list(read_pool(args.pool))
-    jobs = [collector.Job(task, config_name(rate), 0) for rate in GRID for task in tasks]
+    jobs = [collector.Job(task, config_name(rate, args.method), 0) for rate in GRID for task in tasks]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     collector.collect(jobs, args.out, args.pool, resolve_model(args.model), workers=args.workers,
-                      threads=args.threads, configs=configs())
+                      threads=args.threads, configs=configs(args.method))
 
 
 def task_info(pool: str, name: str) -> types.SimpleNamespace:
@@ -131,6 +148,7 @@ def judge(args) -> None:
     from autopelt.train.lr_sweep import RULES
 
     ladder = [json.loads(line) for line in Path(args.ladder).read_text().splitlines() if line.strip()]
+    method = method_of(ladder)
     by_task: dict[str, dict[float, dict]] = {}
     for record in ladder:
         rate = float(record["config"].rsplit("-", 1)[1])
@@ -196,9 +214,9 @@ def judge(args) -> None:
         print(f"| {task} | " + " | ".join(str(row["rates"][task]) for row in rows[:1] + rows[-2:])
               + f" | {len(by_task[task])} |")
     grid = sorted({rate for rates in by_task.values() for rate in rates})
-    write_results("sweep-rules-loo", rows, columns, settings={
+    write_results("sweep-rules-loo" + ("" if method == "lora" else f"-{method}"), rows, columns, settings={
         "ladder": str(args.ladder), "tasks": tasks, "chosen_on": list(CHOSEN_ON), "grid": grid,
-        "delta": "LoRA r8 (query, value), mean pooling, batch 32, backbone dropout off", "seed": 0},
+        "delta": METHODS[method][1], "seed": 0},
         notes="test in points; means over the tasks where every arm has an answer (a replay that needs a rate "
               "outside the grid has none); delta: paired against all rules on the unseen tasks (all but sst2 and "
               "snli) where both answer")
@@ -207,7 +225,8 @@ def judge(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("collect", help="train the LoRA baseline at every rate of the grid on every task")
+    run = sub.add_parser("collect", help="train a baseline at every rate of the grid on every task")
+    run.add_argument("--method", choices=sorted(METHODS), default="lora")
     run.add_argument("--pool", required=True)
     run.add_argument("--out", required=True)
     run.add_argument("--model", default=MODEL)
