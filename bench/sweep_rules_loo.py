@@ -35,7 +35,6 @@ import sys
 import types
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CHOSEN_ON = ("sst2", "snli")  # the tasks the rules were chosen on (docs/learning-rates.md)
@@ -89,19 +88,10 @@ def collect(args) -> None:
 
 def task_info(pool: str, name: str) -> types.SimpleNamespace:
     """What the sweep compares with on this task's dev rows (as a trial of the meta-dataset splits them)."""
-    from autopelt.data import load_task_splits, make_splits
-    from autopelt.portfolio.tasks import DEV_SIZE, K, read_pool
+    from autopelt.portfolio.tasks import dev_rows
     from autopelt.train.lr_sweep import one_class_metric, prior_loss
-    from autopelt.train.settings import TrialSettings
-    from autopelt.train.trial_data import resolve_task
 
-    meta = read_pool(pool)[name]
-    settings = TrialSettings(task=name, spec="lora", data_dir=pool, protocol=K, dev_size=DEV_SIZE, seed=0,
-                             data_seed=0, custom_task={"text_columns": meta["text_columns"], "label_column": "label",
-                                                       "label_names": meta["label_names"]})
-    task = resolve_task(settings)
-    splits = make_splits(load_task_splits(task, pool), task, K, seed=settings.split_seed, dev_size=DEV_SIZE)
-    labels = np.asarray([task.encode_label(row[task.label_column]) for row in splits.dev], dtype=np.int64)
+    task, labels = dev_rows(pool, name)
     data = types.SimpleNamespace(task=task, dev=types.SimpleNamespace(labels=labels))
     return types.SimpleNamespace(floor=one_class_metric(data), prior=prior_loss(data), rows=len(labels))
 

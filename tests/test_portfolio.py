@@ -151,12 +151,27 @@ def test_unipelt_trains_at_the_rate_learned_with_the_portfolio_and_sweeps_withou
     assert control.next_trial().settings.learning_rate is None  # the trial sweeps
 
 
-def test_the_shipped_portfolio_learns_unipelts_rate_from_mean_dev_across_tasks_and_seeds():
+def _rate_meta(floors: dict | None) -> metadata.MetaDataset:
+    """UniPELT at 1e-3 and 3e-3 on two tasks at seeds 0 and 1: 3e-3 has the better mean dev but ends at task b's
+    one class (0.5) at seed 1, where 1e-3 learned."""
+    dev = {("a", 0): (0.80, 0.90), ("a", 1): (0.80, 0.90), ("b", 0): (0.70, 0.85), ("b", 1): (0.70, 0.50)}
+    records = [{"task": task, "config": f"unipelt-apl@{rate}", "seed": seed, "status": "ok",
+                "epochs": [{"dev": pair[i], "dev_loss": 0.5, "test": pair[i], "seconds": 1.0}]}
+               for (task, seed), pair in dev.items() for i, rate in enumerate(("1e-3", "3e-3"))]
+    header = {"protocol": {"dev_size": 1000}, **({"floors": floors} if floors else {})}
+    return metadata.MetaDataset(header, tuple(records))
+
+
+def test_a_baselines_learned_rate_is_one_that_never_collapsed_where_another_learned():
+    assert build.baseline_rates(_rate_meta({"a": 0.5, "b": 0.5}), ["a", "b"]) == {"unipelt_apl": 1e-3}
+    assert build.baseline_rates(_rate_meta(None), ["a", "b"]) == {"unipelt_apl": 3e-3}  # no floors: mean dev
+    assert build.baseline_rates(_rate_meta({"a": 0.5, "b": 0.5}), ["a"]) == {"unipelt_apl": 3e-3}  # b not seen
+
+
+def test_the_shipped_portfolio_carries_the_rate_its_meta_dataset_teaches():
     meta = metadata.shipped()
-    scores = meta.dev_scores(meta.tasks, meta.candidates())
-    rates = {c: sum(row[c] for row in scores.values()) for c in ("unipelt-apl@1e-3", "unipelt-apl@3e-3")}
-    best = max(rates, key=rates.get)
-    assert load(SHIPPED).baseline_rates == {"unipelt_apl": BY_NAME[best].learning_rate}
+    assert set(meta.header["floors"]) == set(meta.tasks)
+    assert load(SHIPPED).baseline_rates == build.baseline_rates(meta, meta.tasks) == {"unipelt_apl": 1e-3}
 
 
 @pytest.mark.parametrize("rates", [{"unipelt_apl": -1}, {"no_such_baseline": 1e-3}, ["unipelt_apl"]])

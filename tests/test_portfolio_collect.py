@@ -46,3 +46,19 @@ def test_a_trial_records_every_epoch_and_a_second_run_resumes(pool, tiny_model_d
 def test_a_folder_without_pool_json_is_one_line(tmp_path):
     with pytest.raises(UserError, match="not a meta-dataset pool"):
         read_pool(tmp_path)
+
+
+def test_finish_with_the_pool_records_each_tasks_one_class_dev_metric(pool, tmp_path):
+    from autopelt.portfolio.metadata import load
+    from autopelt.portfolio.tasks import dev_rows
+
+    results = tmp_path / "trials.jsonl"
+    results.write_text(json.dumps({"task": "toy", "config": "lora-r8-qv@3e-3", "seed": 0, "status": "ok",
+                                   "epochs": [{"dev": 0.9, "dev_loss": 0.3, "test": 0.9, "seconds": 1.0}]}) + "\n")
+    collector.finish(results, tmp_path / "meta.json", {"model": "tiny"}, pool=pool)
+    task, labels = dev_rows(pool, "toy")
+    assert len(labels) == 1000
+    majority = max((labels == c).mean() for c in (0, 1))
+    assert load(tmp_path / "meta.json").header["floors"] == {"toy": pytest.approx(majority, abs=1e-5)}
+    collector.finish(results, tmp_path / "plain.json", {"model": "tiny"})
+    assert "floors" not in load(tmp_path / "plain.json").header

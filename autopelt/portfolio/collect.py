@@ -114,16 +114,19 @@ def plan(tasks: list[str], configs: list[str], seeds: list[int]) -> list[Job]:
     return [Job(t, c, s) for s in seeds for c in configs for t in tasks]
 
 
-def finish(results: str | Path, out: str | Path, header: dict) -> dict:
-    """Write the meta-dataset file: `header` (model, protocol, hardware, commit) and every trial of `results`."""
+def finish(results: str | Path, out: str | Path, header: dict, pool: str | Path | None = None) -> dict:
+    """Write the meta-dataset file: `header` (model, protocol, hardware, commit), with `pool` each task's dev metric
+    of predicting one class (`floors`: what tells a collapse from a hard task), and every trial of `results`."""
     from autopelt.files import write_atomic
+    from autopelt.portfolio.tasks import dev_floors
 
     records = [json.loads(line) for line in Path(results).read_text().splitlines() if line.strip()]
     if not records:
         raise UserError(f"{results} holds no trials yet")
+    floors = dev_floors(pool, sorted({r["task"] for r in records})) if pool else None
     data = {"format": "autopelt-meta-dataset", "design_version": DESIGN_VERSION,
             "protocol": {"k": K, "dev_size": DEV_SIZE, "epochs": EPOCHS, "data_seed": 0}, **header,
-            "records": records}
+            **({"floors": floors} if floors else {}), "records": records}
     write_atomic(Path(out), json.dumps(data, separators=(",", ":")))
     return data
 

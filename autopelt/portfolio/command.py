@@ -2,7 +2,7 @@
 
     autopelt portfolio pool --data-root ../shared/data --out pool/
     autopelt portfolio collect --pool pool/ --results trials.jsonl [--seeds 0] [--workers 2] [--minutes M]
-    autopelt portfolio finish --results trials.jsonl --out autopelt/portfolio/data/all-MiniLM-L6-v2.json
+    autopelt portfolio finish --results trials.jsonl --pool pool/ --out autopelt/portfolio/data/all-MiniLM-L6-v2.json
     autopelt portfolio build --meta FILE --out portfolio.json     (or --storage URL [--study NAME ...])
     autopelt portfolio design                                      (the configurations, one a line)
 """
@@ -41,6 +41,8 @@ def add_arguments(parser) -> None:
     finish.add_argument("--out", required=True)
     finish.add_argument("--model", help="the model the trials trained (default: all-MiniLM-L6-v2)")
     finish.add_argument("--hardware", help="JSON of the hardware the trials ran on (default: this machine's)")
+    finish.add_argument("--pool", help="the pool the trials ran on: records each task's one-class dev metric, "
+                        "which tells a collapsed rate from a hard task when a portfolio learns a baseline's rate")
 
     build = sub.add_parser("build", help="greedily choose a portfolio from a meta-dataset or from your studies")
     source = build.add_mutually_exclusive_group(required=True)
@@ -106,7 +108,7 @@ def _finish(args) -> int:
     header = {"model": model_name(resolve_model(args.model)), "commit": commit,
               "hardware": json.loads(args.hardware) if args.hardware else hardware(),
               "created": time.strftime("%Y-%m-%d")}
-    data = finish(args.results, args.out, header)
+    data = finish(args.results, args.out, header, args.pool)
     print(f"{args.out}: {len(data['records'])} trials")
     return 0
 

@@ -79,6 +79,36 @@ def read_pool(pool: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
+def dev_rows(pool: str | Path, name: str):
+    """(the task, its dev rows' label ids, as a trial of the meta-dataset carves them from the pool: K=1,000 and
+    1,000 dev at data seed 0)."""
+    from autopelt.data import load_task_splits, make_splits
+    from autopelt.train.settings import TrialSettings
+    from autopelt.train.trial_data import resolve_task
+
+    meta = read_pool(pool)[name]
+    settings = TrialSettings(task=name, spec="lora", data_dir=str(pool), protocol=K, dev_size=DEV_SIZE, seed=0,
+                             data_seed=0, custom_task={"text_columns": meta["text_columns"], "label_column": "label",
+                                                       "label_names": meta["label_names"]})
+    task = resolve_task(settings)
+    splits = make_splits(load_task_splits(task, str(pool)), task, K, seed=settings.split_seed, dev_size=DEV_SIZE)
+    return task, np.asarray([task.encode_label(row[task.label_column]) for row in splits.dev], dtype=np.int64)
+
+
+def dev_floors(pool: str | Path, names: list[str]) -> dict[str, float]:
+    """Each task's dev metric of predicting one class (the best such class) on its meta-dataset dev rows: what a
+    trial that learned nothing scores, so that a collapse can be told from a task that is merely hard."""
+    from types import SimpleNamespace
+
+    from autopelt.train.lr_sweep import one_class_metric
+
+    floors = {}
+    for name in names:
+        task, labels = dev_rows(pool, name)
+        floors[name] = round(one_class_metric(SimpleNamespace(task=task, dev=SimpleNamespace(labels=labels))), 5)
+    return floors
+
+
 def _read(path: Path) -> list[dict]:
     if not path.exists():
         raise UserError(f"{path} does not exist; --data-root must hold glue-full/, own/ and tasks/")
