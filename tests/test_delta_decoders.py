@@ -44,7 +44,7 @@ CASES = {
                                        "split_gate": True}]},
     "bitfit": {"methods": [{"method": "bitfit"}]},
 }
-REFUSED = {("llama", "bitfit"), ("t5", "bitfit"), ("t5", "prefix"), ("t5", "prefix_shifted+lora"), ("t5", "prompt"),
+REFUSED = {("llama", "bitfit"), ("t5", "bitfit"), ("t5", "prefix"), ("t5", "prefix_shifted+lora"),
            ("t5", "unipelt_apl"), ("t5", "prefix_split_gate")}
 MERGEABLE = ["lora", "lora_every_site_some_layers", "rslora", "dora", "vera", "ia3", "adamix_lora",
              "dora+vera+ia3+ffn_adapter_same_site"]
@@ -161,7 +161,6 @@ def test_padding_does_not_change_a_sequence_result(name, family):
     ("llama", "bitfit", "bitfit cannot apply to llama: it has no bias terms"),
     ("t5", "bitfit", "bitfit cannot apply to t5: it has no bias terms"),
     ("t5", "prefix", "prefix cannot apply to t5: prefix-tuning on T5"),
-    ("t5", "prompt", "prompt cannot apply to t5: prompt tuning on T5"),
 ])
 def test_a_method_that_cannot_apply_is_refused_in_one_line(family, name, why):
     for attempt in (lambda: build(name, family),
@@ -224,6 +223,26 @@ def test_batched_left_padded_generation_with_the_cache_equals_one_by_one(name, f
         alone = model.generate(input_ids=row[None], attention_mask=torch.ones(1, len(row), dtype=torch.long),
                                **settings)[:, len(row):]
         assert alone[0].tolist() == together[i].tolist()
+
+
+def test_t5_generates_the_same_with_a_soft_prompt_whether_padded_in_a_batch_or_alone():
+    """The prompt's ones lead the encoder's mask and the cross-attention's, in the training forward and in
+    generate (which runs the encoder once and passes the decoder the unextended mask)."""
+    model = delta.apply_delta(tiny_decoder("t5", lm=True), CASES["prompt"])
+    _perturb(model)
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(3, 100, (n,), generator=g) for n in (5, 3, 7)]
+    width = max(len(r) for r in rows)
+    ids = torch.stack([torch.cat([r, torch.zeros(width - len(r), dtype=torch.long)]) for r in rows])
+    mask = (torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]).long()
+    settings = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=None)
+    together = model.generate(input_ids=ids, attention_mask=mask, **settings)
+    for i, row in enumerate(rows):
+        alone = model.generate(input_ids=row[None], attention_mask=torch.ones(1, len(row), dtype=torch.long),
+                               **settings)
+        assert alone[0].tolist() == together[i].tolist()
+    forward = model(input_ids=ids, attention_mask=mask, decoder_input_ids=together[:, :-1]).logits.argmax(-1)
+    assert forward.tolist() == together[:, 1:].tolist()  # teacher forcing agrees with what was generated
 
 
 def test_gate_values_of_a_decoder_are_readable_per_method_and_layer():

@@ -245,7 +245,8 @@ def test_autopelt_search_on_a_generation_task_end_to_end_then_export(lm_dir, dat
 
 
 @pytest.mark.parametrize("family, method", [("gpt2", ("--method", "prefix", "--length", "2")),
-                                            ("t5", ("--method", "ia3")), ("llama", ("--preset", "unipelt_apl"))])
+                                            ("t5", ("--method", "ia3")), ("t5", ("--method", "prompt", "--length", "2")),
+                                            ("llama", ("--preset", "unipelt_apl"))])
 def test_each_family_trains_a_generation_delta(family, method, data_dir, tmp_path):
     folder = make_tiny_lm_folder(tmp_path / family, family)
     assert cli.main(train_args(folder, data_dir, tmp_path / "out", *method)) == 0

@@ -20,7 +20,7 @@ from autopelt.delta.modules.lora import DoRALinear, LoRALinear
 from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
 from autopelt.delta.modules.phm import PHMLinear, new_rule
 from autopelt.delta.modules.prefix import PositionShift, PrefixEncoder, PrefixSelfAttention
-from autopelt.delta.modules.prompt import SoftPrompt
+from autopelt.delta.modules.prompt import EncoderPrompt, SoftPrompt
 from autopelt.delta.modules.vera import SharedProjections, VeRALinear
 from autopelt.delta.sites import Architecture, Stack, architecture_of, chosen_layers, linear_shape
 from autopelt.delta.spec import (
@@ -308,6 +308,11 @@ def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mi
     tokens = torch.randint(vocabulary.shape[0], (cfg.length,), generator=generator)
     prompt = SoftPrompt(vocabulary.detach()[tokens.to(vocabulary.device)].float())  # start from real words
     backbone.add_module("soft_prompt", prompt)
+    if getattr(model.config, "is_encoder_decoder", False):
+        hooks = EncoderPrompt(prompt)
+        model.get_encoder().register_forward_pre_hook(hooks.encoder, with_kwargs=True)
+        model.get_decoder().register_forward_pre_hook(hooks.decoder, with_kwargs=True)
+        return
     hook = LeadingPrompt(prompt) if arch.causal else prompt.hook
     backbone.register_forward_pre_hook(hook, with_kwargs=True)
 

@@ -43,10 +43,12 @@ def peft_expressible(spec, model_type: str | None = None) -> bool:
     return peft_reason(spec, model_type) is None
 
 
-def _causal(model_type: str | None) -> bool:
+def _leading_prompt(model_type: str | None) -> bool:
+    """Whether a soft prompt goes before the first token on this model, as peft's always does: on a decoder and on
+    an encoder-decoder's encoder, not on an encoder (after [CLS])."""
     from autopelt.delta.sites import ARCHITECTURES
 
-    return model_type in ARCHITECTURES and ARCHITECTURES[model_type].causal
+    return model_type in ARCHITECTURES and (ARCHITECTURES[model_type].causal or model_type == "t5")
 
 
 def peft_form(spec, model_type: str | None = None) -> tuple[MethodConfig, str]:
@@ -65,18 +67,18 @@ def peft_form(spec, model_type: str | None = None) -> tuple[MethodConfig, str]:
                 f"{len(methods)}")
         raise UserError(f"this delta ({stored.summary()}) has no peft form: {what}")
     method = methods[0]
-    reason = _unexpressible(method, _causal(model_type))
+    reason = _unexpressible(method, _leading_prompt(model_type))
     if reason:
         raise UserError(f"this delta's {method.describe()} has no peft form: {reason}")
     return method, _bias(method, bitfit)
 
 
-def _unexpressible(method: MethodConfig, causal: bool) -> str | None:
+def _unexpressible(method: MethodConfig, leading_prompt: bool) -> str | None:
     if getattr(method, "gate", False):
         return "peft has no UniPELT gate"
     if isinstance(method, AdapterConfig):
         return "peft has no bottleneck adapters (AdapterHub has)"
-    if isinstance(method, PromptConfig) and not causal:  # on a decoder both put them before the first token
+    if isinstance(method, PromptConfig) and not leading_prompt:
         return "peft's prompt tuning puts the soft tokens before the first token, autopelt's after it"
     if isinstance(method, PrefixConfig) and method.layers is not None:
         return "peft's prefix-tuning covers every layer"
@@ -122,8 +124,8 @@ def peft_config(spec: DeltaSpec, config, lm: bool = False):
     task = {"task_type": peft_task(config, lm)}
     if isinstance(method, PrefixConfig):  # its saved form, the prefix matrices themselves
         return peft.PrefixTuningConfig(num_virtual_tokens=method.length, prefix_projection=False, **task)
-    if isinstance(method, PromptConfig):
-        return peft.PromptTuningConfig(num_virtual_tokens=method.length, **task)
+    if isinstance(method, PromptConfig):  # on T5 the encoder's prompt alone (peft's default adds the decoder's rows)
+        return peft.PromptTuningConfig(num_virtual_tokens=method.length, num_transformer_submodules=1, **task)
     targets = _sites(arch, config, method.layers, method.targets)
     if not lm:
         task["modules_to_save"] = [arch.head]

@@ -195,8 +195,7 @@ _T5 = dict(backbone="", stacks=(_t5_stack("encoder.block", 1, "num_layers", Fals
                                 _t5_stack("decoder.block", 2, "num_decoder_layers", True)),
            embeddings=None, embeddings_layernorm=None, pooler=None, head="classification_head", head_hidden_layer=False,
            head_bias=False, shapes=_t5_shapes, pre_norm=True, no_bias="it has no bias terms",
-           unsupported={"prefix": "prefix-tuning on T5 (encoder, decoder and cross-attention) is not supported yet",
-                        "prompt": "prompt tuning on T5 is not supported yet"})
+           unsupported={"prefix": "prefix-tuning on T5 (encoder, decoder and cross-attention) is not supported yet"})
 
 ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds the dense layer
     "bert": Architecture(family="bert", backbone="bert", head_hidden_layer=False, pooler="pooler.dense",
