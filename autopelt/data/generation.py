@@ -31,6 +31,14 @@ class GenerationTask:
         return PROMPT.format(input=row[self.input_column])
 
 
+def generation_task_of(name: str, custom: dict | None) -> GenerationTask | None:
+    """The generation task of your own input -> target columns (`custom` as settings.custom_task holds them);
+    None for a classification or regression task."""
+    if custom and custom.get("target_column"):
+        return GenerationTask(name, custom["input_column"], custom["target_column"])
+    return None
+
+
 @dataclass(frozen=True)
 class GenerationSplits:
     train: list[dict]

@@ -208,11 +208,11 @@ def _finalists(options: SearchOptions, budget: Budget, baselines: int) -> int:
 def _task(name: str, custom: dict | None):
     """A Task (classification, regression), or a GenerationTask for your own input -> target columns."""
     from autopelt.data import custom_task, get_task
+    from autopelt.data.generation import generation_task_of
 
-    if custom and custom.get("target_column"):
-        from autopelt.data.generation import GenerationTask
-
-        return GenerationTask(name, custom["input_column"], custom["target_column"])
+    generation = generation_task_of(name, custom)
+    if generation is not None:
+        return generation
     return custom_task(name, **custom) if custom else get_task(name)
 
 

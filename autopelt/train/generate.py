@@ -15,7 +15,8 @@ from torch import nn
 
 from autopelt import delta
 from autopelt.data.generation import (
-    GenerationTask, corpus_scores, load_generation_splits, make_generation_splits, references_by_input,
+    GenerationTask, corpus_scores, generation_task_of, load_generation_splits, make_generation_splits,
+    references_by_input,
 )
 from autopelt.delta.sites import architecture_of
 from autopelt.errors import UserError
@@ -28,12 +29,14 @@ MAX_NEW_TOKENS = 64
 
 
 def generation_task(settings) -> GenerationTask:
-    own = settings.custom_task or {}
-    return GenerationTask(settings.task, own["input_column"], own["target_column"])
+    task = generation_task_of(settings.task, settings.custom_task)
+    if task is None:
+        raise ValueError(f"{settings.task} is not a generation task (no target column)")
+    return task
 
 
 def is_generation(settings) -> bool:
-    return bool(settings.custom_task and settings.custom_task.get("target_column"))
+    return generation_task_of(settings.task, settings.custom_task) is not None
 
 
 def check_generator(config) -> None:
