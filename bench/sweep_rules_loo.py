@@ -89,11 +89,11 @@ def collect(args) -> None:
 def task_info(pool: str, name: str) -> types.SimpleNamespace:
     """What the sweep compares with on this task's dev rows (as a trial of the meta-dataset splits them)."""
     from autopelt.portfolio.tasks import dev_rows
-    from autopelt.train.lr_sweep import one_class_metric, prior_loss
+    from autopelt.train.lr_sweep import one_class_metric
 
     task, labels = dev_rows(pool, name)
     data = types.SimpleNamespace(task=task, dev=types.SimpleNamespace(labels=labels))
-    return types.SimpleNamespace(floor=one_class_metric(data), prior=prior_loss(data), rows=len(labels))
+    return types.SimpleNamespace(floor=one_class_metric(data), rows=len(labels))
 
 
 def replay(records: dict[float, dict], info, rules: frozenset) -> tuple[float, int]:
@@ -104,7 +104,7 @@ def replay(records: dict[float, dict], info, rules: frozenset) -> tuple[float, i
         def __init__(self):  # noqa: super().__init__ trains; the replay reads
             self.rules = rules
             self.tried, self.steps_done = {}, 0
-            self._start(info.floor, info.rows, info.prior)
+            self._start(info.floor, info.rows)
 
         def _try(self, rate: float) -> None:
             record = records.get(rate)

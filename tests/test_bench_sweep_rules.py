@@ -29,8 +29,7 @@ def test_the_replay_chooses_what_the_real_sweep_chose_from_the_same_evaluations(
     result = run_trial(settings)
     assert result["status"] == "ok", result["reason"]
     data = prepare_data(settings, load_tokenizer(str(tiny_model_dir)))
-    info = types.SimpleNamespace(floor=lr_sweep.one_class_metric(data), rows=len(data.dev.labels),
-                                 prior=lr_sweep.prior_loss(data))
+    info = types.SimpleNamespace(floor=lr_sweep.one_class_metric(data), rows=len(data.dev.labels))
     rate, tried = bench.replay(records_of(result["lr_choice"]), info, lr_sweep.RULES)
     assert rate == result["learning_rate"] and tried == len(result["lr_choice"]["candidates"])
 
@@ -43,8 +42,8 @@ def ladder(table: dict[float, tuple[float, float]]) -> dict[float, dict]:
 def test_each_rule_switched_off_changes_the_choice_it_makes():
     """1e-2 leads on the edge of stability (3e-2 collapsed, 3e-3 nearly as good): all rules back off to 3e-3;
     without back_off the sweep goes on at 1e-2. A lead of one point over predicting one class has not learned
-    with the margin; without it, it has."""
-    info = types.SimpleNamespace(floor=0.5, rows=1000, prior=0.69)  # margin 4.7 points
+    with the margin, so the sweep walks down the ladder; without it, it has, and one rung below ends the walk."""
+    info = types.SimpleNamespace(floor=0.5, rows=1000)  # margin 4.7 points
     edge = ladder({1e-3: (0.70, 0.60), 3e-3: (0.79, 0.50), 1e-2: (0.80, 0.48), 3e-2: (0.5, 0.70), 1e-4: (0.5, 0.69),
                    3e-4: (0.6, 0.65), 1e-1: (0.5, 0.9)})
     assert bench.replay(edge, info, lr_sweep.RULES)[0] == 3e-3
@@ -54,5 +53,5 @@ def test_each_rule_switched_off_changes_the_choice_it_makes():
                    5.5e-3: (0.50, 0.690)})
     with_margin = bench.replay(flat, info, lr_sweep.RULES - {"second_round"})
     without = bench.replay(flat, info, lr_sweep.RULES - {"second_round", "learned_margin"})
-    assert with_margin == (3e-3, 6)  # nothing learned: midpoints around the lowest loss, then down the ladder
-    assert without == (1e-3, 5)  # 0.51 beats one class: learned, on the lowest rung tried; one below, one between
+    assert with_margin == (1e-3, 6)  # nothing learned: the best is the lowest rung tried, so down the ladder
+    assert without == (1e-3, 4)  # 0.51 beats one class: learned, on the lowest rung tried; the rung below it

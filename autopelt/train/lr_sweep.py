@@ -2,21 +2,20 @@
 schedule, as a careful user would sweep, at a fraction of the cost.
 
 Each candidate rate trains from the same initial state, on the same batches, to the trial's first dev evaluation
-(the end of epoch 1 by default); the best (lowest dev loss) goes on to the end from where it stands, so
-its run is exactly the run a trial given that rate would make. Candidates start at a decade of rates where
+(the end of epoch 1 by default); the best (learned, then dev metric, then dev loss) goes on to the end from where
+it stands, so its run is exactly the run a trial given that rate would make. Candidates start at a decade of rates where
 parameter-efficient methods usually learn and walk along a ladder of half-decades while the best one sits at an
 edge, or, while none has learned anything (beaten predicting one class on dev), between and below them. A sweep
 of n candidates costs (n - 1) first-evaluation segments more than one trial, and one segment more when none has
 learned by the first evaluation.
 
-Ranking by the first evaluation fails in seven measured ways, each handled here: a narrow band that learns
-(midpoints on either side of the best, once); nothing learned yet (walk down); a small lead that is not learning
-(a rate has learned only once it beats one class by LEARNED_SE standard errors); the fastest rate on the edge of
-stability (back off to the rung below when it has BACK_OFF_SHARE of the gain and BACK_OFF_LOSS_SHARE of the loss
-drop); a lead by confident predictions with a dev loss above the class shares' (midpoint below); a lone rung
-between two that did not learn (midpoint below); and no rate learned at all (the two likeliest train on to the
-second evaluation). The cases behind each rule, and how each fares on tasks it was not chosen on
-(bench/sweep_rules_loo.py), are in docs/learning-rates.md.
+Ranking by the first evaluation fails in measured ways, each handled here: a narrow band that learns (midpoints
+on either side of the best, once); nothing learned yet (walk down); a small lead that is not learning (a rate has
+learned only once it beats one class by LEARNED_SE standard errors); the fastest rate on the edge of stability
+(back off to the rung below when it has BACK_OFF_SHARE of the gain and BACK_OFF_LOSS_SHARE of the loss drop); and
+no rate learned at all (the two likeliest train on to the second evaluation). Each is kept because replaying the
+sweep without it on tasks it was not chosen on (bench/sweep_rules_loo.py) did worse for LoRA or prefix-tuning;
+docs/learning-rates.md has the cases and the judgement, and the two rules it removed.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ BACK_OFF_SHARE = 0.75  # the rate below the best is nearly as good when it has t
 BACK_OFF_LOSS_SHARE = 0.6  # and this share of its drop in dev loss from the rung above (docs/learning-rates.md)
 # the special cases, by name: a sweep without one of them is what leave-one-task-out compares against
 # (bench/sweep_rules_loo.py; docs/learning-rates.md says which earned their place)
-RULES = frozenset({"midpoints", "walk_down", "learned_margin", "back_off", "steadier", "isolated", "second_round",
-                   "loss_first"})
+RULES = frozenset({"midpoints", "walk_down", "learned_margin", "back_off", "second_round"})
 
 
 @dataclass
@@ -97,16 +95,15 @@ class _Sweep:
         self.tried: dict[float, tuple[Training, dict, float]] = {}  # rate -> (run, its state, seconds)
         self.steps_done = 0
         labels = data.dev.labels
-        self._start(one_class_metric(data), 0 if labels is None else len(labels), prior_loss(data))
+        self._start(one_class_metric(data), 0 if labels is None else len(labels))
 
-    def _start(self, floor: float | None, rows: int, prior: float | None) -> None:
-        """What the rankings compare with: the dev metric of predicting one class (`floor`, on `rows` dev rows) and
-        the dev loss of predicting the dev's class shares (`prior`); None for regression."""
-        self.floor, self.prior = floor, prior
+    def _start(self, floor: float | None, rows: int) -> None:
+        """What the rankings compare with: the dev metric of predicting one class (`floor`, on `rows` dev rows);
+        None for regression."""
+        self.floor = floor
         self.margin = None if floor is None else learned_margin(floor, rows) if "learned_margin" in self.rules else 0.0
         self.midpoints: list[float] | None = None if "midpoints" in self.rules else []  # around the first best
         #                                                                     inside that learned nothing
-        self.steadier: float | None = None  # the midpoint tried below a best that learned with its loss above that
 
     def _explore(self) -> None:
         """Try the start rates, then the next the rules ask for, up to MAX_CANDIDATES."""
@@ -185,19 +182,10 @@ class _Sweep:
     def _next(self) -> float | None:
         """The rung beyond the edge where the best rate sits; below the lowest when every rate failed. When none has
         learned and the best is inside the rates tried: first the midpoints on either side of it (once), then the
-        rung below the lowest. When the best learned with its dev loss above the class shares', or is a rung of the
-        ladder that learned between two that did not: first the midpoint below it (once). None when the best
-        learned inside the rates tried, or the ladder ends."""
+        rung below the lowest. None when the best learned inside the rates tried, or the ladder ends."""
         tried, best = sorted(self.tried), self._best()
         failed = not any(self._finite(rate) for rate in tried)
         learned = any(self._learned(rate) for rate in tried)
-        if self.steadier is None and (("steadier" in self.rules and self._unsteady(best))
-                                      or ("isolated" in self.rules and self._isolated(best))):
-            below, _ = self._neighbours(best)
-            if below is not None:
-                self.steadier = _two_digits(math.sqrt(best * below))
-                if self.steadier not in self.tried:
-                    return self.steadier
         if self.midpoints is None and not (learned or failed) and tried[0] < best < tried[-1]:
             below, above = self._neighbours(best)
             self.midpoints = [_two_digits(math.sqrt(best * above)), _two_digits(math.sqrt(best * below))]
@@ -291,30 +279,15 @@ class _Sweep:
             return False
         return self.floor is None or self._entry(rate, index)["dev_metric"] > self.floor + self.margin
 
-    def _unsteady(self, rate: float) -> bool:
-        """The candidate learned by its first evaluation while its dev loss rose above predicting the class shares."""
-        return self.prior is not None and self._learned(rate) and self._loss(rate) > self.prior
-
-    def _isolated(self, rate: float) -> bool:
-        """The candidate is a rung of the ladder that learned by its first evaluation while the rungs tried on either
-        side of it did not: the rates that learn form a band narrower than the ladder's step, and it may sit on the
-        band's upper edge."""
-        below, above = self._neighbours(rate)
-        return rate in LADDER and self._learned(rate) and below is not None and above is not None \
-            and not self._learned(below) and not self._learned(above)
-
     def _score(self, rate: float, index: int = 0) -> tuple[bool, float, float]:
-        """Whether it learned, then dev loss (lower is better), then the dev metric, at its evaluation `index`. The
-        loss comes before the metric: early in training several rates still predict one class and tie on the
-        metric (prefix-tuning on SST-2: 0.581, 0.582, 0.581, 0.581), while the loss already tells them apart
-        (0.664 at 3e-4, the rate that learns, against 0.679-0.688)."""
+        """Whether it learned, then the dev metric, then dev loss (lower is better), at its evaluation `index`. Early
+        in training several rates still predict one class and tie on the metric (prefix-tuning on SST-2: 0.581,
+        0.582, 0.581, 0.581); the loss tells tied ones apart."""
         entry = self._entry(rate, index)
         if not self._finite(rate, index):
             return False, -math.inf, -math.inf
         loss = entry["dev_loss"] if entry["dev_loss"] is not None else math.inf
-        if "loss_first" not in self.rules:
-            return self._learned(rate, index), entry["dev_metric"], -loss
-        return self._learned(rate, index), -loss, entry["dev_metric"]
+        return self._learned(rate, index), entry["dev_metric"], -loss
 
     def _best(self) -> float:
         return max(self.tried, key=self._score)
@@ -341,13 +314,3 @@ def one_class_metric(data) -> float | None:
         return None
     return max(task.compute_metrics(np.full(len(labels), label, dtype=np.int64), labels)[task.metric]
                for label in range(task.num_labels))
-
-
-def prior_loss(data) -> float | None:
-    """The dev loss (cross-entropy) of predicting every row's class with the dev's class shares: their entropy.
-    None for regression or unlabelled dev rows."""
-    task, labels = data.task, data.dev.labels
-    if task.regression or labels is None or len(labels) == 0:
-        return None
-    shares = np.bincount(np.asarray(labels, dtype=np.int64), minlength=task.num_labels) / len(labels)
-    return float(-sum(share * math.log(share) for share in shares if share > 0))
