@@ -15,7 +15,7 @@ learned only once it beats one class by LEARNED_SE standard errors); the fastest
 (back off to the rung below when it has BACK_OFF_SHARE of the gain and BACK_OFF_LOSS_SHARE of the loss drop); and
 no rate learned at all (the two likeliest train on to the second evaluation). Each is kept because replaying the
 sweep without it on tasks it was not chosen on (bench/sweep_rules_loo.py) did worse for LoRA or prefix-tuning;
-docs/learning-rates.md has the cases and the judgement, and the two rules it removed.
+docs/learning-rates.md has the cases, the judgement and the rules it removed.
 """
 
 from __future__ import annotations
