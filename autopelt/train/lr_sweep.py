@@ -13,8 +13,9 @@ Ranking by the first evaluation fails in measured ways, each handled here: a nar
 on either side of the best, once); nothing learned yet (walk down); a small lead that is not learning (a rate has
 learned only once it beats one class by LEARNED_SE standard errors); the fastest rate on the edge of stability
 (back off to the rung below when it has BACK_OFF_SHARE of the gain and BACK_OFF_LOSS_SHARE of the loss drop); and
-no rate learned at all (the two likeliest train on to the second evaluation). Each is kept because replaying the
-sweep without it on tasks it was not chosen on (bench/sweep_rules_loo.py) did worse for LoRA or prefix-tuning;
+no rate learned at all (the two likeliest train on to the second evaluation). Each but the midpoints is kept
+because replaying the sweep without it on tasks it was not chosen on (bench/sweep_rules_loo.py) did worse for
+LoRA or prefix-tuning; the midpoints are undecided there (the replays without them leave the collected grid).
 docs/learning-rates.md has the cases, the judgement and the rules it removed.
 """
 
