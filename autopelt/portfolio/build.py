@@ -30,6 +30,9 @@ def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict
                    baseline_rates(meta, tasks))
 
 
+SEARCHED_BASELINES = ("unipelt_apl",)  # the baselines a search with a portfolio still trains
+
+
 def baseline_rates(meta, tasks: list[str]) -> dict[str, float]:
     """Each searched baseline's learned rate, among the design's configurations of its exact structure (its
     preset read by the mean, batch 32, every layer, the design's backbone dropout), over `tasks` and the selection
@@ -63,9 +66,6 @@ def baseline_rates(meta, tasks: list[str]) -> dict[str, float]:
         best = min(runs, key=lambda c: (collapses(c), -sum(devs[c].values())))
         rates[baseline] = config_named(best).learning_rate
     return rates
-
-
-SEARCHED_BASELINES = ("unipelt_apl",)  # the baselines a search with a portfolio still trains
 
 
 def _is_structure(config: Config, spec: dict) -> bool:

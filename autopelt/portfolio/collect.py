@@ -18,7 +18,7 @@ from pathlib import Path
 
 from autopelt.errors import UserError
 from autopelt.portfolio.design import DESIGN_VERSION, config_named
-from autopelt.portfolio.tasks import DEV_SIZE, K, read_pool
+from autopelt.portfolio.tasks import DEV_SIZE, K, pool_task, read_pool
 
 EPOCHS = 3
 
@@ -53,13 +53,12 @@ def run_job(job: Job, pool: str, model: str, device: str | None, precision: str,
 
     from autopelt.train import TrialSettings, run_trial
 
-    task = read_pool(pool)[job.task]
     config = config or config_named(job.config)
     layers = AutoConfig.from_pretrained(model).num_hidden_layers
     settings = TrialSettings(
         task=job.task, spec=config.spec(layers), model=model, data_dir=pool, protocol=K, dev_size=DEV_SIZE,
         seed=job.seed, data_seed=0, epochs=EPOCHS, learning_rate=config.learning_rate, batch_size=config.batch_size,
-        custom_task={"text_columns": task["text_columns"], "label_column": "label", "label_names": task["label_names"]},
+        custom_task=pool_task(pool, job.task),
         threads=threads, device=device, precision=precision, backbone_dropout=config.backbone_dropout,
         cache_dir=cache_dir)
     result = run_trial(settings, test_each_evaluation=True)

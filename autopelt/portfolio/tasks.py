@@ -79,6 +79,12 @@ def read_pool(pool: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
+def pool_task(pool: str | Path, name: str) -> dict:
+    """A pool task as a trial's own task (`TrialSettings.custom_task`): its text columns and label names."""
+    meta = read_pool(pool)[name]
+    return {"text_columns": meta["text_columns"], "label_column": "label", "label_names": meta["label_names"]}
+
+
 def dev_rows(pool: str | Path, name: str):
     """(the task, its dev rows' label ids, as a trial of the meta-dataset carves them from the pool: K=1,000 and
     1,000 dev at data seed 0)."""
@@ -86,10 +92,8 @@ def dev_rows(pool: str | Path, name: str):
     from autopelt.train.settings import TrialSettings
     from autopelt.train.trial_data import resolve_task
 
-    meta = read_pool(pool)[name]
     settings = TrialSettings(task=name, spec="lora", data_dir=str(pool), protocol=K, dev_size=DEV_SIZE, seed=0,
-                             data_seed=0, custom_task={"text_columns": meta["text_columns"], "label_column": "label",
-                                                       "label_names": meta["label_names"]})
+                             data_seed=0, custom_task=pool_task(pool, name))
     task = resolve_task(settings)
     splits = make_splits(load_task_splits(task, str(pool)), task, K, seed=settings.split_seed, dev_size=DEV_SIZE)
     return task, np.asarray([task.encode_label(row[task.label_column]) for row in splits.dev], dtype=np.int64)

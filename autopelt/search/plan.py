@@ -103,6 +103,7 @@ class SearchPlan:
 def prepare(options: SearchOptions) -> SearchPlan:
     """Check and resolve every input; raise UserError on the first bad one. Writes nothing (but a hub id's files
     fetched into the hub's cache: its config, and how it is pooled)."""
+    from autopelt.data.generation import GenerationTask
     from autopelt.delta.presets import BASELINES
     from autopelt.models import load_config, own_pooling
     from autopelt.search.space import load_space
@@ -110,8 +111,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     budget = parse_budget(options.budget)
     param_limit = parse_max_params(options.max_params)
     _check_numbers(options)
-    generation = bool(options.custom_task and options.custom_task.get("target_column"))  # input -> target text
     task = _task(options.task, options.custom_task)
+    generation = isinstance(task, GenerationTask)  # your own input -> target text
     if generation:
         data_dir = _generation_data_dir(options.data_dir, task)
     else:
