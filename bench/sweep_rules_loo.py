@@ -4,9 +4,9 @@ The sweep ranks candidate rates by their first dev evaluation (epoch 1 of 3) and
 special cases (`lr_sweep.RULES`) were each chosen from runs on SST-2 and SNLI. Here they are judged on all twelve
 tasks of the portfolio's meta-dataset, where ten were never looked at when the rules were made.
 
-`collect` trains one baseline (`--method`: LoRA r8 on query and value, or prefix-tuning of length 10; read by the
-mean, batch 32, backbone dropout off, as a default search trains it) at every rate of a grid that holds the sweep's
-ladder and the midpoints it tries, on each
+`collect` trains one baseline (`--method`: LoRA r8 on query and value, prefix-tuning of length 10, or UniPELT(APL);
+read by the mean, batch 32, backbone dropout off, as a default search trains it) at every rate of a grid that
+holds the sweep's ladder and the midpoints it tries, on each
 task's pool (K=1000, dev 1,000, 3 epochs, seed 0), recording per epoch dev metric, dev loss and test metric: the
 meta-dataset's protocol and record (autopelt/portfolio/collect.py), resumable. A sweep's candidate trains from the
 same initial state on the same batches as a whole trial at its rate, so its first evaluation is that trial's first
@@ -23,6 +23,7 @@ the rules were not chosen on, the paired change against all rules, the candidate
     python bench/sweep_rules_loo.py judge --pool POOL --ladder benchmarks/sweep-ladder/lora.jsonl
     python bench/sweep_rules_loo.py collect --method prefix --pool POOL --out benchmarks/sweep-ladder/prefix.jsonl
     python bench/sweep_rules_loo.py judge --pool POOL --ladder benchmarks/sweep-ladder/prefix.jsonl
+    python bench/sweep_rules_loo.py collect --method unipelt_apl --pool POOL --out benchmarks/sweep-ladder/unipelt_apl.jsonl
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ GRID = (1e-3, 3e-3, 1e-2, 3e-4, 3e-2, 5.5e-3, 1.7e-3, 5.5e-4, 1e-4, 1.7e-2, 1.7e
 METHODS = {
     "lora": ("sweep-lora-r8-qv", "LoRA r8 (query, value), mean pooling, batch 32, backbone dropout off"),
     "prefix": ("sweep-prefix-l10", "prefix-tuning, length 10, mean pooling, batch 32, backbone dropout off"),
+    "unipelt_apl": ("sweep-unipelt-apl", "UniPELT(APL): gated adapter, prefix and LoRA, mean pooling, batch 32, "
+                    "backbone dropout off"),
 }
 MODEL = None  # autopelt's default model (all-MiniLM-L6-v2), as the meta-dataset
 
