@@ -1,10 +1,15 @@
-"""Tiny random-weight Llama (grouped-query attention), GPT-2 and T5 models, built from configs (no download)."""
+"""Tiny random-weight Llama (grouped-query attention), GPT-2 and T5 (v1.0's ReLU FFN, and v1.1's gated one as
+Flan-T5 has it) models, built from configs (no download)."""
 
 from __future__ import annotations
 
 import torch
 
-DECODER_FAMILIES = ("llama", "gpt2", "t5")
+DECODER_FAMILIES = ("llama", "gpt2", "t5", "t5-gated")
+
+
+def is_t5(family: str) -> bool:
+    return family.startswith("t5")
 
 
 def tiny_decoder_config(family: str, num_labels: int = 2):
@@ -18,9 +23,10 @@ def tiny_decoder_config(family: str, num_labels: int = 2):
         return GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, pad_token_id=0,
                           bos_token_id=1, eos_token_id=2, num_labels=num_labels, resid_pdrop=0.0, embd_pdrop=0.0,
                           attn_pdrop=0.0)
-    if family == "t5":
+    if is_t5(family):
         return T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-                        dropout_rate=0.0, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0)
+                        dropout_rate=0.0, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
+                        feed_forward_proj="gated-gelu" if family == "t5-gated" else "relu")
     raise ValueError(family)
 
 
@@ -30,7 +36,7 @@ def tiny_decoder(family: str, lm: bool = False, seed: int = 0):
 
     config = tiny_decoder_config(family)
     torch.manual_seed(seed)
-    return model_class(config, lm or family == "t5").from_config(config).eval()
+    return model_class(config, lm or is_t5(family)).from_config(config).eval()
 
 
 def decoder_batch(family: str, batch_size: int = 3, seq_len: int = 7, seed: int = 0, padded: bool = True):
@@ -39,7 +45,7 @@ def decoder_batch(family: str, batch_size: int = 3, seq_len: int = 7, seed: int 
 
     g = torch.Generator().manual_seed(seed)
     batch = tiny_batch(batch_size, seq_len, padded=padded, generator=g)
-    if family == "t5":
+    if is_t5(family):
         batch["decoder_input_ids"] = torch.randint(3, 100, (batch_size, 4), generator=g)
     return batch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decodermodels import DECODER_FAMILIES, decoder_batch, row_alone, tiny_decoder
+from decodermodels import DECODER_FAMILIES, decoder_batch, is_t5, row_alone, tiny_decoder, tiny_decoder_config
 
 from autopelt import delta
 from autopelt.errors import UserError
@@ -44,8 +44,7 @@ CASES = {
                                        "split_gate": True}]},
     "bitfit": {"methods": [{"method": "bitfit"}]},
 }
-REFUSED = {("llama", "bitfit"), ("t5", "bitfit"), ("t5", "prefix"), ("t5", "prefix_shifted+lora"),
-           ("t5", "unipelt_apl"), ("t5", "prefix_split_gate")}
+REFUSED = {("llama", "bitfit")} | {(t5, name) for t5 in ("t5", "t5-gated") for name in ("bitfit", "prefix_shifted+lora")}
 MERGEABLE = ["lora", "lora_every_site_some_layers", "rslora", "dora", "vera", "ia3", "adamix_lora",
              "dora+vera+ia3+ffn_adapter_same_site"]
 PAIRS = [(name, family) for name in CASES for family in DECODER_FAMILIES if (family, name) not in REFUSED]
@@ -59,7 +58,8 @@ def build(name: str, family: str, seed: int = 0):
     return delta.apply_delta(tiny_decoder(family), CASES[name], seed=seed).eval()
 
 
-def logits(model, batch):
+@torch.no_grad()
+def logits(model, batch):  # without autograd, whose kernels may round a frozen and a trainable model differently
     return model(**batch).logits
 
 
@@ -70,7 +70,7 @@ def train_step(model, family: str, steps: int = 1, lr: float = 1e-2):
     for step in range(steps):
         delta.route_all(model, generator)
         batch = decoder_batch(family, seed=step)
-        labels = batch["decoder_input_ids"] if family == "t5" else torch.tensor([0, 1, 1])
+        labels = batch["decoder_input_ids"] if is_t5(family) else torch.tensor([0, 1, 1])
         model(**batch, labels=labels).loss.backward()
         optimiser.step()
         optimiser.zero_grad()
@@ -98,13 +98,13 @@ def test_a_step_changes_only_the_delta_and_head(name, family):
     assert changed and changed <= trainable
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters() if n not in trainable)
     assert any(not n.startswith("score") for n in changed), "only the head trained"
-    assert any(n.startswith("score") for n in changed) == (family != "t5")  # a language model has no task head
+    assert any(n.startswith("score") for n in changed) == (not is_t5(family))  # a language model has no task head
 
 
 @pytest.mark.parametrize("name, family", PAIRS)
 def test_analytic_count_equals_counted(name, family):
     model = build(name, family)
-    count = delta.count_parameters(CASES[name], model.config, lm=family == "t5")
+    count = delta.count_parameters(CASES[name], model.config, lm=is_t5(family))
     assert count.trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert count.stored == sum(t.numel() for t in delta.delta_state(model).values())
     assert count.base == sum(p.numel() for p in tiny_decoder(family).parameters())
@@ -117,7 +117,7 @@ def test_save_load_round_trip_gives_the_same_logits(name, family, tmp_path):
     expected = logits(model, batch)
     delta.save_delta(model, CASES[name], tmp_path)
     fresh = tiny_decoder(family)
-    if family != "t5":
+    if not is_t5(family):
         torch.nn.init.normal_(fresh.score.weight)
     delta.load_delta(fresh, tmp_path)
     torch.testing.assert_close(logits(fresh.eval(), batch), expected, rtol=1e-5, atol=1e-5)
@@ -160,7 +160,7 @@ def test_padding_does_not_change_a_sequence_result(name, family):
 @pytest.mark.parametrize("family, name, why", [
     ("llama", "bitfit", "bitfit cannot apply to llama: it has no bias terms"),
     ("t5", "bitfit", "bitfit cannot apply to t5: it has no bias terms"),
-    ("t5", "prefix", "prefix cannot apply to t5: prefix-tuning on T5"),
+    ("t5", "prefix_shifted+lora", "prefix cannot apply to t5: T5's positions are relative"),
 ])
 def test_a_method_that_cannot_apply_is_refused_in_one_line(family, name, why):
     for attempt in (lambda: build(name, family),
@@ -197,6 +197,31 @@ def test_t5_layers_run_over_the_encoder_then_the_decoder_and_cross_sites_are_the
         "encoder.block.1.layer.0.SelfAttention.q"]
 
 
+def test_a_gated_t5_ffn_declares_gate_up_and_down_as_llama_does_and_v1_0_has_no_gate():
+    from autopelt.delta.modules.lora import LoRALinear
+
+    spec = {"methods": [{"method": "lora", "targets": ["gate", "intermediate", "output"], "layers": [0]}]}
+    model = delta.apply_delta(tiny_decoder("t5-gated"), spec)
+    assert sorted(n for n, m in model.named_modules() if isinstance(m, LoRALinear)) == [
+        "encoder.block.0.layer.1.DenseReluDense.wi_0", "encoder.block.0.layer.1.DenseReluDense.wi_1",
+        "encoder.block.0.layer.1.DenseReluDense.wo"]
+    with pytest.raises(UserError, match="t5 has no linear site 'gate'"):
+        delta.apply_delta(tiny_decoder("t5"), spec)
+
+
+def test_mt5_is_declared_as_the_gated_t5_it_is():
+    from transformers import AutoModelForSeq2SeqLM, MT5Config
+
+    from autopelt.delta.modules.lora import LoRALinear
+
+    base = tiny_decoder("t5-gated").config.to_dict()
+    config = MT5Config(**{k: v for k, v in base.items() if k not in ("model_type", "architectures")})
+    model = delta.apply_delta(AutoModelForSeq2SeqLM.from_config(config),
+                              {"methods": [{"method": "lora", "targets": ["gate"], "layers": [3]}]})
+    assert [n for n, m in model.named_modules() if isinstance(m, LoRALinear)] == [
+        "decoder.block.1.layer.2.DenseReluDense.wi_0"]
+
+
 def test_a_decoder_gate_is_per_token_so_no_token_sees_the_ones_after_it():
     model = build("unipelt_al", "llama", seed=0)
     _perturb(model)
@@ -225,10 +250,13 @@ def test_batched_left_padded_generation_with_the_cache_equals_one_by_one(name, f
         assert alone[0].tolist() == together[i].tolist()
 
 
-def test_t5_generates_the_same_with_a_soft_prompt_whether_padded_in_a_batch_or_alone():
-    """The prompt's ones lead the encoder's mask and the cross-attention's, in the training forward and in
-    generate (which runs the encoder once and passes the decoder the unextended mask)."""
-    model = delta.apply_delta(tiny_decoder("t5", lm=True), CASES["prompt"])
+@pytest.mark.parametrize("name", ["prompt", "prefix", "unipelt_apl"])
+@pytest.mark.parametrize("family", ["t5", "t5-gated"])
+def test_t5_generates_the_same_whether_padded_in_a_batch_or_alone(name, family):
+    """A prompt's ones lead the encoder's mask and the cross-attention's, in the training forward and in generate
+    (which runs the encoder once and passes the decoder the unextended mask); a prefix stays out of the cache, so
+    step-by-step decoding with the cache computes what the teacher-forced pass does."""
+    model = delta.apply_delta(tiny_decoder(family, lm=True), CASES[name])
     _perturb(model)
     g = torch.Generator().manual_seed(0)
     rows = [torch.randint(3, 100, (n,), generator=g) for n in (5, 3, 7)]
@@ -243,6 +271,38 @@ def test_t5_generates_the_same_with_a_soft_prompt_whether_padded_in_a_batch_or_a
         assert alone[0].tolist() == together[i].tolist()
     forward = model(input_ids=ids, attention_mask=mask, decoder_input_ids=together[:, :-1]).logits.argmax(-1)
     assert forward.tolist() == together[:, 1:].tolist()  # teacher forcing agrees with what was generated
+
+
+@pytest.mark.parametrize("attention", ["encoder.block.1.layer.0.SelfAttention", "decoder.block.1.layer.0.SelfAttention",
+                                       "decoder.block.1.layer.1.EncDecAttention"])
+def test_a_t5_prefix_is_attended_as_keys_and_values_with_no_position_before_every_real_one(attention):
+    """The wrapped attention against the formula written out: softmax(q·[P_k; K]ᵀ + [0, bias] + mask)·[P_v; V]."""
+    model = delta.apply_delta(tiny_decoder("t5"), {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
+    _perturb(model)
+    wrapped = model.get_submodule(attention)
+    base, seen = wrapped.base_layer, {}
+    wrapped.register_forward_hook(lambda m, args, kwargs, out: seen.update(args=args, kwargs=kwargs, out=out),
+                                  with_kwargs=True)
+    batch = decoder_batch("t5", padded=True)
+    with torch.no_grad():
+        model(**batch)
+        hidden = seen["args"][0] if seen["args"] else seen["kwargs"]["hidden_states"]
+        states = seen["kwargs"].get("key_value_states")
+        states = hidden if states is None else states
+        mask, bias = seen["kwargs"].get("mask"), seen["out"][1]
+        split = lambda x: x.view(x.shape[0], x.shape[1], 4, 8).transpose(1, 2)  # noqa: E731
+        q, k, v = split(base.q(hidden)), split(base.k(states)), split(base.v(states))
+        pk, pv = (split(p[None]).expand(q.shape[0], -1, -1, -1) for p in wrapped.prefix_encoder(wrapped.row))
+        scores = q @ torch.cat([pk, k], 2).transpose(2, 3) + torch.cat([torch.zeros(*bias.shape[:-1], 3), bias], -1)
+        if mask is not None:
+            mask = mask if mask.dtype != torch.bool else torch.zeros(mask.shape).masked_fill(~mask, -1e9)
+            scores = scores + torch.cat([torch.zeros(*mask.shape[:-1], 3), mask], -1)
+        elif "decoder" in attention and "SelfAttention" in attention:  # causal, left to sdpa's flag
+            causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+            scores = scores + torch.cat([torch.zeros(q.shape[2], 3), torch.zeros(causal.shape).masked_fill(
+                ~causal, -1e9)], -1)
+        expected = base.o((scores.softmax(-1) @ torch.cat([pv, v], 2)).transpose(1, 2).reshape(*hidden.shape[:2], -1))
+    torch.testing.assert_close(seen["out"][0], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_gate_values_of_a_decoder_are_readable_per_method_and_layer():
@@ -269,3 +329,52 @@ def test_the_llama_declaration_serves_qwen2_and_mistral(model_type, name):
         torch.testing.assert_close(logits(model, batch), expected, rtol=0, atol=1e-6)
     count = delta.count_parameters(CASES[name], config)
     assert count.trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _t5_classifier(family: str = "t5"):
+    from autopelt.delta.sites import model_class
+
+    config = tiny_decoder_config(family)
+    torch.manual_seed(0)
+    return model_class(config, lm=False).from_config(config).eval()
+
+
+def _eos_batch(seq_len: int = 7):
+    """Right-padded rows that end in <eos> (2), as a T5 tokenizer writes them: T5's classifier reads it."""
+    batch = decoder_batch("t5", seq_len=seq_len)
+    batch.pop("decoder_input_ids")
+    for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
+        batch["input_ids"][row, length - 1] = 2
+    return batch
+
+
+@pytest.mark.parametrize("name", ["lora", "ia3", "houlsby", "prefix", "prompt", "unipelt_apl"])
+@pytest.mark.parametrize("family", ["t5", "t5-gated"])
+def test_a_t5_classifier_trains_its_delta_and_head_counts_them_and_ignores_padding(name, family):
+    """T5ForSequenceClassification (the decoder's state at the last <eos>, a dense layer and an output projection):
+    identity where zero-initialised, only the delta and the head move, the analytic count, padding-invariant."""
+    batch = _eos_batch()
+    expected = logits(_t5_classifier(family), batch)
+    model = delta.apply_delta(_t5_classifier(family), CASES[name])
+    if not changes_output_at_init(name):
+        torch.testing.assert_close(logits(model, batch), expected, rtol=0, atol=1e-6)
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    model.train()
+    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model(**batch, labels=torch.tensor([0, 1, 1])).loss.backward()
+    optimiser.step()
+    model.eval()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert changed <= trainable and any(n.startswith("classification_head") for n in changed)
+    assert any(not n.startswith("classification_head") for n in changed)
+    count = delta.count_parameters(CASES[name], model.config, num_labels=2)
+    assert count.trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    longer = _eos_batch(seq_len=9)
+    alone = {k: v[2:3, : int(longer["attention_mask"][2].sum())] for k, v in longer.items()}
+    torch.testing.assert_close(logits(model, alone)[0], logits(model, longer)[2], rtol=1e-5, atol=1e-5)
+
+
+def test_a_t5_classifier_refuses_mean_pooling_in_one_line():
+    with pytest.raises(UserError, match="reads the decoder's state at the last <eos> .use --pooling cls.$"):
+        delta.apply_delta(_t5_classifier(), {"methods": [{"method": "lora"}], "pooling": "mean"})

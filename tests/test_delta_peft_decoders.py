@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import moved
-from decodermodels import decoder_batch, tiny_decoder
+from decodermodels import DECODER_FAMILIES, decoder_batch, is_t5, tiny_decoder
 from test_delta_peft import _ours
 
 from autopelt import delta
@@ -25,8 +25,8 @@ ENTRIES = {
     "prefix": {"method": "prefix", "length": 3, "reparam_hidden": 0, "shift_positions": True},
     "prompt": {"method": "prompt", "length": 4},
 }
-PAIRS = [(name, family) for family in ("llama", "gpt2", "t5") for name in ENTRIES
-         if not (family == "t5" and name == "prefix")]  # T5 refuses prefix-tuning (sites.py)
+PAIRS = [(name, family) for family in DECODER_FAMILIES for name in ENTRIES
+         if not (is_t5(family) and name == "prefix")]  # peft's T5 prefix is another design (below)
 
 
 def trained(entry, family):
@@ -40,12 +40,13 @@ def wrapped_sites(model) -> list[str]:
 
 def peft_config(name, ours, family):
     entry, sites = ENTRIES[name], wrapped_sites(ours)
-    task = peft.TaskType.SEQ_2_SEQ_LM if family == "t5" else peft.TaskType.CAUSAL_LM
+    task = peft.TaskType.SEQ_2_SEQ_LM if is_t5(family) else peft.TaskType.CAUSAL_LM
     if name in ("lora", "rslora", "dora"):
         return peft.LoraConfig(r=4, lora_alpha=entry["alpha"], use_rslora=name == "rslora", use_dora=name == "dora",
                                target_modules=sites, task_type=task)
     if name == "ia3":
-        ffn = {"llama": "mlp.down_proj", "gpt2": "mlp.c_proj", "t5": "DenseReluDense.wo"}[family]
+        ffn = {"llama": "mlp.down_proj", "gpt2": "mlp.c_proj", "t5": "DenseReluDense.wo",
+               "t5-gated": "DenseReluDense.wo"}[family]
         return peft.IA3Config(target_modules=sites, feedforward_modules=[s for s in sites if s.endswith(ffn)],
                               task_type=task)
     if name == "vera":
@@ -109,3 +110,10 @@ def test_a_decoder_prompt_has_a_peft_form_and_an_encoder_prompt_does_not():
     spec = {"methods": [ENTRIES["prompt"]]}
     assert peft_reason(spec, "llama") is None and peft_reason(spec, "gpt2") is None and peft_reason(spec, "t5") is None
     assert "before the first token" in peft_reason(spec, "bert")
+
+
+def test_a_t5_prefix_has_no_peft_form_because_peft_reaches_only_the_decoders_self_attention():
+    spec = {"methods": [{"method": "prefix", "length": 3}]}
+    assert "reaches only the decoder's self-attention" in peft_reason(spec, "t5")
+    assert "reaches only the decoder's self-attention" in peft_reason(spec, "mt5")
+    assert peft_reason({"methods": [ENTRIES["prefix"]]}, "llama") is None

@@ -51,4 +51,6 @@ def test_a_space_with_nothing_the_family_takes_is_one_line():
 def test_baselines_the_family_cannot_take_are_named():
     assert cannot_apply_preset("bitfit", tiny_decoder_config("llama")) == "it has no bias terms"
     assert cannot_apply_preset("unipelt_apl", tiny_decoder_config("llama")) is None
-    assert cannot_apply_preset("prefix", tiny_decoder_config("t5")).startswith("prefix-tuning on T5")
+    assert cannot_apply_preset("bitfit", tiny_decoder_config("t5")) == "it has no bias terms"
+    assert cannot_apply_preset("prefix", tiny_decoder_config("t5")) is None
+    assert cannot_apply_preset("unipelt_apl", tiny_decoder_config("t5-gated")) is None

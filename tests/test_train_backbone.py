@@ -152,7 +152,7 @@ def test_auto_is_timed_once_per_machine_through_the_cache_file(monkeypatch, tmp_
 
 
 CHECKPOINTED = ("lora", "dora", "vera", "ia3", "adapter", "houlsby", "compacter", "prompt", "adamix",
-                "unipelt_apl_nogate", "prefix")  # prefix: on an encoder (a decoder's is refused, below)
+                "unipelt_apl_nogate", "prefix")  # prefix: on an encoder and T5 (a decoder's is refused, below)
 
 
 def _delta_grads(model, spec, batch, checkpointing: bool) -> dict:
@@ -174,17 +174,17 @@ def _fresh(family: str):
     return tiny_model("bert") if family == "bert" else tiny_decoder(family, lm=True)
 
 
-@pytest.mark.parametrize("family", ["bert", "llama", "gpt2"])
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2", "t5"])
 @pytest.mark.parametrize("name", CHECKPOINTED)
 def test_gradient_checkpointing_gives_the_same_gradients(family, name):
     """Recomputed activations, the same backward: every delta parameter's gradient equal with and without, on an
-    encoder classifier and on decoder language models."""
-    from tests.conftest import tiny_batch
+    encoder classifier, on decoder language models and on T5."""
+    from tests.decodermodels import decoder_batch
 
     spec = delta.PRESETS[name]
-    if family != "bert" and any(m.method == "prefix" for m in delta.parse_spec(spec).methods):
+    if family in ("llama", "gpt2") and any(m.method == "prefix" for m in delta.parse_spec(spec).methods):
         pytest.skip("a decoder's prefix is refused with checkpointing (tested below)")
-    batch = tiny_batch(batch_size=3, seq_len=9)
+    batch = decoder_batch(family, batch_size=3, seq_len=9)
     plain = _delta_grads(_fresh(family), spec, batch, checkpointing=False)
     checkpointed = _delta_grads(_fresh(family), spec, batch, checkpointing=True)
     assert plain.keys() == checkpointed.keys() and plain

@@ -1,5 +1,6 @@
 """A decoder as a sequence classifier through `autopelt train` and `predict`: the head reads the last real token, as
-LlamaForSequenceClassification; a method the family cannot take is one line and exit 2."""
+LlamaForSequenceClassification, or on T5 the decoder's state at the last <eos>; a method the family cannot take is
+one line and exit 2."""
 
 from __future__ import annotations
 
@@ -28,6 +29,24 @@ def tiny_llama_dir(tmp_path_factory, minilm_path):
     return folder
 
 
+@pytest.fixture(scope="module")
+def tiny_t5_dir(tmp_path_factory, minilm_path):
+    """A random tiny T5 (v1.1's gated FFN) with MiniLM's tokenizer, whose [SEP] ends every row as T5's </s> does."""
+    import torch
+    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path_factory.mktemp("tiny-t5")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                      num_heads=4, dropout_rate=0.0, feed_forward_proj="gated-gelu",
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
+                      decoder_start_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def train(folder, data_dir, out, *method):
     return cli.main(["train", "--task", "sst2", "--model", str(folder), "--data-dir", str(data_dir), "--out", str(out),
                      "--epochs", "3", "--batch-size", "16", "--lr", "0.01", "--threads", "1", *method])
@@ -42,6 +61,19 @@ def test_a_decoder_classifier_trains_and_predicts(method, tiny_llama_dir, sst2_d
     if method[1] == "lora":  # a random tiny decoder learns "good"/"bad" through LoRA in 12 steps; a 4-token prompt
         assert result["test"]["accuracy"] > 0.6  # alone does not, so the others only have to run
     assert result["spec"].get("pooling", "cls") == "cls"
+    capsys.readouterr()
+    assert cli.main(["predict", "--delta", str(tmp_path / "out" / "delta"), "--text", "a good film"]) == 0
+    assert json.loads(capsys.readouterr().out.strip())["label"] in (0, 1)
+
+
+@pytest.mark.parametrize("method", [("--method", "lora", "--rank", "4"), ("--method", "prefix", "--length", "4"),
+                                    ("--preset", "unipelt_apl")])
+def test_a_t5_classifier_trains_and_predicts(method, tiny_t5_dir, sst2_dir, tmp_path, capsys):
+    code = train(tiny_t5_dir, sst2_dir, tmp_path / "out", *method)
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert code == 0, result["reason"]
+    if method[1] == "lora":
+        assert result["test"]["accuracy"] > 0.6
     capsys.readouterr()
     assert cli.main(["predict", "--delta", str(tmp_path / "out" / "delta"), "--text", "a good film"]) == 0
     assert json.loads(capsys.readouterr().out.strip())["label"] in (0, 1)

@@ -19,7 +19,7 @@ from autopelt.delta.modules.ia3 import IA3Linear
 from autopelt.delta.modules.lora import DoRALinear, LoRALinear
 from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
 from autopelt.delta.modules.phm import PHMLinear, new_rule
-from autopelt.delta.modules.prefix import PositionShift, PrefixEncoder, PrefixSelfAttention
+from autopelt.delta.modules.prefix import PositionShift, PrefixEncoder, PrefixSelfAttention, T5PrefixAttention
 from autopelt.delta.modules.prompt import EncoderPrompt, SoftPrompt
 from autopelt.delta.modules.vera import SharedProjections, VeRALinear
 from autopelt.delta.sites import Architecture, Stack, architecture_of, chosen_layers, linear_shape
@@ -98,14 +98,16 @@ def _pool_mean(model: nn.Module, arch: Architecture) -> None:
 
 
 def _share_padding_mask(model: nn.Module, arch: Architecture) -> None:
-    """Give the gates the padding mask of each pass (hooks registered after the soft prompt's, so it is in)."""
+    """Give the gates the padding mask of each pass (hooks registered after the soft prompt's, so it is in). On an
+    encoder-decoder the encoder's: the decoder's gates are per token."""
     gates = [module for module in model.modules() if isinstance(module, Gate)]
     if not gates:
         return
     padding = PaddingMask()
     for gate in gates:
         gate.padding = padding
-    backbone = arch.backbone_of(model)
+    encoder_decoder = getattr(model.config, "is_encoder_decoder", False)
+    backbone = model.get_encoder() if encoder_decoder else arch.backbone_of(model)
     backbone.register_forward_pre_hook(padding.capture, with_kwargs=True)
     backbone.register_forward_hook(padding.release)
 
@@ -113,8 +115,9 @@ def _share_padding_mask(model: nn.Module, arch: Architecture) -> None:
 def check_fits(spec: DeltaSpec, config) -> None:
     """Errors a spec has only against a given model (sizes that must divide, layers that must exist)."""
     arch = architecture_of(config)
-    if spec.pooling == "mean" and arch.causal:
-        raise UserError(f"mean pooling is for encoders: a {arch.family} classifier's head reads the last token "
+    if spec.pooling == "mean" and (arch.causal or arch.family == "t5"):
+        token = "decoder's state at the last <eos>" if arch.family == "t5" else "last token"
+        raise UserError(f"mean pooling is for encoders: a {arch.family} classifier's head reads the {token} "
                         "(use --pooling cls)")
     for method in spec.methods:
         inner = method.delta if isinstance(method, AdaMixConfig) else method
@@ -146,6 +149,8 @@ def why_not(method, arch: Architecture) -> str | None:
         return arch.unsupported[method.method]
     if isinstance(method, PrefixConfig) and arch.causal and method.layers is not None:
         return "a decoder's prefix fills the key/value cache of every layer"
+    if isinstance(method, PrefixConfig) and method.shift_positions and arch.family == "t5":
+        return "T5's positions are relative and its prefix has none, so prefix.shift_positions has nothing to move"
     return None
 
 
@@ -205,7 +210,7 @@ def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, mixture: 
         in_f, out_f = linear_shape(model.config, site)
         lora_A = _linear(in_f, cfg.rank, generator, mixture, bias=False)
         lora_B = _linear(cfg.rank, out_f, generator, mixture, up=True, bias=False)
-        gate = _gate(in_f, 1, "lora", i, generator, arch.causal) if cfg.gate else None
+        gate = _gate(in_f, 1, "lora", i, generator, arch.causal or stack.causal) if cfg.gate else None
         _replace(layer, stack.linears[site], lambda base: _lora(base, cfg, lora_A, lora_B, gate))
 
 
@@ -221,7 +226,7 @@ def _build_vera(model, arch: Architecture, cfg: VeRAConfig, generator, _: Mixtur
     projections = SharedProjections(cfg.rank, largest_in, largest_out, cfg.projection_seed)
     for i, layer, stack, site in _site_layers(model, arch, cfg):
         in_f, out_f = linear_shape(model.config, site)
-        gate = _gate(in_f, 1, "vera", i, generator, arch.causal) if cfg.gate else None
+        gate = _gate(in_f, 1, "vera", i, generator, arch.causal or stack.causal) if cfg.gate else None
         _replace(layer, stack.linears[site],
                  lambda base: VeRALinear(base, projections, in_f, out_f, cfg.d_initial, cfg.dropout, gate))
 
@@ -261,7 +266,7 @@ def _build_adapter(model, arch: Architecture, cfg: AdapterConfig, generator, mix
         for path, wrapper in adapter_positions(cfg, arch, stack):
             down = _adapter_projection(cfg, hidden, cfg.bottleneck, generator, rule, mixture, up=False)
             up = _adapter_projection(cfg, cfg.bottleneck, hidden, generator, rule, mixture, up=True)
-            gate = _gate(hidden, 1, "adapter", i, generator, arch.causal) if cfg.gate else None
+            gate = _gate(hidden, 1, "adapter", i, generator, arch.causal or stack.causal) if cfg.gate else None
             adapter = Bottleneck(down, up, cfg.activation)
             _replace(layer, path, lambda base: wrapper(base, adapter, gate))
 
@@ -269,6 +274,8 @@ def _build_adapter(model, arch: Architecture, cfg: AdapterConfig, generator, mix
 def _build_prefix(model, arch: Architecture, cfg: PrefixConfig, generator, _: Mixture) -> None:
     if arch.causal:
         return _build_cache_prefix(model, arch, cfg, generator)
+    if getattr(model.config, "is_encoder_decoder", False):
+        return _build_t5_prefix(model, arch, cfg, generator)
     entries = arch.layer_entries(model)
     rows = chosen_layers(cfg.layers, len(entries))
     hidden = model.config.hidden_size
@@ -300,6 +307,20 @@ def _build_cache_prefix(model, arch: Architecture, cfg: PrefixConfig, generator)
         backbone.add_module("prefix_gates", gates.to(device))
     hook = CachePrefix(encoder, heads, head_dim, cfg.shift_positions, gates)
     backbone.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _build_t5_prefix(model, arch: Architecture, cfg: PrefixConfig, generator) -> None:
+    """A row of prefix keys and values for each chosen layer's attentions: the encoder's self-attention, the decoder's
+    self-attention and cross-attention (AdapterHub's T5 prefix-tuning)."""
+    entries = arch.layer_entries(model)
+    sites = [(i, path) for i in chosen_layers(cfg.layers, len(entries)) for path in entries[i][1].attentions]
+    encoder = PrefixEncoder(len(sites), cfg.length, model.config.num_heads * model.config.d_kv, cfg.reparam_hidden,
+                            generator)
+    gates = LayerGates(len(sites), 2 if cfg.split_gate else 1, [i for i, _ in sites]) if cfg.gate else None
+    if gates is not None:
+        model.add_module("prefix_gates", gates.to(next(model.parameters()).device))
+    for row, (i, path) in enumerate(sites):
+        _replace(entries[i][0], path, lambda base: T5PrefixAttention(base, encoder, row, gates))
 
 
 def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mixture) -> None:

@@ -48,7 +48,8 @@ def _leading_prompt(model_type: str | None) -> bool:
     an encoder-decoder's encoder, not on an encoder (after [CLS])."""
     from autopelt.delta.sites import ARCHITECTURES
 
-    return model_type in ARCHITECTURES and (ARCHITECTURES[model_type].causal or model_type == "t5")
+    arch = ARCHITECTURES.get(model_type)
+    return arch is not None and (arch.causal or arch.family == "t5")
 
 
 def peft_form(spec, model_type: str | None = None) -> tuple[MethodConfig, str]:
@@ -67,19 +68,29 @@ def peft_form(spec, model_type: str | None = None) -> tuple[MethodConfig, str]:
                 f"{len(methods)}")
         raise UserError(f"this delta ({stored.summary()}) has no peft form: {what}")
     method = methods[0]
-    reason = _unexpressible(method, _leading_prompt(model_type))
+    reason = _unexpressible(method, _leading_prompt(model_type), _encoder_decoder(model_type))
     if reason:
         raise UserError(f"this delta's {method.describe()} has no peft form: {reason}")
     return method, _bias(method, bitfit)
 
 
-def _unexpressible(method: MethodConfig, leading_prompt: bool) -> str | None:
+def _encoder_decoder(model_type: str | None) -> bool:
+    from autopelt.delta.sites import ARCHITECTURES
+
+    arch = ARCHITECTURES.get(model_type)
+    return arch is not None and len(arch.stacks) == 2
+
+
+def _unexpressible(method: MethodConfig, leading_prompt: bool, encoder_decoder: bool = False) -> str | None:
     if getattr(method, "gate", False):
         return "peft has no UniPELT gate"
     if isinstance(method, AdapterConfig):
         return "peft has no bottleneck adapters (AdapterHub has)"
     if isinstance(method, PromptConfig) and not leading_prompt:
         return "peft's prompt tuning puts the soft tokens before the first token, autopelt's after it"
+    if isinstance(method, PrefixConfig) and encoder_decoder:
+        return ("peft's prefix-tuning on T5 reaches only the decoder's self-attention; autopelt's, as AdapterHub's, "
+                "also the encoder's and the cross-attention")
     if isinstance(method, PrefixConfig) and method.layers is not None:
         return "peft's prefix-tuning covers every layer"
     if isinstance(method, PrefixConfig) and not method.shift_positions:

@@ -29,6 +29,13 @@ class Stack:
     dropouts: dict[str, str]
     layernorms: dict[str, str]  # sublayer site -> path of its LayerNorm inside one layer
     size: str = "num_hidden_layers"  # the config attribute holding how many layers the stack has
+    cross_attention: str | None = None  # path of a decoder layer's attention over the encoder's output
+    causal: bool = False  # an encoder-decoder's decoder stack: each token reads only the ones before it
+
+    @property
+    def attentions(self) -> tuple[str, ...]:
+        """Paths of the layer's attention modules, self-attention first: where a prefix goes."""
+        return (self.self_attention,) + ((self.cross_attention,) if self.cross_attention else ())
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class Architecture:
     aliases: dict[str, str] = field(default_factory=dict)  # a site name -> the site that holds it (GPT-2's fused qkv)
     no_bias: str | None = None  # why BitFit cannot apply, when the family has no bias terms
     unsupported: dict[str, str] = field(default_factory=dict)  # method -> why it cannot apply here
+    classifier_backbone: str | None = None  # the backbone's path in the sequence classifier, where it differs
 
     # The first stack, as the encoder families read it
     @property
@@ -59,7 +67,8 @@ class Architecture:
         return self.stacks[0].linears
 
     def backbone_of(self, model: nn.Module) -> nn.Module:
-        return model.get_submodule(self.backbone)
+        classifier = self.classifier_backbone is not None and hasattr(model, self.head)
+        return model.get_submodule(self.classifier_backbone if classifier else self.backbone)
 
     def layer_entries(self, model: nn.Module) -> list[tuple[nn.Module, Stack]]:
         """Every layer of every stack, in the order of their indices, with the stack it belongs to."""
@@ -95,6 +104,15 @@ class Architecture:
                 indices += [i for i in range(start, start + size) if i in chosen]
             start += size
         return indices
+
+    def attention_rows(self, config, layers) -> int:
+        """How many attention modules the chosen layers hold (T5's decoder layers: two each): a prefix's rows."""
+        rows, start, chosen = 0, 0, set(chosen_layers(layers, self.num_layers(config)))
+        for stack in self.stacks:
+            size = int(getattr(config, stack.size))
+            rows += len(stack.attentions) * len(chosen & set(range(start, start + size)))
+            start += size
+        return rows
 
     def head_params(self, hidden: int, num_labels: int) -> int:
         extra = hidden * hidden + hidden if self.head_hidden_layer else 0
@@ -175,27 +193,42 @@ def _t5_shapes(config) -> dict[str, tuple[int, int]]:
     attention = {"query": (hidden, inner), "key": (hidden, inner), "value": (hidden, inner),
                  "attention_output": (inner, hidden)}
     cross = {f"cross_{site}": shape for site, shape in attention.items()}
-    return {**attention, **cross, "intermediate": (hidden, ff), "output": (ff, hidden)}
+    gate = {"gate": (hidden, ff)} if getattr(config, "is_gated_act", False) else {}
+    return {**attention, **cross, **gate, "intermediate": (hidden, ff), "output": (ff, hidden)}
 
 
-def _t5_stack(layers: str, ffn: int, size: str, cross: bool) -> Stack:
+def _t5_stack(layers: str, ffn: int, size: str, cross: bool, gated: bool) -> Stack:
     attention = {"query": "q", "key": "k", "value": "v", "attention_output": "o"}
     linears = {site: f"layer.0.SelfAttention.{name}" for site, name in attention.items()}
     if cross:
         linears.update({f"cross_{site}": f"layer.1.EncDecAttention.{name}" for site, name in attention.items()})
-    linears.update({"intermediate": f"layer.{ffn}.DenseReluDense.wi", "output": f"layer.{ffn}.DenseReluDense.wo"})
+    ffn_path = f"layer.{ffn}.DenseReluDense"
+    if gated:  # wo(act(wi_0·x) * wi_1·x): the same roles as Llama's gate, up and down projections
+        linears.update({"gate": f"{ffn_path}.wi_0", "intermediate": f"{ffn_path}.wi_1"})
+    else:
+        linears["intermediate"] = f"{ffn_path}.wi"
+    linears["output"] = f"{ffn_path}.wo"
     return Stack(layers=layers, linears=linears, self_attention="layer.0.SelfAttention",
                  dropouts={"attention_output": "layer.0.dropout", "output": f"layer.{ffn}.dropout"},
-                 layernorms={"attention_output": "layer.0.layer_norm", "output": f"layer.{ffn}.layer_norm"}, size=size)
+                 layernorms={"attention_output": "layer.0.layer_norm", "output": f"layer.{ffn}.layer_norm"}, size=size,
+                 cross_attention="layer.1.EncDecAttention" if cross else None, causal=cross)
 
 
-# T5 (v1.0's ReLU FFN): the encoder's layers, then the decoder's, whose layers add cross-attention (`cross_*` sites).
-# T5ForConditionalGeneration holds both stacks itself (T5 is declared for generation; its LM head never trains).
-_T5 = dict(backbone="", stacks=(_t5_stack("encoder.block", 1, "num_layers", False),
-                                _t5_stack("decoder.block", 2, "num_decoder_layers", True)),
-           embeddings=None, embeddings_layernorm=None, pooler=None, head="classification_head", head_hidden_layer=False,
-           head_bias=False, shapes=_t5_shapes, pre_norm=True, no_bias="it has no bias terms",
-           unsupported={"prefix": "prefix-tuning on T5 (encoder, decoder and cross-attention) is not supported yet"})
+def _t5(gated: bool) -> Architecture:
+    """T5: the encoder's layers, then the decoder's, whose layers add cross-attention (`cross_*` sites). v1.0 has a
+    ReLU FFN (wi, wo); v1.1, Flan-T5 and mT5 a gated one (wi_0, wi_1, wo: `gate`, `intermediate`, `output`).
+    T5ForConditionalGeneration holds both stacks itself (its LM head never trains); T5ForSequenceClassification
+    holds them in `transformer` and reads the decoder's state at the last <eos> through a dense layer and an output
+    projection, both with biases."""
+    return Architecture(
+        family="t5", backbone="", stacks=(_t5_stack("encoder.block", 1, "num_layers", False, gated),
+                                          _t5_stack("decoder.block", 2, "num_decoder_layers", True, gated)),
+        embeddings=None, embeddings_layernorm=None, pooler=None, head="classification_head", head_hidden_layer=True,
+        head_bias=True, shapes=_t5_shapes, pre_norm=True, no_bias="it has no bias terms",
+        classifier_backbone="transformer")
+
+
+_T5_GATED = _t5(gated=True)  # chosen by the config's `is_gated_act`, under the same model type
 
 ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds the dense layer
     "bert": Architecture(family="bert", backbone="bert", head_hidden_layer=False, pooler="pooler.dense",
@@ -208,7 +241,8 @@ ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds
                          embeddings_layernorm="ln_f", pooler=None, head="score", head_hidden_layer=False,
                          head_bias=False, shapes=_gpt2_shapes, pre_norm=True, causal=True,
                          aliases={"query": "qkv", "key": "qkv", "value": "qkv"}),
-    "t5": Architecture(family="t5", **_T5),
+    "t5": _t5(gated=False),
+    "mt5": _t5(gated=True),
 }
 
 
@@ -222,7 +256,7 @@ def architecture_of(config) -> Architecture:
             f"{', '.join(sorted(ARCHITECTURES))} (add an entry to autopelt/delta/sites.py)"
         )
     if model_type == "t5" and getattr(config, "is_gated_act", False):
-        raise UserError("T5 with a gated FFN (v1.1, Flan-T5: wi_0, wi_1) is not supported yet; T5 v1.0 is")
+        return _T5_GATED
     return arch
 
 

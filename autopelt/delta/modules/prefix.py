@@ -111,3 +111,74 @@ def extend_mask(mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
     else:  # 0/1 padding mask
         visible = torch.ones(shape, dtype=mask.dtype, device=mask.device)
     return torch.cat([visible, mask], dim=-1)
+
+
+class T5PrefixAttention(nn.Module):
+    """Prefix-tuning on one of T5's attentions (the encoder's self-attention, the decoder's self-attention or its
+    cross-attention), as AdapterHub places it: L trainable keys and values before the attention's own, visible to
+    every query whatever the padding or causal mask hides.
+
+    T5 has relative positions only: the prefix has none, so its columns of the position bias are zero, and the real
+    tokens keep their positions. The prefix never enters the key/value cache, so generation with the cache computes
+    what a full pass does. The module returns the position bias of the real keys, which the next layers share.
+    `gates` (decoders' `LayerGates`: one learned value per row, not a function of the input, which a decoder row
+    would read ahead of its token) scales this row's keys and values when UniPELT gates the prefix."""
+
+    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gates: nn.Module | None = None):
+        super().__init__()
+        self.base_layer, self.prefix_encoder, self.row = base_layer, encoder, row
+        self.gates = [gates]  # one module for every row, registered once on the model: a list keeps it out of here
+
+    def forward(self, hidden_states: torch.Tensor, mask: torch.Tensor | None = None, key_value_states=None,
+                position_bias: torch.Tensor | None = None, past_key_values=None, **kwargs):
+        from transformers.cache_utils import EncoderDecoderCache
+        from transformers.models.t5.modeling_t5 import eager_attention_forward as t5_eager
+
+        base = self.base_layer
+        batch, queries = hidden_states.shape[:2]
+        split = lambda x: x.view(x.shape[0], x.shape[1], -1, base.key_value_proj_dim).transpose(1, 2)  # noqa: E731
+        past_seen = past_key_values.get_seq_length(base.layer_idx) if past_key_values is not None else 0
+        cross = key_value_states is not None
+        query = split(base.q(hidden_states))
+
+        cache, updated = past_key_values, False  # as T5Attention: cross-attention keys are computed once per input
+        if isinstance(past_key_values, EncoderDecoderCache):
+            updated = past_key_values.is_updated.get(base.layer_idx)
+            cache = past_key_values.cross_attention_cache if cross else past_key_values.self_attention_cache
+        if cross and past_key_values is not None and updated:
+            key, value = cache.layers[base.layer_idx].keys, cache.layers[base.layer_idx].values
+        else:
+            states = key_value_states if cross else hidden_states
+            key, value = split(base.k(states)), split(base.v(states))
+            if past_key_values is not None:
+                key, value = cache.update(key, value, base.layer_idx)
+                if cross and isinstance(past_key_values, EncoderDecoderCache):
+                    past_key_values.is_updated[base.layer_idx] = True
+
+        if position_bias is None:  # the real keys' bias, shared with the next layers as T5Attention shares it
+            if base.has_relative_attention_bias:
+                position_bias = base.compute_bias(queries, key.shape[2], device=query.device,
+                                                  past_seen_tokens=past_seen)
+            else:
+                position_bias = torch.zeros(1, base.n_heads, queries, key.shape[2], device=query.device,
+                                            dtype=query.dtype)
+        if mask is None and base.is_causal and not cross:  # a causal pass transformers left to sdpa's is_causal
+            seen = torch.arange(key.shape[2], device=query.device)[None, :] \
+                <= torch.arange(queries, device=query.device)[:, None] + key.shape[2] - queries
+            mask = torch.zeros(seen.shape, dtype=query.dtype, device=query.device).masked_fill(
+                ~seen, torch.finfo(query.dtype).min)[None, None]  # additive: eager and sdpa both read it
+
+        prefix_key, prefix_value = (split(p.unsqueeze(0)).expand(batch, -1, -1, -1).to(query.dtype)
+                                    for p in self.prefix_encoder(self.row))  # (B, heads, L, d)
+        gates = self.gates[0]
+        if gates is not None:
+            values = gates()[self.row]  # (1,) or (2,): keys', values'
+            prefix_key, prefix_value = prefix_key * values[0], prefix_value * values[-1]
+        length = prefix_key.shape[2]
+        bias = torch.cat([position_bias.new_zeros(*position_bias.shape[:-1], length), position_bias], dim=-1)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(base.config._attn_implementation, t5_eager)
+        output, weights = attention(base, query, torch.cat([prefix_key, key], dim=2),
+                                    torch.cat([prefix_value, value], dim=2), extend_mask(mask, length),
+                                    dropout=base.dropout if base.training else 0.0, scaling=base.scaling,
+                                    position_bias=bias, is_causal=False, **kwargs)
+        return base.o(output.reshape(batch, queries, -1).contiguous()), position_bias, weights
