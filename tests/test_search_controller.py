@@ -904,9 +904,14 @@ def test_searched_trials_train_without_test_and_the_answer_is_scored_from_its_sa
     assert again["dev"] == on_disk["dev"] and again["test"] == pytest.approx(on_disk["test"])
 
 
-def test_gradient_checkpointing_reaches_every_trial_whose_delta_can_take_it(tmp_path):
-    """--gradient-checkpointing in a search: the drawn LoRA deltas checkpoint; UniPELT(APL), whose gates do not
-    recompute alike, trains without it rather than failing."""
+def test_gradient_checkpointing_reaches_every_trial_whose_delta_can_take_it(tmp_path, monkeypatch):
+    """--gradient-checkpointing in a search: the drawn LoRA deltas checkpoint; a delta the model refuses to
+    checkpoint (on a decoder, a prefix: here UniPELT(APL) made to stand for one) trains without it rather than
+    failing."""
+    from autopelt.train import backbone
+
+    monkeypatch.setattr(backbone, "checkpointing_refusal",
+                        lambda config, spec: "refused" if "prefix" in json.dumps(spec) else None)
     study, control = make(tmp_path, budget=4, baselines=True, gradient_checkpointing=True)
     seen = {}
 

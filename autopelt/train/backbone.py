@@ -15,6 +15,8 @@ for the trial's shape on this device (`choose_attention`).
 
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import json
 import os
@@ -45,19 +47,34 @@ def set_gradient_checkpointing(model: nn.Module, on: bool, spec=None) -> None:
     reason = checkpointing_refusal(model.config, spec)
     if reason:
         raise UserError(reason)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False,
+                                                                       "context_fn": _gates_padding(model)})
+
+
+def _gates_padding(model: nn.Module):
+    """A `context_fn` that gives UniPELT's gates, recomputed in the backward pass, the padding mask of their pass
+    (`PaddingMask.recomputing`); the gates are found on the first checkpointed call, after the delta is applied."""
+    from autopelt.delta.modules.gate import Gate
+
+    found = []
+
+    def context_fn():
+        if not found:
+            found.extend(m.padding for m in model.modules() if isinstance(m, Gate) and m.padding is not None)
+        if not found:
+            return contextlib.nullcontext(), contextlib.nullcontext()
+        return found[0].recomputing()
+
+    return context_fn
 
 
 def checkpointing_refusal(config, spec) -> str | None:
     """Why the delta `spec` cannot be trained with gradient checkpointing on a model of `config`, in one line; None
-    when it can. UniPELT's gates recompute differently; a decoder's prefix travels in the key/value cache, which
-    transformers drops when checkpointing."""
+    when it can: a decoder's prefix travels in the key/value cache, which transformers drops when checkpointing."""
     from autopelt.delta import parse_spec
     from autopelt.delta.sites import architecture_of
 
     methods = parse_spec(spec).methods if spec is not None else ()
-    if any(getattr(m, "gate", False) for m in methods):
-        return "--gradient-checkpointing: gated deltas (UniPELT) do not recompute alike yet; train them without it"
     if any(m.method == "prefix" for m in methods) and architecture_of(config).causal:
         return (f"--gradient-checkpointing: a {config.model_type} prefix travels in the key/value cache, which "
                 "transformers drops when checkpointing; train the prefix without it")

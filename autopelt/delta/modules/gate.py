@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -22,6 +24,21 @@ class PaddingMask:
 
     def release(self, *_) -> None:
         self.current = None
+
+    def recomputing(self) -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+        """torch.utils.checkpoint's `context_fn` (forward, recomputation): a checkpointed layer recomputed in the
+        backward pass, when its pass has ended and cleared the mask, sees the mask that pass had."""
+        mask = self.current
+
+        @contextlib.contextmanager
+        def as_in_its_pass():
+            saved, self.current = self.current, mask
+            try:
+                yield
+            finally:
+                self.current = saved
+
+        return contextlib.nullcontext(), as_in_its_pass()
 
 
 class Gate(nn.Module):
