@@ -537,14 +537,41 @@ def test_a_trial_of_another_machine_is_interrupted_once_its_heartbeat_is_stale(t
     (0, 1, None, 0), (1, 1, None, 1), (1, 2, None, 0.5), (4, 2, None, 1), (2, 3, None, 0.5),
     (4, 1, "10.0.0.1:6379", 0)])
 def test_a_gpu_machine_trains_on_its_gpus_without_a_flag(tmp_path, monkeypatch, gpus, workers, address, expected):
+    from autopelt.search import gpu_share
     from autopelt.search import plan as plan_module
 
     monkeypatch.setattr(plan_module, "_local_gpus", lambda: gpus)
+    monkeypatch.setattr(plan_module, "_gpu_bytes", lambda: 80 * 2**30)
+    monkeypatch.setattr(gpu_share, "measure_trial_bytes", lambda *a, **k: 2**30)  # a GPU's memory holds many
     options = search_options(tmp_path, workers=workers, ray_address=address)
     assert prepare(options).gpus_per_trial == expected
     if gpus:
         asked = search_options(tmp_path, gpus_per_trial=0.25)
         assert prepare(asked).gpus_per_trial == 0.25  # what is asked wins
+
+
+def test_no_more_trials_share_a_gpu_than_fit_in_its_memory_by_a_measured_step(tmp_path, monkeypatch):
+    """8 workers on one 80 GiB GPU whose trial step measured 20 GiB: 3 at once (0.85 x 80 / (20 + 0.6)), said in
+    one line; the step measured at the space's largest batch (32) and the trial's default length (128)."""
+    from autopelt.search import gpu_share
+    from autopelt.search import plan as plan_module
+
+    measured = []
+    monkeypatch.setattr(plan_module, "_local_gpus", lambda: 1)
+    monkeypatch.setattr(plan_module, "_gpu_bytes", lambda: 80 * 2**30)
+    monkeypatch.setattr(gpu_share, "measure_trial_bytes", lambda *a, **k: measured.append(a) or 20 * 2**30)
+    plan = prepare(search_options(tmp_path, workers=8))
+    assert plan.gpus_per_trial == pytest.approx(1 / 3) and len(measured) == 1 and measured[0][3:5] == (32, 128)
+    assert plan.gpu_note.startswith("3 trials share a GPU: a training step at batch 32 x 128 tokens took 20.0 GiB")
+    assert gpu_share.trials_per_gpu(8, 1, 100 * 2**30, 80 * 2**30) == 1  # never none
+    assert gpu_share.trials_per_gpu(8, 2, None, None) == 4  # unmeasured: the workers spread over the GPUs
+
+
+def test_the_step_a_gpu_share_is_measured_on_trains_a_delta_on_the_studys_model(tiny_model_dir):
+    """The measurement itself, run on a CPU (its resident memory): the model loads, UniPELT applies, a step runs."""
+    from autopelt.search import gpu_share
+
+    assert gpu_share.measure_trial_bytes(str(tiny_model_dir), 2, False, 4, 16, "fp32", device="cpu") > 2**20
 
 
 def test_the_controller_builds_each_trials_settings_and_they_travel_as_they_are(tmp_path):

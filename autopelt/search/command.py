@@ -54,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--workers", type=int, default=1, help="trials at once (default 1)")
     how.add_argument("--cpus-per-trial", type=float, help="default: this machine's CPUs / workers")
     how.add_argument("--gpus-per-trial", type=float,
-                     help="default: local CUDA GPUs / workers (at most 1); 0 without CUDA or with --ray-address")
+                     help="default: local CUDA GPUs / workers (at most 1), no more trials on a GPU than fit in its "
+                          "memory by one measured step; 0 without CUDA or with --ray-address")
     how.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="of every trial; auto (default): bf16 where the trial's device computes it natively and "
                           "measurably faster, else fp32")

@@ -15,7 +15,7 @@ from typing import Any
 from autopelt.errors import UserError
 from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
 from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
-from autopelt.train.settings import PRECISIONS
+from autopelt.train.settings import PRECISIONS, TrialSettings
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
 
@@ -79,6 +79,7 @@ class SearchPlan:
     portfolio: Any = None  # autopelt.portfolio.portfolio.Portfolio run first, or None
     portfolio_size: int = 0  # its members this study runs (at most half of a trial budget)
     portfolio_note: str = ""  # which portfolio, and why, in one line
+    gpu_note: str = ""  # how many trials share a GPU, and why, in one line (a local GPU machine without the flag)
     pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
     generation: bool = False  # a generation task: trials train the language model; dev is minus the dev loss
 
@@ -136,7 +137,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn
-    gpus_per_trial = _gpus_per_trial(options)
+    gpus_per_trial, gpu_note = _gpus_per_trial(options, model, num_labels, generation, space)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     portfolio, portfolio_note = _generation_portfolio(options.portfolio) if generation else \
         _portfolio(options.portfolio, model, space)
@@ -156,6 +157,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         baselines=baselines, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
         pooling=_baseline_pooling(own_pooling(model), space),
         finalists=finalists, portfolio=portfolio, portfolio_size=portfolio_size, portfolio_note=portfolio_note,
+        gpu_note=gpu_note,
         generation=generation,
     )
 
@@ -313,15 +315,29 @@ def _cpus_per_trial(options: SearchOptions) -> float:
     return max(1, (os.cpu_count() or 1) // options.workers)
 
 
-def _gpus_per_trial(options: SearchOptions) -> float:
-    """As asked; else, on a local machine with CUDA, its GPUs shared among the workers (at most 1 each), so a
-    GPU machine trains on its GPUs without a flag; else 0 (a cluster: say --gpus-per-trial)."""
+def _gpus_per_trial(options: SearchOptions, model: str, num_labels: int, generation: bool, space) -> tuple[float, str]:
+    """(share, a line saying why): as asked; else, on a local machine with CUDA, its GPUs shared among the workers,
+    as many trials on one as fit in its memory by one measured step (`gpu_share`), so a GPU machine trains on its
+    GPUs without a flag; else 0 (a cluster: say --gpus-per-trial)."""
     if options.gpus_per_trial is not None:
-        return options.gpus_per_trial
+        return options.gpus_per_trial, ""
     if options.ray_address:
-        return 0
+        return 0, ""
     gpus = _local_gpus()
-    return 1 / math.ceil(options.workers / gpus) if gpus else 0  # shares that fit whole on each GPU
+    if not gpus:
+        return 0, ""
+    if math.ceil(options.workers / gpus) == 1:
+        return 1, ""
+    from autopelt.search import gpu_share
+
+    train = space.tree.train
+    batch = gpu_share.largest(train.get("batch_size"), TrialSettings.batch_size)
+    length = gpu_share.largest(train.get("max_length"), TrialSettings.max_length)
+    need = gpu_share.measure_trial_bytes(model, num_labels, generation, batch, length, options.precision)
+    total = _gpu_bytes()
+    per_gpu = gpu_share.trials_per_gpu(options.workers, gpus, need, total)
+    return 1 / per_gpu, (f"{per_gpu} trials share a GPU: a training step at batch {batch} x {length} tokens took "
+                         f"{need / 2**30:.1f} GiB of the GPU's {total / 2**30:.0f} (--gpus-per-trial to choose)")
 
 
 def _check_local_resources(options: SearchOptions, cpus_per_trial: float) -> None:
@@ -339,6 +355,12 @@ def _local_gpus() -> int:
     import torch
 
     return torch.cuda.device_count()
+
+
+def _gpu_bytes() -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).total_memory)
 
 
 def baselines_for(budget: Budget, with_portfolio: bool = False) -> list[str]:

@@ -47,6 +47,8 @@ class LiveView:
         final = f" + {plan.finalists} finalists" if plan.finalists else ""
         if plan.portfolio_note:
             self.echo(plan.portfolio_note)
+        if plan.gpu_note:
+            self.echo(plan.gpu_note)
         if queued_portfolio:
             self.echo(f"portfolio queued: {', '.join(queued_portfolio)} — each at the rate, batch and backbone dropout "
                       f"it was measured with")
