@@ -34,6 +34,7 @@ CASES = {
         {"method": "ia3", "targets": ["value", "output"]},
         {"method": "adapter", "placement": "ffn", "bottleneck": 4}]},
     "prefix": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 16}]},
+    "prefix_upper": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0, "layers": [1]}]},
     "prefix_shifted+lora": {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0,
                                          "shift_positions": True}, {"method": "lora", "rank": 2}]},
     "prompt": {"methods": [{"method": "prompt", "length": 4}]},
@@ -171,7 +172,6 @@ def test_a_method_that_cannot_apply_is_refused_in_one_line(family, name, why):
 
 
 @pytest.mark.parametrize("spec, why", [
-    ({"methods": [{"method": "prefix", "layers": [0]}]}, "fills the key/value cache of every layer"),
     ({"methods": [{"method": "lora", "targets": ["qkv"]}]}, "llama has no linear site 'qkv'"),
 ])
 def test_decoder_specific_refusals(spec, why):
@@ -231,7 +231,23 @@ def test_a_decoder_gate_is_per_token_so_no_token_sees_the_ones_after_it():
     torch.testing.assert_close(head[:, :4], full[:, :4], rtol=1e-5, atol=1e-5)  # the last position is the read-out
 
 
-@pytest.mark.parametrize("name", ["lora", "prefix", "prefix_shifted+lora", "prompt", "unipelt_apl", "houlsby"])
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_decoder_prefix_limited_to_upper_layers_leaves_the_lower_ones_as_they_were(family):
+    """The lower layer sees no prefix (its cache's placeholders and their mask columns are dropped), so its output
+    is the base model's at the positions the prefix gives (shift_positions off: the same positions)."""
+    batch = decoder_batch(family, batch_size=2, seq_len=6, padded=False)
+    base = tiny_decoder(family, lm=True)
+    model = delta.apply_delta(tiny_decoder(family, lm=True), CASES["prefix_upper"])
+    _perturb(model)
+    with torch.no_grad():
+        plain = base(**batch, output_hidden_states=True).hidden_states
+        prefixed = model(**batch, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(prefixed[1], plain[1], rtol=1e-5, atol=1e-6)  # after layer 0
+    assert not torch.allclose(prefixed[2], plain[2], atol=1e-3)  # layer 1 attends over its prefix
+
+
+@pytest.mark.parametrize("name", ["lora", "prefix", "prefix_upper", "prefix_shifted+lora", "prompt", "unipelt_apl",
+                                  "houlsby"])
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_batched_left_padded_generation_with_the_cache_equals_one_by_one(name, family):
     """Greedy tokens of each row alone equal those of the row left-padded in a batch, KV cache on."""

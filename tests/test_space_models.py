@@ -18,7 +18,7 @@ def draws(space, config, trials=60):
     return [space.sample(study.ask(), config.num_hidden_layers)[0] for _ in range(trials)]
 
 
-def test_llama_never_draws_bitfit_mean_pooling_or_a_prefix_in_some_layers():
+def test_llama_never_draws_bitfit_or_mean_pooling():
     config = tiny_decoder_config("llama")
     space = for_model(load_space("default"), config)
     assert "bitfit" not in space.methods
@@ -26,7 +26,6 @@ def test_llama_never_draws_bitfit_mean_pooling_or_a_prefix_in_some_layers():
     methods = [m for spec in specs for m in spec["methods"]]
     assert {m["method"] for m in methods} >= {"lora", "prefix"}
     assert all(spec.get("pooling", "cls") == "cls" for spec in specs)
-    assert all(m.get("layers") is None for m in methods if m["method"] == "prefix")
     for spec in specs:  # no draw fails for what the family cannot take (a rank above the tiny sizes may)
         try:
             delta.count_parameters(spec, config)

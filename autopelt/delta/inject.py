@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
-from autopelt.delta.modules.decoder import CachePrefix, LastToken, LayerGates, LeadingPrompt
+from autopelt.delta.modules.decoder import CachePrefix, LastToken, LayerGates, LeadingPrompt, PrefixHidden
 from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_, masked_mean
 from autopelt.delta.modules.ia3 import IA3Linear
 from autopelt.delta.modules.lora import DoRALinear, LoRALinear
@@ -115,7 +115,7 @@ def _share_padding_mask(model: nn.Module, arch: Architecture) -> None:
 def check_fits(spec: DeltaSpec, config) -> None:
     """Errors a spec has only against a given model (sizes that must divide, layers that must exist)."""
     arch = architecture_of(config)
-    if spec.pooling == "mean" and (arch.causal or arch.family == "t5"):
+    if spec.pooling == "mean" and arch.reads_one_token:
         token = "decoder's state at the last <eos>" if arch.family == "t5" else "last token"
         raise UserError(f"mean pooling is for encoders: a {arch.family} classifier's head reads the {token} "
                         "(use --pooling cls)")
@@ -147,8 +147,6 @@ def why_not(method, arch: Architecture) -> str | None:
         return arch.no_bias
     if method.method in arch.unsupported:
         return arch.unsupported[method.method]
-    if isinstance(method, PrefixConfig) and arch.causal and method.layers is not None:
-        return "a decoder's prefix fills the key/value cache of every layer"
     if isinstance(method, PrefixConfig) and method.shift_positions and arch.family == "t5":
         return "T5's positions are relative and its prefix has none, so prefix.shift_positions has nothing to move"
     return None
@@ -297,16 +295,20 @@ def key_width(config) -> tuple[int, int]:
 
 def _build_cache_prefix(model, arch: Architecture, cfg: PrefixConfig, generator) -> None:
     heads, head_dim = key_width(model.config)
-    rows = arch.num_layers(model.config)
-    encoder = PrefixEncoder(rows, cfg.length, heads * head_dim, cfg.reparam_hidden, generator)
+    entries = arch.layer_entries(model)
+    layers = chosen_layers(cfg.layers, len(entries))
+    encoder = PrefixEncoder(len(layers), cfg.length, heads * head_dim, cfg.reparam_hidden, generator)
     backbone = arch.backbone_of(model)
     device = next(backbone.parameters()).device
     backbone.add_module("prefix_encoder", encoder.to(device))
-    gates = LayerGates(rows, 2 if cfg.split_gate else 1, list(range(rows))) if cfg.gate else None
+    gates = LayerGates(len(layers), 2 if cfg.split_gate else 1, layers) if cfg.gate else None
     if gates is not None:
         backbone.add_module("prefix_gates", gates.to(device))
-    hook = CachePrefix(encoder, heads, head_dim, cfg.shift_positions, gates)
+    hook = CachePrefix(encoder, heads, head_dim, cfg.shift_positions, layers, len(entries), gates)
     backbone.register_forward_pre_hook(hook, with_kwargs=True)
+    for i, (layer, stack) in enumerate(entries):
+        if i not in layers:
+            _replace(layer, stack.self_attention, lambda base: PrefixHidden(base, cfg.length))
 
 
 def _build_t5_prefix(model, arch: Architecture, cfg: PrefixConfig, generator) -> None:

@@ -66,6 +66,11 @@ class Architecture:
     def linears(self) -> dict[str, str]:
         return self.stacks[0].linears
 
+    @property
+    def reads_one_token(self) -> bool:
+        """The classifier reads one token's state (a decoder's last, T5's decoder's last </s>): no mean pooling."""
+        return self.causal or len(self.stacks) == 2
+
     def backbone_of(self, model: nn.Module) -> nn.Module:
         classifier = self.classifier_backbone is not None and hasattr(model, self.head)
         return model.get_submodule(self.classifier_backbone if classifier else self.backbone)

@@ -1,6 +1,6 @@
 """A search space as one model family can take it: the methods it cannot apply (BitFit on Llama, which has no
-biases; prefix and prompt on T5) are left out of the space for that model, so no trial is drawn only to fail; on a
-decoder the head reads the last token (no mean pooling) and a prefix fills every layer's cache (no `layers`)."""
+biases) are left out of the space for that model, so no trial is drawn only to fail; on a decoder the head reads
+the last token and T5's the last </s> (no mean pooling)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def for_model(space, config):
     arch = architecture_of(config)
     refused = {m for m in space.methods if cannot_apply(m, config)}
     tree = space.tree
-    methods = {m: _fields(m, f, arch) for m, f in tree.methods.items() if m not in refused}
+    methods = {m: f for m, f in tree.methods.items() if m not in refused}
     combine = tree.combine
     if isinstance(combine, Choice):
         options = tuple(o for o in combine.options if not set(o.value) & refused)
@@ -32,15 +32,9 @@ def for_model(space, config):
         reasons = "; ".join(f"{m}: {cannot_apply(m, config)}" for m in sorted(refused))
         raise UserError(f"search space {space.name} has nothing a {arch.family} model can take ({reasons})")
     head = dict(tree.head)
-    if arch.causal and "pooling" in head:
-        head["pooling"] = Fixed("cls")  # a decoder's classifier reads its last token
+    if arch.reads_one_token and "pooling" in head:
+        head["pooling"] = Fixed("cls")  # a decoder's classifier reads its last token, T5's its last </s>
     return dataclasses.replace(space, tree=dataclasses.replace(tree, methods=methods, combine=combine, head=head))
-
-
-def _fields(method: str, fields: dict, arch) -> dict:
-    if method == "prefix" and arch.causal:  # every layer's cache holds the prefix: the shared `layers` passes it by
-        return {**fields, "layers": Fixed(None)}
-    return fields
 
 
 def cannot_apply_preset(name: str, config) -> str | None:

@@ -75,10 +75,14 @@ class CachePrefix:
 
     `heads` x `head_dim` is the width of one layer's keys (grouped-query attention: fewer heads than the queries').
     With `shift` the real tokens take positions L..L+T-1, as peft's (transformers counts the prefix as past tokens).
+    A prefix limited to some `layers` (of `num_layers`) fills the others' first L entries with zeros, which their
+    attention never sees (`PrefixHidden`): every layer's cache and mask must be as long.
     """
 
-    def __init__(self, encoder: PrefixEncoder, heads: int, head_dim: int, shift: bool, gates: LayerGates | None = None):
+    def __init__(self, encoder: PrefixEncoder, heads: int, head_dim: int, shift: bool, layers: list[int],
+                 num_layers: int, gates: LayerGates | None = None):
         self.encoder, self.heads, self.head_dim, self.shift, self.gates = encoder, heads, head_dim, shift, gates
+        self.layers, self.num_layers = layers, num_layers
 
     def __call__(self, backbone: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         kwargs = _inputs(backbone, args, kwargs)
@@ -98,13 +102,52 @@ class CachePrefix:
     def fill(self, cache, batch: int):
         cache = cache if cache is not None else DynamicCache()
         gates = self.gates() if self.gates is not None else None  # (rows, 1 or 2)
-        for row in range(self.encoder.rows):
+        rows = {layer: row for row, layer in enumerate(self.layers)}
+        for layer in range(self.num_layers):
+            row = rows.get(layer)
+            if row is None:  # a layer without a prefix: placeholders, hidden from its attention
+                parameter = next(self.encoder.parameters())
+                key = value = parameter.new_zeros(batch, self.heads, self.encoder.length, self.head_dim)
+                cache.update(key, value, layer)
+                continue
             key, value = (p.view(1, -1, self.heads, self.head_dim).transpose(1, 2).expand(batch, -1, -1, -1)
                           for p in self.encoder(row))  # (B, heads, L, d)
             if gates is not None:
                 key, value = key * gates[row, 0], value * gates[row, -1]
-            cache.update(key, value, row)
+            cache.update(key, value, layer)
         return cache
+
+
+class PrefixHidden(nn.Module):
+    """Wraps the attention of a decoder layer that a layer-limited prefix leaves out: the first `length` entries of
+    its cache (placeholders) and of its mask are dropped before it attends, so it computes what it would without
+    any prefix, at the positions the prefix gives every layer."""
+
+    def __init__(self, base_layer: nn.Module, length: int):
+        super().__init__()
+        self.base_layer, self.length = base_layer, length
+
+    def forward(self, *args, **kwargs):
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor):
+            kwargs["attention_mask"] = mask[..., self.length:]
+        if kwargs.get("past_key_values") is not None:
+            kwargs["past_key_values"] = _WithoutLeading(kwargs["past_key_values"], self.length)
+        return self.base_layer(*args, **kwargs)
+
+
+class _WithoutLeading:
+    """A cache as one layer sees it without its first `length` entries (what `update` returns; it stores all)."""
+
+    def __init__(self, cache, length: int):
+        self._cache, self._length = cache, length
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, *args, **kwargs):
+        keys, values = self._cache.update(keys, values, *args, **kwargs)
+        return keys[:, :, self._length:], values[:, :, self._length:]
+
+    def __getattr__(self, name: str):
+        return getattr(self._cache, name)
 
 
 class LeadingPrompt:
