@@ -45,7 +45,7 @@ CASES = {
                                        "split_gate": True}]},
     "bitfit": {"methods": [{"method": "bitfit"}]},
 }
-REFUSED = {("llama", "bitfit")} | {(t5, name) for t5 in ("t5", "t5-gated") for name in ("bitfit", "prefix_shifted+lora")}
+REFUSED = {("llama", "bitfit"), ("t5", "bitfit"), ("t5-gated", "bitfit")}
 MERGEABLE = ["lora", "lora_every_site_some_layers", "rslora", "dora", "vera", "ia3", "adamix_lora",
              "dora+vera+ia3+ffn_adapter_same_site"]
 PAIRS = [(name, family) for name in CASES for family in DECODER_FAMILIES if (family, name) not in REFUSED]
@@ -161,7 +161,6 @@ def test_padding_does_not_change_a_sequence_result(name, family):
 @pytest.mark.parametrize("family, name, why", [
     ("llama", "bitfit", "bitfit cannot apply to llama: it has no bias terms"),
     ("t5", "bitfit", "bitfit cannot apply to t5: it has no bias terms"),
-    ("t5", "prefix_shifted+lora", "prefix cannot apply to t5: T5's positions are relative"),
 ])
 def test_a_method_that_cannot_apply_is_refused_in_one_line(family, name, why):
     for attempt in (lambda: build(name, family),
@@ -171,12 +170,14 @@ def test_a_method_that_cannot_apply_is_refused_in_one_line(family, name, why):
         assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("spec, why", [
-    ({"methods": [{"method": "lora", "targets": ["qkv"]}]}, "llama has no linear site 'qkv'"),
+@pytest.mark.parametrize("family, spec, why", [
+    ("llama", {"methods": [{"method": "lora", "targets": ["qkv"]}]}, "llama has no linear site 'qkv'"),
+    ("t5", {"methods": [{"method": "prefix", "shift_positions": True, "layers": [2, 3]}]},
+     "peft's T5 prefix .prefix.shift_positions. fills every decoder layer's cache"),
 ])
-def test_decoder_specific_refusals(spec, why):
+def test_decoder_specific_refusals(family, spec, why):
     with pytest.raises(UserError, match=why):
-        delta.apply_delta(tiny_decoder("llama"), spec)
+        delta.apply_delta(tiny_decoder(family), spec)
 
 
 def test_gpt2_query_key_and_value_are_its_fused_c_attn():
@@ -266,7 +267,7 @@ def test_batched_left_padded_generation_with_the_cache_equals_one_by_one(name, f
         assert alone[0].tolist() == together[i].tolist()
 
 
-@pytest.mark.parametrize("name", ["prompt", "prefix", "unipelt_apl"])
+@pytest.mark.parametrize("name", ["prompt", "prefix", "prefix_shifted+lora", "unipelt_apl"])
 @pytest.mark.parametrize("family", ["t5", "t5-gated"])
 def test_t5_generates_the_same_whether_padded_in_a_batch_or_alone(name, family):
     """A prompt's ones lead the encoder's mask and the cross-attention's, in the training forward and in generate

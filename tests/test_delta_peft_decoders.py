@@ -25,8 +25,7 @@ ENTRIES = {
     "prefix": {"method": "prefix", "length": 3, "reparam_hidden": 0, "shift_positions": True},
     "prompt": {"method": "prompt", "length": 4},
 }
-PAIRS = [(name, family) for family in DECODER_FAMILIES for name in ENTRIES
-         if not (is_t5(family) and name == "prefix")]  # peft's T5 prefix is another design (below)
+PAIRS = [(name, family) for family in DECODER_FAMILIES for name in ENTRIES]  # T5's prefix: in peft's form
 
 
 def trained(entry, family):
@@ -112,8 +111,34 @@ def test_a_decoder_prompt_has_a_peft_form_and_an_encoder_prompt_does_not():
     assert "before the first token" in peft_reason(spec, "bert")
 
 
-def test_a_t5_prefix_has_no_peft_form_because_peft_reaches_only_the_decoders_self_attention():
+def test_only_a_t5_prefix_in_peft_form_has_one_because_peft_reaches_only_the_decoders_self_attention():
     spec = {"methods": [{"method": "prefix", "length": 3}]}
     assert "reaches only the decoder's self-attention" in peft_reason(spec, "t5")
     assert "reaches only the decoder's self-attention" in peft_reason(spec, "mt5")
-    assert peft_reason({"methods": [ENTRIES["prefix"]]}, "llama") is None
+    assert peft_reason({"methods": [ENTRIES["prefix"]]}, "t5") is None
+
+
+def test_a_t5_prefix_in_peft_form_reads_the_rows_peft_reads_on_a_deeper_decoder():
+    """peft 0.21 gives decoder layer i its row 2i mod N (the odd rows fed the cross-attention half it drops): on four
+    layers, rows 0, 2, 0, 2. Same logits given the same rows, and the odd rows train nothing in either."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from decodermodels import tiny_decoder_config
+
+    config = tiny_decoder_config("t5")
+    config.num_layers = config.num_decoder_layers = 4
+
+    def fresh():
+        torch.manual_seed(0)
+        return AutoModelForSeq2SeqLM.from_config(config).eval()
+
+    ours = moved(delta.apply_delta(fresh(), {"methods": [ENTRIES["prefix"]]}))
+    reference = peft.get_peft_model(fresh(), peft.PrefixTuningConfig(
+        num_virtual_tokens=3, task_type=peft.TaskType.SEQ_2_SEQ_LM)).eval()
+    assert copy_into(reference, ours) == 1
+    batch = decoder_batch("t5")
+    torch.testing.assert_close(real_logits(reference, batch), real_logits(ours, batch), rtol=1e-5, atol=1e-5)
+    ours.train()
+    ours(**batch, labels=batch["decoder_input_ids"]).loss.backward()
+    grad = ours.prefix_encoder.prefix.grad  # (rows, 2, L, H)
+    assert grad[[0, 2]].abs().sum() > 0 and grad[[1, 3]].abs().sum() == 0

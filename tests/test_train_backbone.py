@@ -200,10 +200,12 @@ def test_gradient_checkpointing_gives_the_same_gradients(family, name):
     ("llama", "unipelt_ap", "llama prefix travels in the key/value cache"),
     ("llama", "prefix", "llama prefix travels in the key/value cache"),
     ("gpt2", "unipelt_apl_nogate", "gpt2 prefix travels in the key/value cache"),
+    ("t5", "peft_prefix", "t5 prefix travels in the key/value cache"),  # peft's form, in the decoder's cache
 ])
 def test_gradient_checkpointing_is_refused_in_one_line_where_it_would_change_the_gradients(family, name, message):
+    specs = {**delta.PRESETS, "peft_prefix": {"methods": [{"method": "prefix", "shift_positions": True}]}}
     with pytest.raises(UserError, match=message):
-        backbone.set_gradient_checkpointing(_fresh(family), True, delta.PRESETS[name])
+        backbone.set_gradient_checkpointing(_fresh(family), True, specs[name])
 
 
 def test_gradient_checkpointing_is_a_setting_and_refused_where_the_model_cannot(monkeypatch):

@@ -81,8 +81,10 @@ def _count(method, config, arch, experts: int = 1, share_up: bool = True) -> tup
             heads, head_dim = key_width(config)
             hidden = heads * head_dim
             gates = layers * (2 if method.split_gate else 1) if method.gate else 0  # one value per layer
-        elif getattr(config, "is_encoder_decoder", False):  # T5: a row per attention, as wide as its keys
-            layers, hidden = arch.attention_rows(config, method.layers), config.num_heads * config.d_kv
+        elif getattr(config, "is_encoder_decoder", False):  # T5: a row per attention, as wide as its keys (peft's
+            # form: the decoder's self-attentions alone)
+            layers = config.num_decoder_layers if method.shift_positions else arch.attention_rows(config, method.layers)
+            hidden = config.num_heads * config.d_kv
             gates = layers * (2 if method.split_gate else 1) if method.gate else 0  # one value per row
         stored = layers * 2 * method.length * hidden + gates
         r = method.reparam_hidden

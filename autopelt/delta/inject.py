@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
-from autopelt.delta.modules.decoder import CachePrefix, LastToken, LayerGates, LeadingPrompt, PrefixHidden
+from autopelt.delta.modules.decoder import (CachePrefix, LastToken, LayerGates, LeadingPrompt, PrefixHidden,
+                                            T5CachePrefix)
 from autopelt.delta.modules.gate import Gate, PaddingMask, init_linear_, masked_mean
 from autopelt.delta.modules.ia3 import IA3Linear
 from autopelt.delta.modules.lora import DoRALinear, LoRALinear
@@ -147,8 +148,8 @@ def why_not(method, arch: Architecture) -> str | None:
         return arch.no_bias
     if method.method in arch.unsupported:
         return arch.unsupported[method.method]
-    if isinstance(method, PrefixConfig) and method.shift_positions and arch.family == "t5":
-        return "T5's positions are relative and its prefix has none, so prefix.shift_positions has nothing to move"
+    if isinstance(method, PrefixConfig) and method.shift_positions and arch.family == "t5" and method.layers:
+        return "peft's T5 prefix (prefix.shift_positions) fills every decoder layer's cache; leave prefix.layers out"
     return None
 
 
@@ -313,7 +314,10 @@ def _build_cache_prefix(model, arch: Architecture, cfg: PrefixConfig, generator)
 
 def _build_t5_prefix(model, arch: Architecture, cfg: PrefixConfig, generator) -> None:
     """A row of prefix keys and values for each chosen layer's attentions: the encoder's self-attention, the decoder's
-    self-attention and cross-attention (AdapterHub's T5 prefix-tuning)."""
+    self-attention and cross-attention (AdapterHub's T5 prefix-tuning); with `shift_positions`, peft's: the
+    decoder's self-attention alone, through its cache."""
+    if cfg.shift_positions:
+        return _build_t5_cache_prefix(model, cfg, generator)
     entries = arch.layer_entries(model)
     sites = [(i, path) for i in chosen_layers(cfg.layers, len(entries)) for path in entries[i][1].attentions]
     encoder = PrefixEncoder(len(sites), cfg.length, model.config.num_heads * model.config.d_kv, cfg.reparam_hidden,
@@ -323,6 +327,20 @@ def _build_t5_prefix(model, arch: Architecture, cfg: PrefixConfig, generator) ->
         model.add_module("prefix_gates", gates.to(next(model.parameters()).device))
     for row, (i, path) in enumerate(sites):
         _replace(entries[i][0], path, lambda base: T5PrefixAttention(base, encoder, row, gates))
+
+
+def _build_t5_cache_prefix(model, cfg: PrefixConfig, generator) -> None:
+    config = model.config
+    layers, start = int(config.num_decoder_layers), int(config.num_layers)
+    encoder = PrefixEncoder(layers, cfg.length, config.num_heads * config.d_kv, cfg.reparam_hidden, generator)
+    device = next(model.parameters()).device
+    model.add_module("prefix_encoder", encoder.to(device))
+    gates = None
+    if cfg.gate:
+        gates = LayerGates(layers, 2 if cfg.split_gate else 1, list(range(start, start + layers))).to(device)
+        model.add_module("prefix_gates", gates)
+    hook = T5CachePrefix(encoder, config.num_heads, config.d_kv, gates)
+    model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _build_prompt(model, arch: Architecture, cfg: PromptConfig, generator, _: Mixture) -> None:

@@ -88,9 +88,9 @@ def _unexpressible(method: MethodConfig, leading_prompt: bool, encoder_decoder: 
         return "peft has no bottleneck adapters (AdapterHub has)"
     if isinstance(method, PromptConfig) and not leading_prompt:
         return "peft's prompt tuning puts the soft tokens before the first token, autopelt's after it"
-    if isinstance(method, PrefixConfig) and encoder_decoder:
-        return ("peft's prefix-tuning on T5 reaches only the decoder's self-attention; autopelt's, as AdapterHub's, "
-                "also the encoder's and the cross-attention")
+    if isinstance(method, PrefixConfig) and encoder_decoder and not method.shift_positions:
+        return ("peft's prefix-tuning on T5 reaches only the decoder's self-attention, this one (AdapterHub's) also the "
+                "encoder's and the cross-attention (train with prefix.shift_positions: true for peft's)")
     if isinstance(method, PrefixConfig) and method.layers is not None:
         return "peft's prefix-tuning covers every layer"
     if isinstance(method, PrefixConfig) and not method.shift_positions:

@@ -70,12 +70,15 @@ def _gates_padding(model: nn.Module):
 
 def checkpointing_refusal(config, spec) -> str | None:
     """Why the delta `spec` cannot be trained with gradient checkpointing on a model of `config`, in one line; None
-    when it can: a decoder's prefix travels in the key/value cache, which transformers drops when checkpointing."""
+    when it can: a decoder's prefix (and T5's in peft's form) travels in the key/value cache, which transformers
+    drops when checkpointing."""
     from autopelt.delta import parse_spec
     from autopelt.delta.sites import architecture_of
 
     methods = parse_spec(spec).methods if spec is not None else ()
-    if any(m.method == "prefix" for m in methods) and architecture_of(config).causal:
+    seq2seq = getattr(config, "is_encoder_decoder", False)  # T5's prefix in peft's form goes through the cache too
+    in_cache = lambda m: architecture_of(config).causal or (seq2seq and m.shift_positions)  # noqa: E731
+    if any(m.method == "prefix" and in_cache(m) for m in methods):
         return (f"--gradient-checkpointing: a {config.model_type} prefix travels in the key/value cache, which "
                 "transformers drops when checkpointing; train the prefix without it")
     return None

@@ -118,6 +118,46 @@ class CachePrefix:
         return cache
 
 
+class T5CachePrefix:
+    """peft's prefix-tuning on T5 (`prefix.shift_positions`), a pre-hook on the decoder stack: the prefix is the
+    first L entries of the decoder's self-attention cache, so T5's relative positions count it as L past tokens and
+    a decoder mask gets L leading ones; the encoder and the cross-attention see none.
+
+    peft 0.21 splits its prefix rows four at a time into (self keys, self values, cross keys, cross values) per
+    decoder layer and then drops the cross half, so decoder layer i reads row 2i mod N of its N rows and the odd
+    rows train nothing; this form reads the same rows, so that a peft folder holds it (docs/decoders.md)."""
+
+    def __init__(self, encoder: PrefixEncoder, heads: int, head_dim: int, gates: LayerGates | None = None):
+        self.encoder, self.heads, self.head_dim, self.gates = encoder, heads, head_dim, gates
+
+    def __call__(self, decoder: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        from transformers import EncoderDecoderCache
+
+        kwargs = dict(kwargs)
+        past = kwargs.get("past_key_values")
+        if past is None or past.self_attention_cache.get_seq_length() == 0:
+            if past is None:
+                past = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            self.fill(past.self_attention_cache, CachePrefix._batch(kwargs))
+            kwargs["past_key_values"] = past
+        mask = kwargs.get("attention_mask")
+        if mask is not None:
+            ones = torch.ones(mask.shape[0], self.encoder.length, dtype=mask.dtype, device=mask.device)
+            kwargs["attention_mask"] = torch.cat([ones, mask], dim=-1)
+        return args, kwargs
+
+    def fill(self, cache, batch: int) -> None:
+        rows = self.encoder.rows
+        gates = self.gates() if self.gates is not None else None  # (rows, 1 or 2)
+        for layer in range(rows):
+            row = 2 * layer % rows
+            key, value = (p.view(1, -1, self.heads, self.head_dim).transpose(1, 2).expand(batch, -1, -1, -1)
+                          for p in self.encoder(row))  # (B, heads, L, d)
+            if gates is not None:
+                key, value = key * gates[row, 0], value * gates[row, -1]
+            cache.update(key, value, layer)
+
+
 class PrefixHidden(nn.Module):
     """Wraps the attention of a decoder layer that a layer-limited prefix leaves out: the first `length` entries of
     its cache (placeholders) and of its mask are dropped before it attends, so it computes what it would without
