@@ -395,3 +395,12 @@ def test_a_t5_classifier_trains_its_delta_and_head_counts_them_and_ignores_paddi
 def test_a_t5_classifier_refuses_mean_pooling_in_one_line():
     with pytest.raises(UserError, match="reads the decoder's state at the last <eos> .use --pooling cls.$"):
         delta.apply_delta(_t5_classifier(), {"methods": [{"method": "lora"}], "pooling": "mean"})
+
+
+def test_a_t5_prefix_in_peft_form_has_a_gate_per_decoder_layer_that_trains_and_reads_as_its_layer():
+    model = delta.apply_delta(tiny_decoder("t5", lm=True),
+                              {"methods": [{"method": "prefix", "length": 3, "shift_positions": True, "gate": True}]})
+    batch = decoder_batch("t5")
+    model(**batch, labels=batch["decoder_input_ids"]).loss.backward()
+    assert bool((model.prefix_gates.logit.grad != 0).all())  # every decoder layer's gate, rows read or not
+    assert set(delta.gate_values(model.eval(), batch)["prefix"]) == {"2", "3"}  # the decoder's layers

@@ -142,3 +142,25 @@ def test_a_t5_prefix_in_peft_form_reads_the_rows_peft_reads_on_a_deeper_decoder(
     ours(**batch, labels=batch["decoder_input_ids"]).loss.backward()
     grad = ours.prefix_encoder.prefix.grad  # (rows, 2, L, H)
     assert grad[[0, 2]].abs().sum() > 0 and grad[[1, 3]].abs().sum() == 0
+
+
+def test_a_t5_prefix_in_peft_form_exports_where_d_model_is_not_heads_times_d_kv_and_depths_differ(tmp_path):
+    """As Flan-T5-small (d_model 512, 6 heads x 64) and a decoder deeper than the encoder: the folder says the
+    decoder's depth and the keys' width, and loads to the same logits."""
+    from peft import PeftModel
+    from transformers import AutoModelForSeq2SeqLM, T5Config
+
+    config = T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=3, num_heads=3,
+                      dropout_rate=0.0, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
+                      feed_forward_proj="gated-gelu")
+
+    def fresh():
+        torch.manual_seed(0)
+        return AutoModelForSeq2SeqLM.from_config(config).eval()
+
+    ours = moved(delta.apply_delta(fresh(), {"methods": [ENTRIES["prefix"]]}))
+    batch = decoder_batch("t5")
+    expected = real_logits(ours, batch)
+    export_peft(ours, {"methods": [ENTRIES["prefix"]]}, tmp_path)
+    loaded = PeftModel.from_pretrained(fresh(), str(tmp_path)).eval()
+    torch.testing.assert_close(real_logits(loaded, batch), expected, rtol=1e-5, atol=1e-5)

@@ -567,6 +567,21 @@ def test_no_more_trials_share_a_gpu_than_fit_in_its_memory_by_a_measured_step(tm
     assert gpu_share.trials_per_gpu(8, 2, None, None) == 4  # unmeasured: the workers spread over the GPUs
 
 
+def test_a_gpu_share_measurement_that_fails_leaves_the_workers_spread_and_says_why(tmp_path, monkeypatch):
+    from autopelt.search import gpu_share
+    from autopelt.search import plan as plan_module
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 30.00 GiB\nmore detail")
+
+    monkeypatch.setattr(plan_module, "_local_gpus", lambda: 1)
+    monkeypatch.setattr(gpu_share, "measure_trial_bytes", out_of_memory)
+    plan = prepare(search_options(tmp_path, workers=4))
+    assert plan.gpus_per_trial == 0.25
+    assert plan.gpu_note == ("4 trials share a GPU, unmeasured: a training step at batch 32 x 128 tokens failed "
+                             "(CUDA out of memory. Tried to allocate 30.00 GiB; --gpus-per-trial to choose)")
+
+
 def test_the_step_a_gpu_share_is_measured_on_trains_a_delta_on_the_studys_model(tiny_model_dir):
     """The measurement itself, run on a CPU (its resident memory): the model loads, UniPELT applies, a step runs."""
     from autopelt.search import gpu_share

@@ -73,3 +73,10 @@ def test_bitfit_on_llama_is_refused_in_one_line(tiny_llama_dir, sst2_dir, tmp_pa
     assert train(tiny_llama_dir, sst2_dir, tmp_path / "out", "--method", "bitfit") == 1  # a failed trial, recorded
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["reason"] == "bitfit cannot apply to llama: it has no bias terms"
+
+
+def test_a_gpu_share_measures_a_t5_classifier_whose_eos_is_among_the_random_ids(tiny_t5_dir):
+    """The measured batch ends every row with one </s> (here MiniLM's [SEP], 102, inside the ids drawn)."""
+    from autopelt.search import gpu_share
+
+    assert gpu_share.measure_trial_bytes(str(tiny_t5_dir), 2, False, 8, 32, "fp32", device="cpu") > 2**20

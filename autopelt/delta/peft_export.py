@@ -89,8 +89,8 @@ def _unexpressible(method: MethodConfig, leading_prompt: bool, encoder_decoder: 
     if isinstance(method, PromptConfig) and not leading_prompt:
         return "peft's prompt tuning puts the soft tokens before the first token, autopelt's after it"
     if isinstance(method, PrefixConfig) and encoder_decoder and not method.shift_positions:
-        return ("peft's prefix-tuning on T5 reaches only the decoder's self-attention, this one (AdapterHub's) also the "
-                "encoder's and the cross-attention (train with prefix.shift_positions: true for peft's)")
+        return ("peft's prefix-tuning on T5 reaches only the decoder's self-attention, this one (AdapterHub's) also "
+                "the encoder's and the cross-attention (train with prefix.shift_positions: true for peft's)")
     if isinstance(method, PrefixConfig) and method.layers is not None:
         return "peft's prefix-tuning covers every layer"
     if isinstance(method, PrefixConfig) and not method.shift_positions:
@@ -134,7 +134,11 @@ def peft_config(spec: DeltaSpec, config, lm: bool = False):
     arch = architecture_of(config)
     task = {"task_type": peft_task(config, lm)}
     if isinstance(method, PrefixConfig):  # its saved form, the prefix matrices themselves
-        return peft.PrefixTuningConfig(num_virtual_tokens=method.length, prefix_projection=False, **task)
+        sizes = {}
+        if getattr(config, "is_encoder_decoder", False):  # peft would read the encoder's depth and d_model
+            sizes = dict(num_layers=config.num_decoder_layers, num_attention_heads=config.num_heads,
+                         token_dim=config.num_heads * config.d_kv)
+        return peft.PrefixTuningConfig(num_virtual_tokens=method.length, prefix_projection=False, **sizes, **task)
     if isinstance(method, PromptConfig):  # on T5 the encoder's prompt alone (peft's default adds the decoder's rows)
         return peft.PromptTuningConfig(num_virtual_tokens=method.length, num_transformer_submodules=1, **task)
     targets = _sites(arch, config, method.layers, method.targets)

@@ -3,10 +3,11 @@ as many as fit in its memory by one measured training step.
 
 The step is the study's heaviest usual trial: its model with UniPELT(APL) (LoRA where the family cannot take
 UniPELT), a batch of the space's largest batch size at its longest sequence, forward and backward at the trials'
-precision, on the first GPU. Its peak allocated memory plus a CUDA context (`CONTEXT_BYTES`, which torch's allocator
-does not count) is what one trial needs; trials together may fill `HEADROOM` of the GPU. A trial that still does not
-fit (a larger delta drawn later) fails with the out-of-memory line (`train.device.out_of_memory_reason`), recorded,
-and the study goes on.
+precision, on the first GPU, then an evaluation batch (no gradients, the trials' evaluation batch size: a language
+model's logits over its vocabulary can outgrow the training step). The larger peak allocated memory plus a CUDA
+context (`CONTEXT_BYTES`, which torch's allocator does not count) is what one trial needs; trials together may fill
+`HEADROOM` of the GPU. A trial that still does not fit (a larger delta drawn later) fails with the out-of-memory line
+(`train.device.out_of_memory_reason`), recorded, and the study goes on.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def largest(node, default: int) -> int:
 
 
 def measure_trial_bytes(model: str, num_labels: int, generation: bool, batch_size: int, length: int,
-                        precision: str = "auto", device: str = "cuda:0") -> int:
-    """Peak memory (bytes) of one training step as described above: allocated CUDA memory on a GPU (on a CPU the
-    process's resident memory, `train.device.PeakMemory`)."""
+                        precision: str = "auto", device: str = "cuda:0", eval_batch_size: int = 128) -> int:
+    """Peak memory (bytes) of one training step and one evaluation batch as described above: allocated CUDA memory
+    on a GPU (on a CPU the process's resident memory, `train.device.PeakMemory`)."""
     import torch
 
     from autopelt.delta import apply_delta
@@ -59,19 +60,27 @@ def measure_trial_bytes(model: str, num_labels: int, generation: bool, batch_siz
     where = torch.device(device)
     network = load_language_model(model) if generation else load_model(model, num_labels)
     preset = "unipelt_apl" if not cannot_apply_preset("unipelt_apl", network.config) else "lora"
+    dtype = autocast_dtype(resolve_precision(precision, where))
+
+    def batch(rows: int) -> dict:
+        ids = torch.randint(3, max(4, min(int(network.config.vocab_size), 1000)), (rows, length), device=where)
+        eos = network.config.eos_token_id
+        if isinstance(eos, int):  # T5's classifier reads each row's last </s>, and counts them
+            ids[ids == eos] = 3 if eos != 3 else 4
+            ids[:, -1] = eos
+        labels = ids if generation else torch.zeros(rows, dtype=torch.long, device=where)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
     try:
         with PeakMemory(where) as peak:
             network = apply_delta(network, with_pooling(PRESETS[preset], "cls")).to(where).train()
-            ids = torch.randint(3, max(4, min(int(network.config.vocab_size), 1000)), (batch_size, length),
-                                device=where)
-            eos = network.config.eos_token_id
-            if isinstance(eos, int):  # T5's classifier reads each row's last </s>
-                ids[:, -1] = eos
-            batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-            batch["labels"] = ids if generation else torch.zeros(batch_size, dtype=torch.long, device=where)
-            with autocast(where, autocast_dtype(resolve_precision(precision, where))):
-                loss = network(**batch).loss
+            with autocast(where, dtype):
+                loss = network(**batch(batch_size)).loss
             loss.backward()
+            del loss
+            network.eval()
+            with torch.no_grad(), autocast(where, dtype):
+                network(**batch(eval_batch_size)).logits.float().log_softmax(-1)  # as a dev loss computes it
         return int(peak.mb * 2**20)
     finally:
         del network

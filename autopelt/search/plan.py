@@ -333,7 +333,14 @@ def _gpus_per_trial(options: SearchOptions, model: str, num_labels: int, generat
     train = space.tree.train
     batch = gpu_share.largest(train.get("batch_size"), TrialSettings.batch_size)
     length = gpu_share.largest(train.get("max_length"), TrialSettings.max_length)
-    need = gpu_share.measure_trial_bytes(model, num_labels, generation, batch, length, options.precision)
+    try:
+        need = gpu_share.measure_trial_bytes(model, num_labels, generation, batch, length, options.precision,
+                                             eval_batch_size=TrialSettings.eval_batch_size)
+    except Exception as error:  # noqa: BLE001 - a trial that does not fit says so itself, with the OOM line
+        per_gpu = gpu_share.trials_per_gpu(options.workers, gpus, None, None)
+        why = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
+        return 1 / per_gpu, (f"{per_gpu} trials share a GPU, unmeasured: a training step at batch {batch} x {length} "
+                             f"tokens failed ({why}; --gpus-per-trial to choose)")
     total = _gpu_bytes()
     per_gpu = gpu_share.trials_per_gpu(options.workers, gpus, need, total)
     return 1 / per_gpu, (f"{per_gpu} trials share a GPU: a training step at batch {batch} x {length} tokens took "

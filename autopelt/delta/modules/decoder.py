@@ -124,8 +124,9 @@ class T5CachePrefix:
     a decoder mask gets L leading ones; the encoder and the cross-attention see none.
 
     peft 0.21 splits its prefix rows four at a time into (self keys, self values, cross keys, cross values) per
-    decoder layer and then drops the cross half, so decoder layer i reads row 2i mod N of its N rows and the odd
-    rows train nothing; this form reads the same rows, so that a peft folder holds it (docs/decoders.md)."""
+    decoder layer and then drops the cross half, so decoder layer i reads row 2i mod N of its N rows (for an even N
+    half the rows are read by no layer, and layers i and i + N/2 share one); this form reads the same rows, so that
+    a peft folder holds it (docs/decoders.md). UniPELT's gate, which peft has not, is one per layer."""
 
     def __init__(self, encoder: PrefixEncoder, heads: int, head_dim: int, gates: LayerGates | None = None):
         self.encoder, self.heads, self.head_dim, self.gates = encoder, heads, head_dim, gates
@@ -154,7 +155,7 @@ class T5CachePrefix:
             key, value = (p.view(1, -1, self.heads, self.head_dim).transpose(1, 2).expand(batch, -1, -1, -1)
                           for p in self.encoder(row))  # (B, heads, L, d)
             if gates is not None:
-                key, value = key * gates[row, 0], value * gates[row, -1]
+                key, value = key * gates[layer, 0], value * gates[layer, -1]
             cache.update(key, value, layer)
 
 

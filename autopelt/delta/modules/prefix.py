@@ -138,6 +138,8 @@ class T5PrefixAttention(nn.Module):
         batch, queries = hidden_states.shape[:2]
         split = lambda x: x.view(x.shape[0], x.shape[1], -1, base.key_value_proj_dim).transpose(1, 2)  # noqa: E731
         past_seen = past_key_values.get_seq_length(base.layer_idx) if past_key_values is not None else 0
+        past_seen = past_seen.clone() if isinstance(past_seen, torch.Tensor) else past_seen  # a static cache's
+        # count is a tensor that `update` changes in place (T5Attention clones it too)
         cross = key_value_states is not None
         query = split(base.q(hidden_states))
 
