@@ -15,8 +15,8 @@ recorded evaluations, with all rules and without each, and scores the chosen rat
 on test. A replay that asks for a rate outside the grid is counted and left out of that arm's mean.
 
 Arms besides the sweeps: the rate with the best mean dev over the other eleven tasks (a fixed rate learned
-leave-one-task-out), and the grid's best rate by final dev on the task itself (every rate trained: the sweep's
-reference). Printed and written (`sweep-rules-loo`): per arm the mean test over the twelve tasks and over the ten
+leave-one-task-out), the grid's best rate by final dev on the task itself (every rate trained: the sweep's
+reference), and any rate given with `--fixed` (a rate learned elsewhere, e.g. the portfolio's for UniPELT). Printed and written (`sweep-rules-loo`): per arm the mean test over the twelve tasks and over the ten
 the rules were not chosen on, the paired change against all rules, the candidates trained, and per task the rates.
 
     python bench/sweep_rules_loo.py collect --pool POOL --out benchmarks/sweep-ladder/lora.jsonl --workers 2
@@ -160,6 +160,11 @@ def judge(args) -> None:
                 continue
             test = kept(by_task[task][rate])["test"] if rate == rate else math.nan
             picks[arm][task] = (rate, test, tried)
+    for rate in args.fixed or ():  # a rate chosen elsewhere (e.g. the portfolio's learned rate for this baseline)
+        picks[f"fixed {rate:g} (given)"] = {
+            task: (rate, kept(by_task[task][rate])["test"], 1) if rate in by_task[task] else (None, None,
+                                                                                              f"needs {rate:g}")
+            for task in tasks}
     fixed, oracle = "fixed rate, learned on the other tasks", "best rate by final dev (every rate trained)"
     picks[fixed], picks[oracle] = {}, {}
     for task in tasks:
@@ -229,6 +234,8 @@ def main() -> None:
     replayed = sub.add_parser("judge", help="replay the sweep with and without each rule on the collected grid")
     replayed.add_argument("--pool", required=True)
     replayed.add_argument("--ladder", required=True)
+    replayed.add_argument("--fixed", type=float, action="append",
+                          help="also score this rate on every task (repeatable), e.g. a portfolio's learned rate")
     args = parser.parse_args()
     collect(args) if args.command == "collect" else judge(args)
 
