@@ -51,15 +51,17 @@ def word_tokenizer():
 
 
 def make_tiny_lm_folder(folder: Path, family: str = "llama", seed: int = 0) -> Path:
-    """A random tiny language model of `family` (llama, gpt2, t5; its head: the LM head) with the word tokenizer."""
+    """A random tiny language model of `family` (llama, gpt2, t5, t5-gated; its head: the LM head) with the word
+    tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GPT2Config, LlamaConfig, T5Config
 
     tokenizer = word_tokenizer()
     ids = dict(vocab_size=len(tokenizer), pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    if family == "t5":
+    if family.startswith("t5"):
         config = T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-                          dropout_rate=0.0, decoder_start_token_id=0, **ids)
+                          dropout_rate=0.0, decoder_start_token_id=0,
+                          feed_forward_proj="gated-gelu" if family == "t5-gated" else "relu", **ids)
     elif family == "llama":
         config = LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                              intermediate_size=64, max_position_embeddings=128, **ids)
@@ -67,6 +69,7 @@ def make_tiny_lm_folder(folder: Path, family: str = "llama", seed: int = 0) -> P
         config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, **ids)
     torch.manual_seed(seed)
-    (AutoModelForSeq2SeqLM if family == "t5" else AutoModelForCausalLM).from_config(config).save_pretrained(folder)
+    (AutoModelForSeq2SeqLM if family.startswith("t5") else AutoModelForCausalLM).from_config(config).save_pretrained(
+        folder)
     tokenizer.save_pretrained(folder)
     return folder

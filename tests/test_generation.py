@@ -246,6 +246,7 @@ def test_autopelt_search_on_a_generation_task_end_to_end_then_export(lm_dir, dat
 
 @pytest.mark.parametrize("family, method", [("gpt2", ("--method", "prefix", "--length", "2")),
                                             ("t5", ("--method", "ia3")), ("t5", ("--method", "prompt", "--length", "2")),
+                                            ("t5-gated", ("--preset", "unipelt_apl")),
                                             ("llama", ("--preset", "unipelt_apl"))])
 def test_each_family_trains_a_generation_delta(family, method, data_dir, tmp_path):
     folder = make_tiny_lm_folder(tmp_path / family, family)
