@@ -16,7 +16,6 @@ for the trial's shape on this device (`choose_attention`).
 from __future__ import annotations
 
 import contextlib
-
 import copy
 import json
 import os
@@ -53,17 +52,18 @@ def set_gradient_checkpointing(model: nn.Module, on: bool, spec=None) -> None:
 
 def _gates_padding(model: nn.Module):
     """A `context_fn` that gives UniPELT's gates, recomputed in the backward pass, the padding mask of their pass
-    (`PaddingMask.recomputing`); the gates are found on the first checkpointed call, after the delta is applied."""
+    (`PaddingMask.recomputing`, one shared by a model's gates); it is looked up once, on the first checkpointed
+    call, after the delta is applied."""
     from autopelt.delta.modules.gate import Gate
 
-    found = []
+    padding = []  # [the model's PaddingMask or None] once looked up
 
     def context_fn():
-        if not found:
-            found.extend(m.padding for m in model.modules() if isinstance(m, Gate) and m.padding is not None)
-        if not found:
+        if not padding:
+            padding.append(next((m.padding for m in model.modules() if isinstance(m, Gate) and m.padding), None))
+        if padding[0] is None:
             return contextlib.nullcontext(), contextlib.nullcontext()
-        return found[0].recomputing()
+        return padding[0].recomputing()
 
     return context_fn
 

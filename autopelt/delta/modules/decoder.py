@@ -103,19 +103,22 @@ class CachePrefix:
         cache = cache if cache is not None else DynamicCache()
         gates = self.gates() if self.gates is not None else None  # (rows, 1 or 2)
         rows = {layer: row for row, layer in enumerate(self.layers)}
+        placeholder = next(self.encoder.parameters()).new_zeros(batch, self.heads, self.encoder.length, self.head_dim)
         for layer in range(self.num_layers):
             row = rows.get(layer)
             if row is None:  # a layer without a prefix: placeholders, hidden from its attention
-                parameter = next(self.encoder.parameters())
-                key = value = parameter.new_zeros(batch, self.heads, self.encoder.length, self.head_dim)
-                cache.update(key, value, layer)
+                cache.update(placeholder, placeholder, layer)
                 continue
-            key, value = (p.view(1, -1, self.heads, self.head_dim).transpose(1, 2).expand(batch, -1, -1, -1)
-                          for p in self.encoder(row))  # (B, heads, L, d)
+            key, value = _keys_values(self.encoder, row, self.heads, self.head_dim, batch)
             if gates is not None:
                 key, value = key * gates[row, 0], value * gates[row, -1]
             cache.update(key, value, layer)
         return cache
+
+
+def _keys_values(encoder: PrefixEncoder, row: int, heads: int, head_dim: int, batch: int):
+    """A prefix row's keys and values, each (batch, heads, L, head_dim), as a cache holds them."""
+    return tuple(p.view(1, -1, heads, head_dim).transpose(1, 2).expand(batch, -1, -1, -1) for p in encoder(row))
 
 
 class T5CachePrefix:
@@ -151,9 +154,7 @@ class T5CachePrefix:
         rows = self.encoder.rows
         gates = self.gates() if self.gates is not None else None  # (rows, 1 or 2)
         for layer in range(rows):
-            row = 2 * layer % rows
-            key, value = (p.view(1, -1, self.heads, self.head_dim).transpose(1, 2).expand(batch, -1, -1, -1)
-                          for p in self.encoder(row))  # (B, heads, L, d)
+            key, value = _keys_values(self.encoder, 2 * layer % rows, self.heads, self.head_dim, batch)
             if gates is not None:
                 key, value = key * gates[layer, 0], value * gates[layer, -1]
             cache.update(key, value, layer)
