@@ -10,6 +10,10 @@ Three parts, each trial a `run_trial` in its own process (as a search's worker r
   3. E2E NLG (Novikova et al. 2017, as in AdaMix and the LoRA paper): zero-shot (the fixed prompt, no training),
      LoRA r8 (q,v), UniPELT(APL), prefix (L=10) and the Pfeiffer adapter, each at a short grid of rates; dev loss
      picks the rate, the pick's test BLEU and ROUGE-L over the distinct test inputs are reported.
+  4. search: `autopelt search` on the same E2E rows as a user runs it (Ray workers, the GPU share measured by the
+     search itself, --search-budget trials): every trial's row, the answer and its test scores.
+  5. hardware: the E2E LoRA trial in fp16 (GradScaler) beside bf16, and a trial too large for the device, which
+     must fail with the one-line out-of-memory reason.
 Every part writes its results file (bench/results.py) as soon as it ends; --deadline (seconds from the start) starts
 no trial after it, so a lease that runs out still leaves what finished.
 
@@ -55,7 +59,7 @@ def main() -> None:
     settings = {"model": args.model, "k": args.k, "epochs": args.epochs, "device": args.device,
                 "precision": args.precision}
 
-    parts = {"sharing": part_sharing, "e2e": part_e2e}
+    parts = {"sharing": part_sharing, "e2e": part_e2e, "search": part_search, "hardware": part_hardware}
     for part in args.parts:  # in the order given
         parts[part](args, common, settings, deadline)
     print(f"done in {time.time() - started:.0f} s", flush=True)
@@ -107,6 +111,116 @@ def part_e2e(args, common: dict, settings: dict, deadline: float | None) -> None
         print(json.dumps(record), flush=True)
 
 
+SEARCH_COLUMNS = ["trial", "role", "delta", "lr", "params_pct", "dev_loss", "bleu", "rouge_l", "state", "seconds",
+                  "peak_mb", "precision"]
+
+
+def part_search(args, common: dict, settings: dict, deadline: float | None) -> None:
+    """`autopelt search` as a user types it; the table is read back from its study."""
+    import contextlib
+    import io
+
+    import optuna
+    from results import write_results
+
+    from autopelt import cli
+    from autopelt.study import answers
+    from autopelt.study.record import read_all
+
+    work = Path(args.search_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    storage, name = f"sqlite:///{work / 'e2e-search.db'}", "e2e-search"
+    command = ["search", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", args.model,
+               "--data-dir", args.e2e_dir, "--k", str(args.e2e_k), "--epochs", str(args.epochs),
+               "--budget", str(args.search_budget), "--workers", str(args.parallel), "--precision", args.precision,
+               "--storage", storage, "--study-name", name, "--out", str(work / "runs")]
+    print("autopelt " + " ".join(command), flush=True)
+    seen = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, seen)):
+        code = cli.main(command)
+    wall = time.perf_counter() - started
+    records = read_all(optuna.load_study(study_name=name, storage=storage))
+    best = answers.best(records)
+    rows = [_search_row(r, best) for r in records]
+    plan_lines = [line for line in seen.getvalue().splitlines() if "GPU" in line or "trials a GPU" in line]
+    write_results("decoder-e2e-search", rows, out_dir=args.results_dir, precision=ran_at(rows, args.precision),
+                  settings={**settings, "task": "e2e", "k": args.e2e_k, "budget": args.search_budget,
+                            "workers": args.parallel, "exit_code": code, "wall_s": round(wall, 1),
+                            "answer": best.number if best else None, "plan_lines": plan_lines,
+                            "search_command": "autopelt " + " ".join(command)},
+                  columns=SEARCH_COLUMNS,
+                  notes="every trial of one `autopelt search` on E2E; dev loss selects, test is scored for the "
+                        "baselines, the finalists' re-runs and the answer")
+
+
+class _Tee:
+    """Writes to both streams: the search's lines reach the log and are kept for the results."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
+
+    def __getattr__(self, name):  # encoding, isatty, fileno: the real stream's (Ray reads them)
+        return getattr(self.streams[0], name)
+
+
+def _search_row(record, best) -> dict:
+    if record.confirms:
+        role = f"#{record.confirms.get('trial')} again"
+    elif record.baseline:
+        role = f"baseline {record.baseline}"
+    elif record.portfolio:
+        role = f"portfolio {record.portfolio.get('rank')}"
+    else:
+        role = "searched"
+    if best is not None and record.number == best.number:
+        role += " (answer)"
+    dev = record.dev_value
+    return {"trial": record.number, "role": role, "delta": record.summary, "lr": record.learning_rate,
+            "params_pct": record.params_pct, "dev_loss": None if dev is None else round(-dev, 4),
+            "bleu": record.test_value("bleu"), "rouge_l": record.test_value("rouge_l"),
+            "state": record.stopped_by or record.fail_reason or record.state.name.lower(),
+            "seconds": None if record.seconds is None else round(record.seconds, 1),
+            "peak_mb": record.peak_memory_mb, "precision": record.precision}
+
+
+HARDWARE_COLUMNS = ["check", "precision", "status", "dev_loss", "bleu", "rouge_l", "train_s", "peak_mb", "reason"]
+
+
+def part_hardware(args, common: dict, settings: dict, deadline: float | None) -> None:
+    """fp16 under GradScaler beside bf16 (the same E2E LoRA trial), then a trial that cannot fit: its reason."""
+    from results import write_results
+
+    spec = {"methods": [LORA]}
+    jobs = [("e2e", {**common, "precision": precision, "e2e_dir": args.e2e_dir, "k": args.e2e_k,
+                     "epochs": args.epochs, "arm": f"LoRA r8 (q,v) {precision}", "spec": spec, "rate": 3e-3,
+                     "seed": 0}) for precision in ("fp16", "bf16")]
+    jobs.append(("e2e", {**common, "precision": "bf16", "e2e_dir": args.e2e_dir, "k": 4000, "epochs": 1,
+                         "arm": "too large: batch 4000", "spec": spec, "rate": 3e-3, "seed": 0,
+                         "batch_size": 4000, "max_length": 512}))
+    records = run_wave(jobs[:2], 2, deadline)[1] + run_wave(jobs[2:], 1, deadline)[1]  # the large one alone
+    rows = []
+    for record in records:
+        dev = record.get("dev_metric")
+        test = record.get("test") or {}
+        rows.append({"check": record["arm"], "precision": record.get("precision"), "status": record["status"],
+                     "dev_loss": None if dev is None else round(-dev, 4), "bleu": test.get("bleu"),
+                     "rouge_l": test.get("rouge_l"), "train_s": record.get("train_seconds"),
+                     "peak_mb": record.get("peak_memory_mb"), "reason": record.get("reason")})
+    write_results("decoder-hardware", rows, out_dir=args.results_dir, precision="fp16, bf16",
+                  settings={**settings, "task": "e2e", "k": args.e2e_k}, columns=HARDWARE_COLUMNS,
+                  notes="fp16 trains under GradScaler; the last trial is meant not to fit and must fail in one line")
+
+
 def ran_at(records: list[dict], asked: str) -> str:
     """The precision the trials ran at (--precision auto resolves per device)."""
     return ", ".join(sorted({r["precision"] for r in records if r.get("precision")})) or asked
@@ -148,12 +262,13 @@ def sst2_trial(model, device, precision, threads, pool, k, dev_size, epochs, rat
     return _compact(run_trial(settings))
 
 
-def e2e_trial(model, device, precision, threads, e2e_dir, k, epochs, arm, spec, rate, seed) -> dict:
+def e2e_trial(model, device, precision, threads, e2e_dir, k, epochs, arm, spec, rate, seed, batch_size=16,
+              max_length=96) -> dict:
     from autopelt.train import TrialSettings, run_trial
 
     settings = TrialSettings(
         task="e2e", spec=spec, model=model, data_dir=e2e_dir, protocol=k, seed=seed, epochs=epochs,
-        learning_rate=rate, batch_size=16, max_length=96, max_new_tokens=40, threads=threads, device=device,
+        learning_rate=rate, batch_size=batch_size, max_length=max_length, max_new_tokens=40, threads=threads, device=device,
         precision=precision, custom_task={"input_column": "mr", "target_column": "ref"})
     return _compact(run_trial(settings))
 
@@ -263,6 +378,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads per trial")
     parser.add_argument("--results-dir", help="where the results files go (default: benchmarks/results)")
+    parser.add_argument("--search-budget", type=int, default=12, help="trials of the search part")
+    parser.add_argument("--search-dir", default="decoder-search", help="the search part's study and trial outputs")
     parser.add_argument("--deadline", type=float, help="start no trial this many seconds after the start")
     return parser.parse_args()
 
