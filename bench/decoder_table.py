@@ -51,6 +51,8 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from autopelt.models import resolve_model
 
+    import torch  # noqa: F401  (imported here so the results files name the GPU: trials run in other processes)
+
     started = time.time()
     deadline = started + args.deadline if args.deadline else None
     model = resolve_model(args.model)  # a packaged model is converted here, once, not in every worker

@@ -60,6 +60,12 @@ def test_a_trial_that_does_not_fit_fails_with_one_line_that_says_what_to_change(
     on_gpu = devices.out_of_memory_reason(torch.OutOfMemoryError("CUDA out of memory."), torch.device("cuda"))
     assert on_gpu == ("out of memory: CUDA out of memory. (lower --batch-size, or raise --gpus-per-trial so that "
                       "fewer trials share a GPU)")
+    as_torch_says = ("CUDA out of memory. Tried to allocate 1.21 GiB. GPU 0 has a total capacity of 79.18 GiB of which "
+                     "802.19 MiB is free. Including non-PyTorch memory, this process has 78.39 GiB memory in use. If "
+                     "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=... (https://...)")
+    assert devices.out_of_memory_reason(torch.OutOfMemoryError(as_torch_says), torch.device("cuda")) == (
+        "out of memory: CUDA out of memory. Tried to allocate 1.21 GiB. GPU 0 has a total capacity of 79.18 GiB of "
+        "which 802.19 MiB is free. (lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU)")
 
 
 def test_memory_goes_back_to_the_gpu_after_every_trial_on_a_worker(monkeypatch):
@@ -77,6 +83,43 @@ def test_memory_goes_back_to_the_gpu_after_every_trial_on_a_worker(monkeypatch):
     assert ray_backend._call(lambda s, r: {"status": "ok"}, Settings(), None) == {"status": "ok"}
     assert ray_backend._call(fails, Settings(), None)["status"] == "failed"
     assert emptied == [True, True]  # after a good trial and after a broken one
+
+
+@pytest.mark.parametrize("gpu_ids, share, limited", [([0], 0.25, 0.25), ([0], 1.0, None), ([], 0.0, None)])
+def test_a_trial_given_part_of_a_gpu_holds_only_that_share_of_its_memory(gpu_ids, share, limited, monkeypatch):
+    class Context:
+        def get_trial_resources(self):
+            return type("Resources", (), {"required_resources": {"CPU": torch.get_num_threads(), "GPU": share}})()
+
+    fractions = []
+    monkeypatch.setattr(ray_backend.tune, "get_context", Context)
+    monkeypatch.setattr(ray_backend.ray, "get_gpu_ids", lambda: gpu_ids)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda fraction: fractions.append(fraction))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    placement = ray_backend._placement()
+    assert placement["device"] == ("cuda" if gpu_ids else "cpu")
+    assert fractions == ([limited] if limited else [])
+
+
+def test_an_exiting_worker_waits_for_its_stopped_trial_to_unwind_but_not_for_ever(monkeypatch):
+    import threading
+    import time
+
+    release = threading.Event()
+    unwinding = threading.Thread(target=lambda: release.wait(0.3), daemon=True)  # a trial ending its SystemExit
+    stuck = threading.Thread(target=lambda: release.wait(30), daemon=True)
+    monkeypatch.setattr(ray_backend, "_RUNNING_TRIALS", {unwinding})
+    unwinding.start()
+    ray_backend._let_trials_unwind(timeout=10)
+    assert not unwinding.is_alive()
+
+    monkeypatch.setattr(ray_backend, "_RUNNING_TRIALS", {stuck})
+    stuck.start()
+    started = time.monotonic()
+    ray_backend._let_trials_unwind(timeout=0.2)
+    assert stuck.is_alive() and time.monotonic() - started < 5
+    release.set()
 
 
 def test_a_search_trial_can_leave_the_test_split_unscored(make_settings):

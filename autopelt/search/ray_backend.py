@@ -11,19 +11,26 @@
   the finalists begin (they can no longer be the answer), so their workers take the finalists.
   Baselines are never shown to ASHA: they are the reference every searched delta is compared with.
 - A trial travels as its TrialSettings (`to_dict`, JSON, `from_dict`); the worker sets only what Ray decided
-  there: `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray assigned it a GPU),
-  then calls `autopelt.train.run_trial`.
+  there: `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray assigned it a GPU;
+  a fraction of one also limits the process to that share of the GPU's memory), then calls
+  `autopelt.train.run_trial`.
+- Tune ends a trial it stops by raising SystemExit in the trial's thread and does not wait for that thread; a
+  worker that exits meanwhile lets the thread's unwinding run into Python's finalisation, which aborts the process
+  with a stack dump. A worker therefore waits, at exit, for its stopped trial to unwind (`_let_trials_unwind`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
 import logging
 import math
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -51,6 +58,8 @@ EVENT_KEY = "autopelt_event"
 RESULT_KEY = "autopelt_result"
 REDUCTION_FACTOR = 2  # half of the trials reaching a rung go on: searches here are tens of trials, not thousands
 RAY_TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"  # the logger of that start notice
+UNWIND_WAIT_S = 10.0  # how long an exiting worker waits for a stopped trial's thread to unwind
+_RUNNING_TRIALS: set[threading.Thread] = set()  # this worker's threads inside a trial
 
 
 def asha_settings(epochs: int) -> dict:
@@ -236,6 +245,29 @@ def ticket_json(ticket: Ticket) -> str:
 
 
 def _trainable(tune_config: dict) -> None:
+    _wait_for_trials_at_exit()
+    _RUNNING_TRIALS.add(threading.current_thread())
+    try:
+        _train(tune_config)
+    finally:
+        _RUNNING_TRIALS.discard(threading.current_thread())
+
+
+@functools.cache
+def _wait_for_trials_at_exit() -> None:
+    atexit.register(_let_trials_unwind)
+
+
+def _let_trials_unwind(timeout: float = UNWIND_WAIT_S) -> None:
+    """Wait, at most `timeout` seconds in all, for the threads of trials this worker is still running: a trial Tune
+    stopped unwinds (frees its tensors, gives back GPU memory) before the interpreter finalises."""
+    deadline = time.monotonic() + timeout
+    for thread in list(_RUNNING_TRIALS):
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _train(tune_config: dict) -> None:
     from autopelt.train import TrialSettings, run_trial
 
     ticket = json.loads(tune_config[TICKET_KEY])
@@ -260,7 +292,11 @@ def _placement() -> dict:
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     if "torch" in sys.modules:  # a reused worker: torch read OMP_NUM_THREADS long ago
         sys.modules["torch"].set_num_threads(threads)
-    return {"device": "cuda" if ray.get_gpu_ids() else "cpu", "threads": threads}
+    on_gpu = bool(ray.get_gpu_ids())
+    share = float(resources.get("GPU", 0))
+    if on_gpu and 0 < share < 1:
+        devices.limit_gpu_memory(share)
+    return {"device": "cuda" if on_gpu else "cpu", "threads": threads}
 
 
 def _call(trial_fn: Callable, settings, report: Callable[[dict], None]) -> dict:

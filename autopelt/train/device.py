@@ -239,9 +239,18 @@ def is_out_of_memory(error: BaseException) -> bool:
 def out_of_memory_reason(error: BaseException, device: torch.device) -> str:
     """One line for a trial that did not fit: what ran out, and what to change."""
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    first = first.split(" Including non-PyTorch memory")[0]  # CUDA's accounting and allocator advice: not the point
     remedy = ("lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU" if device.type == "cuda"
               else "lower --batch-size, or run fewer --workers at once")
     return f"out of memory: {first} ({remedy})"
+
+
+def limit_gpu_memory(share: float) -> None:
+    """Hold this process to `share` of the current GPU's memory. Trials sharing a GPU are separate processes, and
+    PyTorch's caching allocator keeps the blocks a trial freed for itself: without a limit, one trial's cache can
+    take the memory another trial needs next. At its limit the allocator gives its cached blocks back and tries
+    again before it reports out of memory."""
+    torch.cuda.set_per_process_memory_fraction(min(1.0, share))
 
 
 def release_memory() -> None:
