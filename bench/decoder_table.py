@@ -85,10 +85,10 @@ def part_sharing(args, common: dict, settings: dict, deadline: float | None) -> 
                         "peak_mb_max": max((r["peak_memory_mb"] or 0) for r in records)})
         print(f"{level} at once: {sharing[-1]}", flush=True)
     precision = ran_at(sst2, args.precision)
-    write_results("decoder-sharing", sharing, out_dir=args.results_dir, precision=precision,
+    write_results(f"{args.results_prefix}-sharing", sharing, out_dir=args.results_dir, precision=precision,
                   settings={**settings, "task": "sst2"},
                   notes="the same SST-2 LoRA trial, N processes on one device; a trial's wall includes its model load")
-    write_results("decoder-sst2", sst2_table(sst2, args), out_dir=args.results_dir, precision=precision,
+    write_results(f"{args.results_prefix}-sst2", sst2_table(sst2, args), out_dir=args.results_dir, precision=precision,
                   settings={**settings, "task": "sst2"}, columns=SST2_COLUMNS,
                   notes="dev picks the decoder's rate; MiniLM rows are the shipped meta-dataset's (same rows)")
 
@@ -380,6 +380,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads per trial")
     parser.add_argument("--results-dir", help="where the results files go (default: benchmarks/results)")
+    parser.add_argument("--results-prefix", default="decoder", help="results files are named PREFIX-sharing, ...")
     parser.add_argument("--search-budget", type=int, default=12, help="trials of the search part")
     parser.add_argument("--search-dir", default="decoder-search", help="the search part's study and trial outputs")
     parser.add_argument("--deadline", type=float, help="start no trial this many seconds after the start")
