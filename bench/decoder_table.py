@@ -104,7 +104,7 @@ def part_e2e(args, common: dict, settings: dict, deadline: float | None) -> None
         jobs += [("e2e", {**common, "e2e_dir": args.e2e_dir, "k": args.e2e_k, "epochs": args.epochs,
                           "arm": arm, "spec": spec, "rate": rate, "seed": 0}) for rate in rates]
     wall, records = run_wave(jobs, args.parallel, deadline)
-    write_results("decoder-e2e", e2e_table(records), out_dir=args.results_dir,
+    write_results(f"{args.results_prefix}-e2e", e2e_table(records), out_dir=args.results_dir,
                   precision=ran_at(records, args.precision),
                   settings={**settings, "task": "e2e", "k": args.e2e_k, "max_new_tokens": 40,
                             "parallel": args.parallel, "wall_s": round(wall, 1)}, columns=E2E_COLUMNS,
@@ -118,7 +118,8 @@ SEARCH_COLUMNS = ["trial", "role", "delta", "lr", "params_pct", "dev_loss", "ble
 
 
 def part_search(args, common: dict, settings: dict, deadline: float | None) -> None:
-    """`autopelt search` as a user types it; the table is read back from its study."""
+    """`autopelt search` as a user types it, a fresh study each run; the table is read back from its study.
+    --deadline does not bound it: its own --search-budget does."""
     import contextlib
     import io
 
@@ -131,11 +132,12 @@ def part_search(args, common: dict, settings: dict, deadline: float | None) -> N
 
     work = Path(args.search_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    storage, name = f"sqlite:///{work / 'e2e-search.db'}", "e2e-search"
+    name = f"e2e-search-{time.strftime('%Y%m%d-%H%M%S')}"  # a fresh study: one of the same name would be resumed
+    storage = f"sqlite:///{work / 'e2e-search.db'}"
     command = ["search", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", args.model,
                "--data-dir", args.e2e_dir, "--k", str(args.e2e_k), "--epochs", str(args.epochs),
                "--budget", str(args.search_budget), "--workers", str(args.parallel), "--precision", args.precision,
-               "--storage", storage, "--study-name", name, "--out", str(work / "runs")]
+               "--storage", storage, "--study-name", name, "--out", str(work / name)]
     print("autopelt " + " ".join(command), flush=True)
     seen = io.StringIO()
     started = time.perf_counter()
@@ -145,8 +147,8 @@ def part_search(args, common: dict, settings: dict, deadline: float | None) -> N
     records = read_all(optuna.load_study(study_name=name, storage=storage))
     best = answers.best(records)
     rows = [_search_row(r, best) for r in records]
-    plan_lines = [line for line in seen.getvalue().splitlines() if "GPU" in line or "trials a GPU" in line]
-    write_results("decoder-e2e-search", rows, out_dir=args.results_dir, precision=ran_at(rows, args.precision),
+    plan_lines = [line for line in seen.getvalue().splitlines() if "GPU" in line]
+    write_results(f"{args.results_prefix}-e2e-search", rows, out_dir=args.results_dir, precision=ran_at(rows, args.precision),
                   settings={**settings, "task": "e2e", "k": args.e2e_k, "budget": args.search_budget,
                             "workers": args.parallel, "exit_code": code, "wall_s": round(wall, 1),
                             "answer": best.number if best else None, "plan_lines": plan_lines,
@@ -172,6 +174,8 @@ class _Tee:
             stream.flush()
 
     def __getattr__(self, name):  # encoding, isatty, fileno: the real stream's (Ray reads them)
+        if name == "streams":  # not set yet (a copy being made)
+            raise AttributeError(name)
         return getattr(self.streams[0], name)
 
 
@@ -195,6 +199,12 @@ def _search_row(record, best) -> dict:
             "peak_mb": record.peak_memory_mb, "precision": record.precision}
 
 
+def _on_cuda(device: str | None) -> bool:
+    import torch
+
+    return device == "cuda" or (device is None and torch.cuda.is_available())
+
+
 HARDWARE_COLUMNS = ["check", "precision", "status", "dev_loss", "bleu", "rouge_l", "train_s", "peak_mb", "reason"]
 
 
@@ -206,9 +216,10 @@ def part_hardware(args, common: dict, settings: dict, deadline: float | None) ->
     jobs = [("e2e", {**common, "precision": precision, "e2e_dir": args.e2e_dir, "k": args.e2e_k,
                      "epochs": args.epochs, "arm": f"LoRA r8 (q,v) {precision}", "spec": spec, "rate": 3e-3,
                      "seed": 0}) for precision in ("fp16", "bf16")]
-    jobs.append(("e2e", {**common, "precision": "bf16", "e2e_dir": args.e2e_dir, "k": 4000, "epochs": 1,
-                         "arm": "too large: batch 4000", "spec": spec, "rate": 3e-3, "seed": 0,
-                         "batch_size": 4000, "max_length": 512}))
+    if _on_cuda(args.device):  # too large for a GPU; on a CPU it would only exhaust the host's memory
+        jobs.append(("e2e", {**common, "precision": "bf16", "e2e_dir": args.e2e_dir, "k": 4000, "epochs": 1,
+                             "arm": "too large: batch 4000", "spec": spec, "rate": 3e-3, "seed": 0,
+                             "batch_size": 4000, "max_length": 512}))
     records = run_wave(jobs[:2], 2, deadline)[1] + run_wave(jobs[2:], 1, deadline)[1]  # the large one alone
     rows = []
     for record in records:
@@ -218,7 +229,7 @@ def part_hardware(args, common: dict, settings: dict, deadline: float | None) ->
                      "dev_loss": None if dev is None else round(-dev, 4), "bleu": test.get("bleu"),
                      "rouge_l": test.get("rouge_l"), "train_s": record.get("train_seconds"),
                      "peak_mb": record.get("peak_memory_mb"), "reason": record.get("reason")})
-    write_results("decoder-hardware", rows, out_dir=args.results_dir, precision="fp16, bf16",
+    write_results(f"{args.results_prefix}-hardware", rows, out_dir=args.results_dir, precision="fp16, bf16",
                   settings={**settings, "task": "e2e", "k": args.e2e_k}, columns=HARDWARE_COLUMNS,
                   notes="fp16 trains under GradScaler; the last trial is meant not to fit and must fail in one line")
 

@@ -66,6 +66,18 @@ def test_a_trial_that_does_not_fit_fails_with_one_line_that_says_what_to_change(
     assert devices.out_of_memory_reason(torch.OutOfMemoryError(as_torch_says), torch.device("cuda")) == (
         "out of memory: CUDA out of memory. Tried to allocate 1.21 GiB. GPU 0 has a total capacity of 79.18 GiB of "
         "which 802.19 MiB is free. (lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU)")
+    shared = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 40.10 "
+              "GiB is free. Process 1234 has 7.50 GiB memory in use. Process 1240 has 16.10 GiB memory in use. 16.22 "
+              "GiB allowed; Of the allocated memory 14.90 GiB is allocated by PyTorch, and 1.10 GiB is reserved")
+    assert devices.out_of_memory_reason(torch.OutOfMemoryError(shared), torch.device("cuda")) == (
+        "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of "
+        "which 40.10 GiB is free. This trial may use 16.22 GiB. (lower --batch-size, or raise --gpus-per-trial so "
+        "that fewer trials share a GPU)")
+    no_process_line = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of "
+                       "which 3.06 MiB is free. Of the allocated memory 7.20 GiB is allocated by PyTorch")
+    assert devices.out_of_memory_reason(torch.OutOfMemoryError(no_process_line), torch.device("cuda")).startswith(
+        "out of memory: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of "
+        "which 3.06 MiB is free. (lower")
 
 
 def test_memory_goes_back_to_the_gpu_after_every_trial_on_a_worker(monkeypatch):
@@ -85,8 +97,13 @@ def test_memory_goes_back_to_the_gpu_after_every_trial_on_a_worker(monkeypatch):
     assert emptied == [True, True]  # after a good trial and after a broken one
 
 
-@pytest.mark.parametrize("gpu_ids, share, limited", [([0], 0.25, 0.25), ([0], 1.0, None), ([], 0.0, None)])
-def test_a_trial_given_part_of_a_gpu_holds_only_that_share_of_its_memory(gpu_ids, share, limited, monkeypatch):
+GIB = 2**30
+
+
+@pytest.mark.parametrize("gpu_ids, share, limited", [([0], 0.25, 0.25 * 0.85 - 600 / 80 / 1024),
+                                                     ([0], 1.0, None), ([], 0.0, None)])
+def test_a_trial_given_part_of_a_gpu_holds_only_its_part_of_the_memory(gpu_ids, share, limited, monkeypatch):
+    """Its share of the headroom the trials fill together, less its own CUDA context (on an 80 GiB GPU)."""
     class Context:
         def get_trial_resources(self):
             return type("Resources", (), {"required_resources": {"CPU": torch.get_num_threads(), "GPU": share}})()
@@ -95,11 +112,19 @@ def test_a_trial_given_part_of_a_gpu_holds_only_that_share_of_its_memory(gpu_ids
     monkeypatch.setattr(ray_backend.tune, "get_context", Context)
     monkeypatch.setattr(ray_backend.ray, "get_gpu_ids", lambda: gpu_ids)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda fraction: fractions.append(fraction))
+    monkeypatch.setattr(devices, "gpu_memory_bytes", lambda: 80 * GIB)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
     placement = ray_backend._placement()
     assert placement["device"] == ("cuda" if gpu_ids else "cpu")
-    assert fractions == ([limited] if limited else [])
+    assert fractions == ([pytest.approx(limited)] if limited else [])
+
+
+def test_a_small_share_keeps_at_least_half_of_itself():
+    from autopelt.search.gpu_share import memory_fraction
+
+    assert memory_fraction(0.01, 8 * GIB) == pytest.approx(0.005)  # 0.85% of 8 GiB is less than a context
+    assert memory_fraction(0.5, 80 * GIB) == pytest.approx(0.5 * 0.85 - 600 / 80 / 1024)
 
 
 def test_an_exiting_worker_waits_for_its_stopped_trial_to_unwind_but_not_for_ever(monkeypatch):
@@ -120,6 +145,34 @@ def test_an_exiting_worker_waits_for_its_stopped_trial_to_unwind_but_not_for_eve
     ray_backend._let_trials_unwind(timeout=0.2)
     assert stuck.is_alive() and time.monotonic() - started < 5
     release.set()
+
+
+def test_a_worker_process_lets_its_trial_thread_unwind_before_python_finalises(tmp_path):
+    """The real exit order: a daemon thread still running when the main thread ends runs to its end (its finally
+    writes a file) only because the exit waits for it."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, threading, time
+from autopelt.search import ray_backend
+
+def trial():
+    try:
+        time.sleep(1.0)
+    finally:
+        open(sys.argv[1], "w").write("unwound")
+
+thread = threading.Thread(target=trial, daemon=True)
+thread.start()
+if sys.argv[2] == "wait":
+    ray_backend._RUNNING_TRIALS.add(thread)
+    ray_backend._wait_for_trials_at_exit()
+"""
+    for mode, unwound in (("wait", True), ("no-wait", False)):
+        marker = tmp_path / mode
+        subprocess.run([sys.executable, "-c", script, str(marker), mode], check=True, timeout=120)
+        assert marker.exists() == unwound, mode
 
 
 def test_a_search_trial_can_leave_the_test_split_unscored(make_settings):

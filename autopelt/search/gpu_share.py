@@ -27,6 +27,13 @@ def trials_per_gpu(workers: int, gpus: int, trial_bytes: int | None, gpu_bytes: 
     return max(1, min(wanted, fit))
 
 
+def memory_fraction(share: float, gpu_bytes: int) -> float:
+    """The fraction of a GPU's memory a trial given `share` of it may hold in torch's allocator: its part of the
+    `HEADROOM` the trials may fill together, less its CUDA context (outside the allocator); never below half the
+    share."""
+    return max(share * HEADROOM - CONTEXT_BYTES / gpu_bytes, share / 2)
+
+
 def largest(node, default: int) -> int:
     """The largest value a space's training field (a `space_tree` node, or None when the space leaves it to the
     trial's default) can take."""

@@ -12,7 +12,7 @@
   Baselines are never shown to ASHA: they are the reference every searched delta is compared with.
 - A trial travels as its TrialSettings (`to_dict`, JSON, `from_dict`); the worker sets only what Ray decided
   there: `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray assigned it a GPU;
-  a fraction of one also limits the process to that share of the GPU's memory), then calls
+  a fraction of one also limits the process to its part of the GPU's memory, `gpu_share.memory_fraction`), then calls
   `autopelt.train.run_trial`.
 - Tune ends a trial it stops by raising SystemExit in the trial's thread and does not wait for that thread; a
   worker that exits meanwhile lets the thread's unwinding run into Python's finalisation, which aborts the process
@@ -45,6 +45,7 @@ from ray.tune.stopper import Stopper
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.numbers import is_finite_number
+from autopelt.search import gpu_share
 from autopelt.search.controller import DONE, WAIT, Controller, Ticket
 from autopelt.search.plan import SearchPlan
 from autopelt.train import device as devices
@@ -294,8 +295,9 @@ def _placement() -> dict:
         sys.modules["torch"].set_num_threads(threads)
     on_gpu = bool(ray.get_gpu_ids())
     share = float(resources.get("GPU", 0))
-    if on_gpu and 0 < share < 1:
-        devices.limit_gpu_memory(share)
+    total = devices.gpu_memory_bytes() if on_gpu and 0 < share < 1 else None
+    if total:
+        devices.limit_gpu_memory(gpu_share.memory_fraction(share, total))
     return {"device": "cuda" if on_gpu else "cpu", "threads": threads}
 
 

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import gc
 import os
+import re
 import resource
 import sys
 import threading
@@ -231,6 +232,9 @@ def resident_bytes() -> int:
 OUT_OF_MEMORY_TEXTS = ("out of memory", "can't allocate memory", "not enough memory")  # CUDA, CPU (POSIX, Windows)
 
 
+OUT_OF_MEMORY_DETAIL = r" (?=Process \d+ has|Including non-PyTorch memory|[\d.]+ \w+ allowed;|Of the allocated memory|If reserved)"
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     text = str(error).lower()
     return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or any(t in text for t in OUT_OF_MEMORY_TEXTS)
@@ -239,18 +243,26 @@ def is_out_of_memory(error: BaseException) -> bool:
 def out_of_memory_reason(error: BaseException, device: torch.device) -> str:
     """One line for a trial that did not fit: what ran out, and what to change."""
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    first = first.split(" Including non-PyTorch memory")[0]  # CUDA's accounting and allocator advice: not the point
+    allowed = re.search(r"([\d.]+ \w+) allowed;", first)  # the process's memory limit (a share of a GPU)
+    first = re.split(OUT_OF_MEMORY_DETAIL, first)[0]  # per-process accounting and allocator advice: not the point
+    if allowed:
+        first += f" This trial may use {allowed.group(1)}."
     remedy = ("lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU" if device.type == "cuda"
               else "lower --batch-size, or run fewer --workers at once")
     return f"out of memory: {first} ({remedy})"
 
 
-def limit_gpu_memory(share: float) -> None:
-    """Hold this process to `share` of the current GPU's memory. Trials sharing a GPU are separate processes, and
-    PyTorch's caching allocator keeps the blocks a trial freed for itself: without a limit, one trial's cache can
-    take the memory another trial needs next. At its limit the allocator gives its cached blocks back and tries
+def gpu_memory_bytes() -> int | None:
+    """The current GPU's memory, or None without CUDA."""
+    return int(torch.cuda.get_device_properties(0).total_memory) if torch.cuda.is_available() else None
+
+
+def limit_gpu_memory(fraction: float) -> None:
+    """Hold this process to `fraction` of the current GPU's memory. Trials sharing a GPU are separate processes,
+    and PyTorch's caching allocator keeps the blocks a trial freed for itself: without a limit, one trial's cache
+    can take the memory another trial needs next. At its limit the allocator gives its cached blocks back and tries
     again before it reports out of memory."""
-    torch.cuda.set_per_process_memory_fraction(min(1.0, share))
+    torch.cuda.set_per_process_memory_fraction(min(1.0, fraction))
 
 
 def release_memory() -> None:
