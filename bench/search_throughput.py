@@ -52,6 +52,15 @@ def summarise(results: list[dict], wall: float, workers: int) -> dict:
             if worker_time else 0.0}
 
 
+def phase_rows(summary: dict) -> list[dict]:
+    """The table's rows: each phase's seconds over all trials and its share of the worker time."""
+    worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
+    rows = {**summary["phase_seconds"], "outside trials (start-up, sampler, study writes)":
+            summary["outside_trials_seconds"]}
+    return [{"where the time goes": name, "seconds": round(seconds, 1),
+             "share_pct": round(100 * seconds / worker_time, 1) if worker_time else 0.0} for name, seconds in rows.items()]
+
+
 def table(summary: dict) -> str:
     worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
     lines = [f"{summary['trials']} trials ({summary['ok']} ok) in {summary['wall_seconds']:.0f} s on "
@@ -95,6 +104,16 @@ def main() -> None:
     results = [json.loads(p.read_text()) for p in sorted((args.work_dir / "trials").rglob("result.json"))]
     summary = summarise(results, wall, args.workers)
     print(table(summary))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from results import write_results
+
+    precision = ", ".join(sorted({r["precision"] for r in results if r.get("precision")})) or None
+    print(write_results("search-throughput", phase_rows(summary), precision=precision,
+                        settings={k: v for k, v in summary.items() if k != "phase_seconds"},
+                        notes=f"{summary['trials']} trials of `autopelt search`; overhead (all but the learning-rate "
+                              f"sweep, training and evaluation) {100 * summary['overhead_share']:.1f}% of worker "
+                              f"time; trials: " + "; ".join(f"{r.get('summary')} {r.get('total_seconds') or 0:.0f} s"
+                                                          for r in results)))
     if args.out:
         trials = [{"spec": r.get("summary"), "status": r.get("status"), "total_seconds": r.get("total_seconds"),
                    "phases": trial_phases(r)} for r in results]

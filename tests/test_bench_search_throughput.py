@@ -25,3 +25,6 @@ def test_phases_add_up_to_the_trial_and_the_rest_is_the_search_itself():
     assert summary["outside_trials_seconds"] == pytest.approx(50.0)  # 200 s of one worker, 150 s in trials
     assert summary["overhead_share"] == pytest.approx((200 - 100 - 25 - 5) / 200)  # the sweep trains too
     assert "36.0 trials per hour" in bench.table(summary)
+    rows = {row["where the time goes"]: row for row in bench.phase_rows(summary)}
+    assert rows["training"]["seconds"] == pytest.approx(100.0) and rows["training"]["share_pct"] == pytest.approx(50.0)
+    assert sum(row["share_pct"] for row in rows.values()) == pytest.approx(100.0, abs=0.5)
