@@ -3,7 +3,8 @@
 Runs `autopelt search` as a user would (default space, TPE, ASHA, the baselines) on one task with a small trial
 budget, times it from outside, then reads every trial's result.json: each trial's seconds split into data
 (tokeniser and tokenisation), model load, the attention choice, building the delta, the learning-rate choice,
-training, evaluation (dev and test), saving the delta, and the rest of the trial; and outside the trials, what
+training, evaluation (dev and test), saving the delta, and the rest of the trial; a trial early stopping ended
+leaves no result.json, so its seconds come from the study and count as training; and outside the trials, what
 the search spends on its own (Ray and worker start-up, imports, the sampler, study writes): the workers' wall time
 less the seconds their trials took. The overhead share is everything but the learning-rate sweep (which trains
 and evaluates its candidates), training and evaluation, over the search's worker time.
@@ -22,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-LEARNING = ("lr choice", "training", "evaluation")  # the learning-rate sweep trains and evaluates its candidates
+# the learning-rate sweep trains and evaluates its candidates; a trial ASHA stopped trained and evaluated until then
+LEARNING = ("lr choice", "training", "evaluation", "stopped early")
 PHASES = ("data", "model", "attention", "delta", "lr choice", "training", "evaluation", "save", "rest of the trial")
 
 
@@ -38,18 +40,53 @@ def trial_phases(result: dict) -> dict[str, float]:
     return phases
 
 
-def summarise(results: list[dict], wall: float, workers: int) -> dict:
-    """Trials per hour and the seconds of every phase, summed over trials, with the search's own time."""
+def summarise(results: list[dict], wall: float, workers: int, stopped: list[float] = ()) -> dict:
+    """Trials per hour and the seconds of every phase, summed over trials, with the search's own time. `stopped`:
+    the seconds of the trials ASHA stopped (they leave no result.json; the study records their time), counted
+    whole as training and evaluation."""
     totals = {name: sum(trial_phases(r)[name] for r in results) for name in PHASES}
-    trial_seconds = sum(r.get("total_seconds") or 0.0 for r in results)
+    totals["stopped early"] = sum(stopped)
+    trial_seconds = sum(r.get("total_seconds") or 0.0 for r in results) + sum(stopped)
     outside = max(0.0, wall * workers - trial_seconds)
     worker_time = max(wall * workers, trial_seconds)
-    return {"trials": len(results), "ok": sum(r.get("status") == "ok" for r in results), "wall_seconds": wall,
-            "workers": workers, "trials_per_hour": 3600 * len(results) / wall if wall else 0.0,
+    trials = len(results) + len(stopped)
+    return {"trials": trials, "ok": sum(r.get("status") == "ok" for r in results), "stopped_early": len(stopped),
+            "wall_seconds": wall, "workers": workers, "trials_per_hour": 3600 * trials / wall if wall else 0.0,
             "median_trial_seconds": statistics.median([r.get("total_seconds") or 0.0 for r in results]) if results
             else 0.0, "phase_seconds": totals, "outside_trials_seconds": outside,
             "overhead_share": (worker_time - sum(totals[name] for name in LEARNING)) / worker_time
             if worker_time else 0.0}
+
+
+OVERHEAD = ("data", "model", "attention", "delta", "save", "rest of the trial")  # a trial's own, not learning
+
+
+def study_records(database: Path) -> list:
+    import optuna
+
+    from autopelt.study.record import read_all
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return read_all(optuna.load_study(study_name="throughput", storage=f"sqlite:///{database}"))
+
+
+def stopped_seconds(records: list) -> list[float]:
+    """The seconds of each trial of the study that ASHA stopped (PRUNED), as the controller timed it."""
+    from optuna.trial import TrialState
+
+    return [r.seconds or 0.0 for r in records if r.state == TrialState.PRUNED]
+
+
+def running_overhead(records: list, results: dict[int, dict]) -> float | None:
+    """The overhead share of a trial once the study is running: for every trial with a result.json but the first,
+    what the controller timed beyond the trial's own seconds (handing it to a worker, reporting) plus the trial's
+    own non-learning phases, over the controller's seconds. Start-up and the end of the search are left out."""
+    timed = sorted((r for r in records if r.number in results and r.seconds), key=lambda r: r.number)[1:]
+    if not timed:
+        return None
+    overhead = sum(r.seconds - (results[r.number].get("total_seconds") or 0.0)
+                   + sum(trial_phases(results[r.number])[name] for name in OVERHEAD) for r in timed)
+    return overhead / sum(r.seconds for r in timed)
 
 
 def phase_rows(summary: dict) -> list[dict]:
@@ -63,7 +100,7 @@ def phase_rows(summary: dict) -> list[dict]:
 
 def table(summary: dict) -> str:
     worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
-    lines = [f"{summary['trials']} trials ({summary['ok']} ok) in {summary['wall_seconds']:.0f} s on "
+    lines = [f"{summary['trials']} trials ({summary['ok']} ok, {summary.get('stopped_early', 0)} stopped early) in {summary['wall_seconds']:.0f} s on "
              f"{summary['workers']} worker(s): {summary['trials_per_hour']:.1f} trials per hour, median trial "
              f"{summary['median_trial_seconds']:.1f} s; overhead (all but the learning-rate sweep, training and "
              f"evaluation) "
@@ -101,9 +138,16 @@ def main() -> None:
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
-    results = [json.loads(p.read_text()) for p in sorted((args.work_dir / "trials").rglob("result.json"))]
-    summary = summarise(results, wall, args.workers)
+    by_number = {int(p.parent.name.split("-")[-1]): json.loads(p.read_text())
+                 for p in sorted((args.work_dir / "trials").glob("trial-*/result.json"))}
+    results = list(by_number.values())
+    records = study_records(args.work_dir / "study.db")
+    summary = summarise(results, wall, args.workers, stopped_seconds(records))
+    summary["running_overhead_share"] = running_overhead(records, by_number)
     print(table(summary))
+    if summary["running_overhead_share"] is not None:
+        print(f"in a running study (every trial with a result but the first): overhead "
+              f"{100 * summary['running_overhead_share']:.1f}% of a trial")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from results import write_results
 
@@ -112,7 +156,8 @@ def main() -> None:
                         settings={k: v for k, v in summary.items() if k != "phase_seconds"},
                         notes=f"{summary['trials']} trials of `autopelt search`; overhead (all but the learning-rate "
                               f"sweep, training and evaluation) {100 * summary['overhead_share']:.1f}% of worker "
-                              f"time; trials: " + "; ".join(f"{r.get('summary')} {r.get('total_seconds') or 0:.0f} s"
+                              f"time, start-up and the search's end included; in a running study "
+                              f"{100 * (summary['running_overhead_share'] or 0):.1f}% of a trial; trials: " + "; ".join(f"{r.get('summary')} {r.get('total_seconds') or 0:.0f} s"
                                                           for r in results)))
     if args.out:
         trials = [{"spec": r.get("summary"), "status": r.get("status"), "total_seconds": r.get("total_seconds"),

@@ -28,3 +28,23 @@ def test_phases_add_up_to_the_trial_and_the_rest_is_the_search_itself():
     rows = {row["where the time goes"]: row for row in bench.phase_rows(summary)}
     assert rows["training"]["seconds"] == pytest.approx(100.0) and rows["training"]["share_pct"] == pytest.approx(50.0)
     assert sum(row["share_pct"] for row in rows.values()) == pytest.approx(100.0, abs=0.5)
+
+
+def test_a_trial_early_stopping_ended_counts_as_training_not_as_the_search_s_own_time():
+    bench = load_bench()
+    summary = bench.summarise([result(100.0, 80.0, 20.0)], wall=200.0, workers=1, stopped=[60.0])
+    assert summary["trials"] == 2 and summary["stopped_early"] == 1
+    assert summary["outside_trials_seconds"] == pytest.approx(40.0)  # 200 - 100 - 60
+    assert summary["overhead_share"] == pytest.approx(40.0 / 200)
+
+
+def test_a_running_study_s_overhead_leaves_out_the_first_trial_and_counts_the_hand_over():
+    from types import SimpleNamespace
+
+    bench = load_bench()
+    results = {0: result(30.0, 10.0, 5.0, data=10.0), 1: result(20.0, 15.0, 4.0, data=0.5),
+               2: result(10.0, 7.0, 2.0, model=0.5)}
+    records = [SimpleNamespace(number=0, seconds=40.0), SimpleNamespace(number=1, seconds=20.5),
+               SimpleNamespace(number=2, seconds=10.5), SimpleNamespace(number=3, seconds=12.0)]  # 3: stopped
+    # trial 1: 0.5 s handed over + 0.5 data + 0.5 rest; trial 2: 0.5 + 0.5 model + 0.5 rest
+    assert bench.running_overhead(records, results) == pytest.approx(3.0 / 31.0)
