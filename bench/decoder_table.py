@@ -148,7 +148,8 @@ def part_search(args, common: dict, settings: dict, deadline: float | None) -> N
     best = answers.best(records)
     rows = [_search_row(r, best) for r in records]
     plan_lines = [line for line in seen.getvalue().splitlines() if "GPU" in line]
-    write_results(f"{args.results_prefix}-e2e-search", rows, out_dir=args.results_dir, precision=ran_at(rows, args.precision),
+    write_results(f"{args.results_prefix}-e2e-search", rows, out_dir=args.results_dir,
+                  precision=ran_at(rows, args.precision),
                   settings={**settings, "task": "e2e", "k": args.e2e_k, "budget": args.search_budget,
                             "workers": args.parallel, "exit_code": code, "wall_s": round(wall, 1),
                             "answer": best.number if best else None, "plan_lines": plan_lines,
@@ -281,7 +282,8 @@ def e2e_trial(model, device, precision, threads, e2e_dir, k, epochs, arm, spec, 
 
     settings = TrialSettings(
         task="e2e", spec=spec, model=model, data_dir=e2e_dir, protocol=k, seed=seed, epochs=epochs,
-        learning_rate=rate, batch_size=batch_size, max_length=max_length, max_new_tokens=40, threads=threads, device=device,
+        learning_rate=rate, batch_size=batch_size, max_length=max_length, max_new_tokens=40, threads=threads,
+        device=device,
         precision=precision, custom_task={"input_column": "mr", "target_column": "ref"})
     return _compact(run_trial(settings))
 

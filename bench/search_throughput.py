@@ -95,12 +95,14 @@ def phase_rows(summary: dict) -> list[dict]:
     rows = {**summary["phase_seconds"], "outside trials (start-up, sampler, study writes)":
             summary["outside_trials_seconds"]}
     return [{"where the time goes": name, "seconds": round(seconds, 1),
-             "share_pct": round(100 * seconds / worker_time, 1) if worker_time else 0.0} for name, seconds in rows.items()]
+             "share_pct": round(100 * seconds / worker_time, 1) if worker_time else 0.0}
+            for name, seconds in rows.items()]
 
 
 def table(summary: dict) -> str:
     worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
-    lines = [f"{summary['trials']} trials ({summary['ok']} ok, {summary.get('stopped_early', 0)} stopped early) in {summary['wall_seconds']:.0f} s on "
+    lines = [f"{summary['trials']} trials ({summary['ok']} ok, {summary.get('stopped_early', 0)} stopped early) in "
+             f"{summary['wall_seconds']:.0f} s on "
              f"{summary['workers']} worker(s): {summary['trials_per_hour']:.1f} trials per hour, median trial "
              f"{summary['median_trial_seconds']:.1f} s; overhead (all but the learning-rate sweep, training and "
              f"evaluation) "
@@ -152,13 +154,13 @@ def main() -> None:
     from results import write_results
 
     precision = ", ".join(sorted({r["precision"] for r in results if r.get("precision")})) or None
-    print(write_results("search-throughput", phase_rows(summary), precision=precision,
-                        settings={k: v for k, v in summary.items() if k != "phase_seconds"},
-                        notes=f"{summary['trials']} trials of `autopelt search`; overhead (all but the learning-rate "
-                              f"sweep, training and evaluation) {100 * summary['overhead_share']:.1f}% of worker "
-                              f"time, start-up and the search's end included; in a running study "
-                              f"{100 * (summary['running_overhead_share'] or 0):.1f}% of a trial; trials: " + "; ".join(f"{r.get('summary')} {r.get('total_seconds') or 0:.0f} s"
-                                                          for r in results)))
+    trials = "; ".join(f"{r.get('summary')} {r.get('total_seconds') or 0:.0f} s" for r in results)
+    notes = (f"{summary['trials']} trials of `autopelt search`; overhead (all but the learning-rate sweep, training "
+             f"and evaluation) {100 * summary['overhead_share']:.1f}% of worker time, start-up and the search's end "
+             f"included; in a running study {100 * (summary['running_overhead_share'] or 0):.1f}% of a trial; "
+             f"trials: {trials}")
+    print(write_results("search-throughput", phase_rows(summary), precision=precision, notes=notes,
+                        settings={k: v for k, v in summary.items() if k != "phase_seconds"}))
     if args.out:
         trials = [{"spec": r.get("summary"), "status": r.get("status"), "total_seconds": r.get("total_seconds"),
                    "phases": trial_phases(r)} for r in results]

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--gpus-per-trial", type=float,
                      help="default: local CUDA GPUs / workers (at most 1), no more trials on a GPU than fit in its "
                           "memory by one measured step; 0 without CUDA or with --ray-address. A trial given less "
-                          "than a GPU holds at most that share of its memory")
+                          "than a GPU holds at most its part of the GPU's memory")
     how.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="of every trial; auto (default): bf16 where the trial's device computes it natively and "
                           "measurably faster, else fp32")

@@ -232,7 +232,9 @@ def resident_bytes() -> int:
 OUT_OF_MEMORY_TEXTS = ("out of memory", "can't allocate memory", "not enough memory")  # CUDA, CPU (POSIX, Windows)
 
 
-OUT_OF_MEMORY_DETAIL = r" (?=Process \d+ has|Including non-PyTorch memory|[\d.]+ \w+ allowed;|Of the allocated memory|If reserved)"
+# where torch's out-of-memory message turns to per-process accounting and allocator advice
+OUT_OF_MEMORY_DETAIL = (r" (?=Process \d+ has|Including non-PyTorch memory|[\d.]+ \w+ allowed;|Of the allocated memory"
+                        r"|If reserved)")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -253,7 +255,7 @@ def out_of_memory_reason(error: BaseException, device: torch.device) -> str:
 
 
 def gpu_memory_bytes() -> int | None:
-    """The current GPU's memory, or None without CUDA."""
+    """The first visible GPU's memory (a Ray trial's own GPU), or None without CUDA."""
     return int(torch.cuda.get_device_properties(0).total_memory) if torch.cuda.is_available() else None
 
 
