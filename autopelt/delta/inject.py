@@ -196,6 +196,12 @@ def _gate(in_features, heads, kind, layer, generator, per_token=False) -> Gate:
     return gate
 
 
+def _per_token(arch: Architecture, stack: Stack) -> bool:
+    """A gate in a causal stack (a decoder, T5's decoder) is computed per token: a mean over the sequence would let
+    a token read the ones after it."""
+    return arch.causal or stack.causal
+
+
 def _site_layers(model, arch: Architecture, cfg) -> list[tuple[int, nn.Module, Stack, str]]:
     """(layer index, layer, its stack, site) for each chosen layer and target site it has, layer by layer."""
     entries = arch.layer_entries(model)
@@ -209,7 +215,7 @@ def _build_lora(model, arch: Architecture, cfg: LoRAConfig, generator, mixture: 
         in_f, out_f = linear_shape(model.config, site)
         lora_A = _linear(in_f, cfg.rank, generator, mixture, bias=False)
         lora_B = _linear(cfg.rank, out_f, generator, mixture, up=True, bias=False)
-        gate = _gate(in_f, 1, "lora", i, generator, arch.causal or stack.causal) if cfg.gate else None
+        gate = _gate(in_f, 1, "lora", i, generator, _per_token(arch, stack)) if cfg.gate else None
         _replace(layer, stack.linears[site], lambda base: _lora(base, cfg, lora_A, lora_B, gate))
 
 
@@ -225,7 +231,7 @@ def _build_vera(model, arch: Architecture, cfg: VeRAConfig, generator, _: Mixtur
     projections = SharedProjections(cfg.rank, largest_in, largest_out, cfg.projection_seed)
     for i, layer, stack, site in _site_layers(model, arch, cfg):
         in_f, out_f = linear_shape(model.config, site)
-        gate = _gate(in_f, 1, "vera", i, generator, arch.causal or stack.causal) if cfg.gate else None
+        gate = _gate(in_f, 1, "vera", i, generator, _per_token(arch, stack)) if cfg.gate else None
         _replace(layer, stack.linears[site],
                  lambda base: VeRALinear(base, projections, in_f, out_f, cfg.d_initial, cfg.dropout, gate))
 
@@ -265,7 +271,7 @@ def _build_adapter(model, arch: Architecture, cfg: AdapterConfig, generator, mix
         for path, wrapper in adapter_positions(cfg, arch, stack):
             down = _adapter_projection(cfg, hidden, cfg.bottleneck, generator, rule, mixture, up=False)
             up = _adapter_projection(cfg, cfg.bottleneck, hidden, generator, rule, mixture, up=True)
-            gate = _gate(hidden, 1, "adapter", i, generator, arch.causal or stack.causal) if cfg.gate else None
+            gate = _gate(hidden, 1, "adapter", i, generator, _per_token(arch, stack)) if cfg.gate else None
             adapter = Bottleneck(down, up, cfg.activation)
             _replace(layer, path, lambda base: wrapper(base, adapter, gate))
 
