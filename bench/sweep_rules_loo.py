@@ -16,8 +16,9 @@ on test. A replay that asks for a rate outside the grid is counted and left out 
 
 Arms besides the sweeps: the rate with the best mean dev over the other eleven tasks (a fixed rate learned
 leave-one-task-out), the grid's best rate by final dev on the task itself (every rate trained: the sweep's
-reference), and any rate given with `--fixed` (a rate learned elsewhere, e.g. the portfolio's for UniPELT). Printed and written (`sweep-rules-loo`): per arm the mean test over the twelve tasks and over the ten
-the rules were not chosen on, the paired change against all rules, the candidates trained, and per task the rates.
+reference), and any rate given with `--fixed` (a rate learned elsewhere, e.g. the portfolio's for UniPELT).
+Printed and written (`sweep-rules-loo`): per arm the mean test over the twelve tasks and over the ten the rules
+were not chosen on, the paired change against all rules, the candidates trained, and per task the rates.
 
     python bench/sweep_rules_loo.py collect --pool POOL --out benchmarks/sweep-ladder/lora.jsonl --workers 2
     python bench/sweep_rules_loo.py judge --pool POOL --ladder benchmarks/sweep-ladder/lora.jsonl
@@ -161,10 +162,10 @@ def judge(args) -> None:
             test = kept(by_task[task][rate])["test"] if rate == rate else math.nan
             picks[arm][task] = (rate, test, tried)
     for rate in args.fixed or ():  # a rate chosen elsewhere (e.g. the portfolio's learned rate for this baseline)
-        picks[f"fixed {rate:g} (given)"] = {
-            task: (rate, kept(by_task[task][rate])["test"], 1) if rate in by_task[task] else (None, None,
-                                                                                              f"needs {rate:g}")
-            for task in tasks}
+        given = picks[f"fixed {rate:g} (given)"] = {}
+        for task in tasks:
+            on_grid = rate in by_task[task]
+            given[task] = (rate, kept(by_task[task][rate])["test"], 1) if on_grid else (None, None, f"needs {rate:g}")
     fixed, oracle = "fixed rate, learned on the other tasks", "best rate by final dev (every rate trained)"
     picks[fixed], picks[oracle] = {}, {}
     for task in tasks:

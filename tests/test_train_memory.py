@@ -60,24 +60,30 @@ def test_a_trial_that_does_not_fit_fails_with_one_line_that_says_what_to_change(
     on_gpu = devices.out_of_memory_reason(torch.OutOfMemoryError("CUDA out of memory."), torch.device("cuda"))
     assert on_gpu == ("out of memory: CUDA out of memory. (lower --batch-size, or raise --gpus-per-trial so that "
                       "fewer trials share a GPU)")
-    as_torch_says = ("CUDA out of memory. Tried to allocate 1.21 GiB. GPU 0 has a total capacity of 79.18 GiB of which "
-                     "802.19 MiB is free. Including non-PyTorch memory, this process has 78.39 GiB memory in use. If "
-                     "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=... (https://...)")
-    assert devices.out_of_memory_reason(torch.OutOfMemoryError(as_torch_says), torch.device("cuda")) == (
-        "out of memory: CUDA out of memory. Tried to allocate 1.21 GiB. GPU 0 has a total capacity of 79.18 GiB of "
-        "which 802.19 MiB is free. (lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU)")
-    shared = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 40.10 "
-              "GiB is free. Process 1234 has 7.50 GiB memory in use. Process 1240 has 16.10 GiB memory in use. 16.22 "
-              "GiB allowed; Of the allocated memory 14.90 GiB is allocated by PyTorch, and 1.10 GiB is reserved")
-    assert devices.out_of_memory_reason(torch.OutOfMemoryError(shared), torch.device("cuda")) == (
-        "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of "
-        "which 40.10 GiB is free. This trial may use 16.22 GiB. (lower --batch-size, or raise --gpus-per-trial so "
-        "that fewer trials share a GPU)")
-    no_process_line = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of "
-                       "which 3.06 MiB is free. Of the allocated memory 7.20 GiB is allocated by PyTorch")
-    assert devices.out_of_memory_reason(torch.OutOfMemoryError(no_process_line), torch.device("cuda")).startswith(
-        "out of memory: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of "
-        "which 3.06 MiB is free. (lower")
+
+
+GPU_REMEDY = " (lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU)"
+
+
+@pytest.mark.parametrize("as_torch_says, reason", [
+    ("CUDA out of memory. Tried to allocate 1.21 GiB. GPU 0 has a total capacity of 79.18 GiB of which 802.19 MiB is "
+     "free. Including non-PyTorch memory, this process has 78.39 GiB memory in use. If reserved but unallocated "
+     "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=... (https://...)",
+     "CUDA out of memory. Tried to allocate 1.21 GiB. GPU 0 has a total capacity of 79.18 GiB of which 802.19 MiB is "
+     "free."),
+    ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 40.10 GiB is "
+     "free. Process 1234 has 7.50 GiB memory in use. Process 1240 has 16.10 GiB memory in use. 16.22 GiB allowed; Of "
+     "the allocated memory 14.90 GiB is allocated by PyTorch, and 1.10 GiB is reserved",
+     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 40.10 GiB is "
+     "free. This trial may use 16.22 GiB."),
+    ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 3.06 MiB is "
+     "free. Of the allocated memory 7.20 GiB is allocated by PyTorch",
+     "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 3.06 MiB is "
+     "free."),
+], ids=["own-process", "shared-and-limited", "no-process-line"])
+def test_the_out_of_memory_line_keeps_what_ran_out_and_drops_the_accounting(as_torch_says, reason):
+    error = torch.OutOfMemoryError(as_torch_says)
+    assert devices.out_of_memory_reason(error, torch.device("cuda")) == f"out of memory: {reason}{GPU_REMEDY}"
 
 
 def test_memory_goes_back_to_the_gpu_after_every_trial_on_a_worker(monkeypatch):

@@ -60,7 +60,8 @@ def _gates_padding(model: nn.Module):
 
     def context_fn():
         if not padding:
-            padding.append(next((m.padding for m in model.modules() if isinstance(m, Gate) and m.padding), None))
+            padding.append(next((m.padding for m in model.modules()
+                                 if isinstance(m, Gate) and m.padding is not None), None))
         if padding[0] is None:
             return contextlib.nullcontext(), contextlib.nullcontext()
         return padding[0].recomputing()
