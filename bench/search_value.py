@@ -27,6 +27,7 @@ Everything is kept in --work-dir (one SQLite file, trial outputs, re-runs); a se
 arguments reuses what finished and runs only what is missing. --reuse DIR starts a new --work-dir from an
 earlier one's calibration and tuned-LoRA study (with tuned LoRA's re-runs): neither goes through autopelt's
 sweep, baselines or sampler, so a change to those leaves them as they were, and the run costs about 40% less.
+Tuned LoRA is copied only where it ran at this run's budget (another --equivalents trains it again).
 A re-run that the earlier dir already trained with the very same settings (delta, learning rate, batch, rows,
 seed, model, task, threads, ...) is copied too, not trained again; each copy is listed in --work-dir/COPIED.txt
 and counted under the table. (On CPU such a run reproduces to the last digit; on a GPU it may not.) --copy-reruns
@@ -80,7 +81,7 @@ def main() -> None:
     storage = f"sqlite:///{work / 'studies.db'}"
     print(f"studies in {storage}", flush=True)
     if source:
-        reuse(args, source, work, storage)
+        reuse(args, source, work, storage, CALIBRATION)
 
     space = work / "tuned-lora.yaml"
     space.write_text(TUNED_LORA_SPACE % {"epochs": args.epochs, "pooling": own_pooling(args.model)})
@@ -91,6 +92,8 @@ def main() -> None:
     print(f"one full trial: {full:.0f} s, and {start_up:.0f} s more for a worker's first; the budget of each "
           f"strategy: {args.equivalents:g} full trials, {budget:.0f} training seconds, "
           f"{wall(budget, args, start_up)} of wall time on {args.workers} workers with the start-up", flush=True)
+    if source:
+        reuse(args, source, work, storage, "tuned-lora", wall(budget, args, start_up))
 
     run_study(args, work, storage, "autopelt", wall(budget, args, start_up), ["--portfolio", args.portfolio])
     first = finished_trials(storage, study_name(args, "autopelt"))
@@ -216,23 +219,27 @@ def study_seed(storage: str, name: str) -> int | None:
     return trial_outputs(read(trials[0]))[0]["settings"]["seed"] if trials else None
 
 
-def reuse(args, source: Path, work: Path, storage: str) -> None:
-    """Copy the strategies that run none of autopelt's own search code from `source`, once."""
+def reuse(args, source: Path, work: Path, storage: str, strategy: str, budget: str | None = None) -> None:
+    """Copy a strategy that runs none of autopelt's own search code from `source`, once; with a `budget`, only if
+    it ran at that budget there (else it is trained here)."""
     import optuna
 
-    for strategy in (CALIBRATION, "tuned-lora"):
-        if (work / f"{strategy}.done").exists():
-            continue
-        name = study_name(args, strategy)
-        if name in optuna.get_all_study_names(storage):  # copied before, interrupted before the marker
-            optuna.delete_study(study_name=name, storage=storage)
-        optuna.copy_study(from_study_name=name, from_storage=f"sqlite:///{source / 'studies.db'}",
-                          to_storage=storage)
-        if (source / "reruns" / f"{strategy}-pick").exists():
-            shutil.copytree(source / "reruns" / f"{strategy}-pick", work / "reruns" / f"{strategy}-pick",
-                            dirs_exist_ok=True)
-        (work / f"{strategy}.done").write_text((source / f"{strategy}.done").read_text())
-        print(f"{strategy}: copied from {source}", flush=True)
+    ran = (source / f"{strategy}.done").read_text()
+    if (work / f"{strategy}.done").exists():
+        return
+    if budget is not None and ran != budget:
+        print(f"{strategy}: not copied from {source}, which ran it at a budget of {ran}, not {budget}", flush=True)
+        return
+    name = study_name(args, strategy)
+    if name in optuna.get_all_study_names(storage):  # copied before, interrupted before the marker
+        optuna.delete_study(study_name=name, storage=storage)
+    optuna.copy_study(from_study_name=name, from_storage=f"sqlite:///{source / 'studies.db'}",
+                      to_storage=storage)
+    if (source / "reruns" / f"{strategy}-pick").exists():
+        shutil.copytree(source / "reruns" / f"{strategy}-pick", work / "reruns" / f"{strategy}-pick",
+                        dirs_exist_ok=True)
+    (work / f"{strategy}.done").write_text(ran)
+    print(f"{strategy}: copied from {source}", flush=True)
 
 
 def finished_trials(storage: str, name: str) -> list:

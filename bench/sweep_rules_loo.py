@@ -60,6 +60,14 @@ def config_name(rate: float, method: str = "lora") -> str:
     return f"{METHODS[method][0]}-{rate:g}"
 
 
+def rate_of(config: str, method: str) -> float:
+    """The rate in a ladder configuration's name (`config_name`'s inverse: 3e-05 has a hyphen of its own)."""
+    prefix = METHODS[method][0] + "-"
+    if not config.startswith(prefix):
+        raise SystemExit(f"{config!r} is not a {method} ladder configuration ({prefix}<rate>)")
+    return float(config[len(prefix):])
+
+
 def method_of(ladder: list[dict]) -> str:
     """The baseline a collected ladder trained (one per file)."""
     names = {name for name, (prefix, _) in METHODS.items() for record in ladder
@@ -69,13 +77,13 @@ def method_of(ladder: list[dict]) -> str:
     return names.pop()
 
 
-def configs(method: str = "lora") -> dict:
+def configs(method: str = "lora", rates: tuple[float, ...] = GRID) -> dict:
     from autopelt.portfolio.design import Config
     from autopelt.search.baselines import baseline_spec
 
     spec = baseline_spec(method, "mean")
     return {config_name(rate, method): Config(config_name(rate, method), tuple(spec["methods"]), rate,
-                                              pooling=spec["pooling"], backbone_dropout="off") for rate in GRID}
+                                              pooling=spec["pooling"], backbone_dropout="off") for rate in rates}
 
 
 def collect(args) -> None:
@@ -84,10 +92,11 @@ def collect(args) -> None:
     from autopelt.portfolio.tasks import read_pool
 
     tasks = args.tasks.split(",") if args.tasks else list(read_pool(args.pool))
-    jobs = [collector.Job(task, config_name(rate, args.method), 0) for rate in GRID for task in tasks]
+    rates = [float(r) for r in args.rates.split(",")] if args.rates else GRID
+    jobs = [collector.Job(task, config_name(rate, args.method), 0) for rate in rates for task in tasks]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     collector.collect(jobs, args.out, args.pool, resolve_model(args.model), workers=args.workers,
-                      threads=args.threads, configs=configs(args.method))
+                      threads=args.threads, configs=configs(args.method, tuple(rates)))
 
 
 def task_info(pool: str, name: str) -> types.SimpleNamespace:
@@ -145,7 +154,7 @@ def judge(args) -> None:
     method = method_of(ladder)
     by_task: dict[str, dict[float, dict]] = {}
     for record in ladder:
-        rate = float(record["config"].rsplit("-", 1)[1])
+        rate = rate_of(record["config"], method)
         by_task.setdefault(record["task"], {})[rate] = record
     tasks = sorted(by_task)
     arms = {"all rules": RULES, **{f"without {rule}": RULES - {rule} for rule in sorted(RULES)},
@@ -230,6 +239,7 @@ def main() -> None:
     run.add_argument("--out", required=True)
     run.add_argument("--model", default=MODEL)
     run.add_argument("--tasks", help="comma-separated (default: every task of the pool)")
+    run.add_argument("--rates", help="comma-separated rates to add (default: the grid); e.g. a rate a replay needs")
     run.add_argument("--workers", type=int, default=1)
     run.add_argument("--threads", type=int, default=1)
     replayed = sub.add_parser("judge", help="replay the sweep with and without each rule on the collected grid")

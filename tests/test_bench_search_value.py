@@ -229,3 +229,12 @@ def test_the_report_checks_the_calibration_against_tuned_loras_own_full_trials()
         bench.calibration_check(65.0, tuned)
     assert "1.05x the calibration's: agrees" in bench.calibration_check(41.0, tuned)
     assert "trained no trial to its end" in bench.calibration_check(41.0, [trial(10, full=False)])
+
+
+def test_reuse_leaves_tuned_lora_to_be_trained_again_when_it_ran_at_another_budget(tmp_path, capsys):
+    source, work = tmp_path / "source", tmp_path / "work"
+    source.mkdir(), work.mkdir()
+    (source / "tuned-lora.done").write_text("449s")  # an 8-equivalent run's budget
+    load_bench().reuse(argparse.Namespace(task="trec"), source, work, "sqlite:///unused", "tuned-lora", "1130s")
+    assert not (work / "tuned-lora.done").exists()  # so run_study trains it at this run's budget
+    assert "not copied" in capsys.readouterr().out

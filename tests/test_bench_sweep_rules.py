@@ -55,3 +55,10 @@ def test_each_rule_switched_off_changes_the_choice_it_makes():
     without = bench.replay(flat, info, lr_sweep.RULES - {"second_round", "learned_margin"})
     assert with_margin == (1e-3, 6)  # nothing learned: the best is the lowest rung tried, so down the ladder
     assert without == (1e-3, 4)  # 0.51 beats one class: learned, on the lowest rung tried; the rung below it
+
+
+def test_a_ladder_rate_reads_back_from_its_configuration_name_hyphenated_exponents_too():
+    for method in bench.METHODS:
+        for rate in bench.GRID:
+            assert bench.rate_of(bench.config_name(rate, method), method) == rate
+    assert bench.config_name(3e-5, "prefix") == "sweep-prefix-l10-3e-05"  # the hyphen once read as rate 5

@@ -11,7 +11,7 @@ from support import benches, fakes
 
 from autopelt.cli import main as cli
 from autopelt.errors import UserError
-from autopelt.portfolio import build, metadata, select
+from autopelt.portfolio import build, metadata, select, simulate
 from autopelt.portfolio.design import BY_NAME, DESIGN
 from autopelt.portfolio.portfolio import SHIPPED, load, to_file
 from autopelt.search.controller import Controller
@@ -39,6 +39,34 @@ def test_regret_is_clipped_and_a_flat_task_adds_none():
     assert regret["wide"]["b"] == select.CLIP and regret["wide"]["a"] == 0.0
 
 
+def _run(task, config, seed, devs, tests=None):
+    """A trial of one second an epoch with these dev metrics per epoch (tests: the same, unless given)."""
+    tests = tests or devs
+    return {"task": task, "config": config, "seed": seed, "status": "ok",
+            "epochs": [{"dev": d, "test": t, "seconds": float(e + 1)} for e, (d, t) in enumerate(zip(devs, tests))]}
+
+
+def test_random_search_with_halving_stops_a_late_bloomer_that_full_fidelity_draws_keep():
+    """Successive halving (as ASHA runs random search) keeps a third of the draws past the first epoch; a
+    configuration last after one epoch and best after three is then found only when it is drawn first."""
+    others = [_run("t", f"c{i}", 0, [0.7, 0.7, 0.7]) for i in range(5)]
+    records = [_run("t", simulate.REFERENCE, 0, [0.6, 0.6, 0.6]), _run("t", "late", 0, [0.1, 0.5, 0.9]), *others]
+    task = simulate.Task(metadata.MetaDataset({}, tuple(records)), "t")
+    configs = [r["config"] for r in records]
+    everything = 100.0  # full-trial equivalents: every draw trained to full fidelity
+    assert simulate.random_search(task, configs, everything, draws=50, seed=0) == pytest.approx(0.9)
+    halved = simulate.random_search(task, configs, everything, draws=400, seed=0, halving=True)
+    assert 0.7 < halved < 0.7 + 0.2 * 2 / len(configs)  # late answers only when first (1 in 7), else 0.7
+
+
+def test_the_fresh_seed_ceiling_chooses_by_one_seeds_test_and_scores_the_others():
+    records = [_run("t", "a", 0, [0.6], [0.9]), _run("t", "a", 1, [0.6], [0.5]),  # a: lucky at seed 0
+               _run("t", "b", 0, [0.6], [0.8]), _run("t", "b", 1, [0.6], [0.8])]
+    meta = metadata.MetaDataset({}, tuple(records))
+    assert simulate.fresh_seed_ceiling(meta, "t", ["a", "b"], (0, 1)) == 0.5  # a chosen at seed 0, scored at 1
+    assert simulate.fresh_seed_ceiling(meta, "t", ["a", "b"], (1, 0)) == 0.8  # b chosen at seed 1
+
+
 def _tampered(meta: metadata.MetaDataset, task: str) -> metadata.MetaDataset:
     records = []
     for record in meta.records:
@@ -64,8 +92,10 @@ def test_selection_averages_the_design_seeds_so_a_config_that_collapses_at_one_s
     assert select.greedy_portfolio(meta.dev_scores(meta.tasks, meta.candidates()), 1) == ["b"]
 
 
-def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_portfolio():
+def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_portfolio(monkeypatch):
     loo = benches.load_bench("portfolio_loo")
+    monkeypatch.setattr(loo, "DRAWS", 20)  # the bench's draws and permutations make its means precise, not its folds
+    monkeypatch.setattr(loo, "PERMUTATIONS", 10)
     meta = metadata.shipped()
     configs = meta.candidates()
     task = "trec"

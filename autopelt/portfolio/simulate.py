@@ -3,7 +3,8 @@
 Budgets are in full-trial equivalents: the seconds of the reference trial (LoRA r8 on query/value, 3 epochs) on
 that task. Every strategy runs at least one trial. A strategy's answer is the trial with the best dev metric among
 those it trained to full fidelity (successive halving answers from its last rung); the answer's test metric is
-what the simulation reports. Nothing here reads a test metric to choose.
+what the simulation reports. No strategy reads a test metric to choose; `Task.oracle` and `fresh_seed_ceiling`
+do, to report how far any strategy could go.
 """
 
 from __future__ import annotations
@@ -107,12 +108,23 @@ def portfolio_then_random(task: Task, portfolio: list[str], others: list[str], b
     return Outcome(extra.config, extra.dev, extra.test, first.seconds + extra.seconds, first.trials + extra.trials)
 
 
-def random_search(task: Task, configs: list[str], budget: float, draws: int, seed: int) -> float:
-    """The mean test metric of random search's answer over `draws` orders of the design."""
+def random_search(task: Task, configs: list[str], budget: float, draws: int, seed: int,
+                  halving: bool = False) -> float:
+    """The mean test metric of random search's answer over `draws` orders of the design: every draw trained to
+    full fidelity, or (`halving`) with successive halving over the draws, as a search with ASHA early stopping runs
+    them (the same procedure as the portfolio's, over a random order)."""
     rng = random.Random(seed)
     tests = []
     for _ in range(draws):
         order = list(configs)
         rng.shuffle(order)
-        tests.append(task.full(order, budget).test)
+        tests.append((task.halving(order, budget) if halving else task.full(order, budget)).test)
     return statistics.mean(tests)
+
+
+def fresh_seed_ceiling(meta: MetaDataset, task: str, configs: list[str], seeds: tuple[int, int]) -> float:
+    """The test metric at seed `seeds[1]` of the configuration with the best test metric at seed `seeds[0]`: what
+    any choice among `configs` could answer on `task` when the answer is trained again (for reporting only)."""
+    chosen, again = seeds
+    best = max(configs, key=lambda c: answer(meta.trial(task, c, chosen)).test)
+    return answer(meta.trial(task, best, again)).test
