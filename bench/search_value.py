@@ -27,7 +27,8 @@ Everything is kept in --work-dir (one SQLite file, trial outputs, re-runs); a se
 arguments reuses what finished and runs only what is missing. --reuse DIR starts a new --work-dir from an
 earlier one's calibration and tuned-LoRA study (with tuned LoRA's re-runs): neither goes through autopelt's
 sweep, baselines or sampler, so a change to those leaves them as they were, and the run costs about 40% less.
-Tuned LoRA is copied only where it ran at this run's budget (another --equivalents trains it again).
+Tuned LoRA is copied only where it ran at this run's wall-time budget (another --equivalents or --workers trains
+it again).
 A re-run that the earlier dir already trained with the very same settings (delta, learning rate, batch, rows,
 seed, model, task, threads, ...) is copied too, not trained again; each copy is listed in --work-dir/COPIED.txt
 and counted under the table. (On CPU such a run reproduces to the last digit; on a GPU it may not.) --copy-reruns

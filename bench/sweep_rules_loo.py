@@ -92,7 +92,7 @@ def collect(args) -> None:
     from autopelt.portfolio.tasks import read_pool
 
     tasks = args.tasks.split(",") if args.tasks else list(read_pool(args.pool))
-    rates = [float(r) for r in args.rates.split(",")] if args.rates else GRID
+    rates = [float(r) for r in args.rates.split(",") if r.strip()] if args.rates else GRID
     jobs = [collector.Job(task, config_name(rate, args.method), 0) for rate in rates for task in tasks]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     collector.collect(jobs, args.out, args.pool, resolve_model(args.model), workers=args.workers,

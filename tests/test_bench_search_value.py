@@ -231,10 +231,24 @@ def test_the_report_checks_the_calibration_against_tuned_loras_own_full_trials()
     assert "trained no trial to its end" in bench.calibration_check(41.0, [trial(10, full=False)])
 
 
-def test_reuse_leaves_tuned_lora_to_be_trained_again_when_it_ran_at_another_budget(tmp_path, capsys):
-    source, work = tmp_path / "source", tmp_path / "work"
-    source.mkdir(), work.mkdir()
-    (source / "tuned-lora.done").write_text("449s")  # an 8-equivalent run's budget
-    load_bench().reuse(argparse.Namespace(task="trec"), source, work, "sqlite:///unused", "tuned-lora", "1130s")
-    assert not (work / "tuned-lora.done").exists()  # so run_study trains it at this run's budget
+def test_reuse_copies_tuned_lora_only_from_a_run_at_the_same_budget(tmp_path, capsys):
+    import optuna
+
+    bench = load_bench()
+    args = argparse.Namespace(task="trec")
+    source, other, same = tmp_path / "source", tmp_path / "other", tmp_path / "same"
+    for folder in (source, other, same):
+        folder.mkdir()
+    study = optuna.create_study(study_name=bench.study_name(args, "tuned-lora"),
+                                storage=f"sqlite:///{source / 'studies.db'}", direction="maximize")
+    study.enqueue_trial({"x": 0.5})
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    (source / "tuned-lora.done").write_text("449s")  # an 8-equivalent run's wall time on 2 workers
+    bench.reuse(args, source, other, f"sqlite:///{other / 'studies.db'}", "tuned-lora", "1130s")
+    assert not (other / "tuned-lora.done").exists() and not (other / "studies.db").exists()  # trained here
     assert "not copied" in capsys.readouterr().out
+    bench.reuse(args, source, same, f"sqlite:///{same / 'studies.db'}", "tuned-lora", "449s")
+    assert (same / "tuned-lora.done").read_text() == "449s"
+    copied = optuna.load_study(study_name=bench.study_name(args, "tuned-lora"),
+                               storage=f"sqlite:///{same / 'studies.db'}")
+    assert [t.params for t in copied.trials] == [{"x": 0.5}]

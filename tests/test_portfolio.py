@@ -59,19 +59,20 @@ def test_random_search_with_halving_stops_a_late_bloomer_that_full_fidelity_draw
     assert 0.7 < halved < 0.7 + 0.2 * 2 / len(configs)  # late answers only when first (1 in 7), else 0.7
 
 
-def test_the_fresh_seed_ceiling_chooses_by_one_seeds_test_and_scores_the_others():
+def test_the_test_choice_at_the_other_seed_chooses_by_one_seeds_test_and_scores_the_others():
     records = [_run("t", "a", 0, [0.6], [0.9]), _run("t", "a", 1, [0.6], [0.5]),  # a: lucky at seed 0
                _run("t", "b", 0, [0.6], [0.8]), _run("t", "b", 1, [0.6], [0.8])]
     meta = metadata.MetaDataset({}, tuple(records))
-    assert simulate.fresh_seed_ceiling(meta, "t", ["a", "b"], (0, 1)) == 0.5  # a chosen at seed 0, scored at 1
-    assert simulate.fresh_seed_ceiling(meta, "t", ["a", "b"], (1, 0)) == 0.8  # b chosen at seed 1
+    assert simulate.by_test_at_other_seed(meta, "t", ["a", "b"], (0, 1)) == 0.5  # a chosen at seed 0, scored at 1
+    assert simulate.by_test_at_other_seed(meta, "t", ["a", "b"], (1, 0)) == 0.8  # b chosen at seed 1
 
 
-def _tampered(meta: metadata.MetaDataset, task: str) -> metadata.MetaDataset:
+def _tampered(meta: metadata.MetaDataset, task: str, dev: bool = True) -> metadata.MetaDataset:
     records = []
     for record in meta.records:
-        if record["task"] == task:  # the held-out task's scores reversed: best becomes worst
-            record = {**record, "epochs": [{**e, "dev": 1 - e["dev"], "test": 1 - e["test"]} for e in record["epochs"]]}
+        if record["task"] == task:  # the held-out task's scores (test only, unless dev) reversed: best becomes worst
+            record = {**record, "epochs": [{**e, "dev": 1 - e["dev"] if dev else e["dev"], "test": 1 - e["test"]}
+                                           for e in record["epochs"]]}
         records.append(record)
     return metadata.MetaDataset(meta.header, tuple(records))
 
@@ -103,6 +104,12 @@ def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_por
     tampered = loo.held_out(_tampered(meta, task), task, configs, size=4)
     assert honest["portfolio"] == tampered["portfolio"]  # built without the held-out task
     assert honest["arms"][8] != tampered["arms"][8]  # while the held-out task's own scores do reach the answers
+    # the held-out task's test metrics reversed and its dev kept: no strategy chooses by test, so every arm answers
+    # the same trials, and each arm's test is 100 minus what it was
+    reversed_test = loo.held_out(_tampered(meta, task, dev=False), task, configs, size=4)
+    for budget in loo.BUDGETS:
+        for arm, value in honest["arms"][budget].items():
+            assert reversed_test["arms"][budget][arm] == pytest.approx(100 - value), (budget, arm)
 
 
 def test_shipped_meta_dataset_and_portfolio_agree_with_the_design():

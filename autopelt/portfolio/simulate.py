@@ -3,8 +3,8 @@
 Budgets are in full-trial equivalents: the seconds of the reference trial (LoRA r8 on query/value, 3 epochs) on
 that task. Every strategy runs at least one trial. A strategy's answer is the trial with the best dev metric among
 those it trained to full fidelity (successive halving answers from its last rung); the answer's test metric is
-what the simulation reports. No strategy reads a test metric to choose; `Task.oracle` and `fresh_seed_ceiling`
-do, to report how far any strategy could go.
+what the simulation reports. No strategy reads a test metric to choose; `Task.oracle` and `by_test_at_other_seed`
+do, for reporting only.
 """
 
 from __future__ import annotations
@@ -122,9 +122,10 @@ def random_search(task: Task, configs: list[str], budget: float, draws: int, see
     return statistics.mean(tests)
 
 
-def fresh_seed_ceiling(meta: MetaDataset, task: str, configs: list[str], seeds: tuple[int, int]) -> float:
-    """The test metric at seed `seeds[1]` of the configuration with the best test metric at seed `seeds[0]`: what
-    any choice among `configs` could answer on `task` when the answer is trained again (for reporting only)."""
+def by_test_at_other_seed(meta: MetaDataset, task: str, configs: list[str], seeds: tuple[int, int]) -> float:
+    """The test metric at seed `seeds[1]` of the configuration with the best test metric at seed `seeds[0]`: what a
+    choice among `configs` from one run of each, knowing even their test metric, is worth on `task` when the chosen
+    configuration is trained again (for reporting only; an estimate from one pair of seeds, not a bound)."""
     chosen, again = seeds
     best = max(configs, key=lambda c: answer(meta.trial(task, c, chosen)).test)
     return answer(meta.trial(task, best, again)).test

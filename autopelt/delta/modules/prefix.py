@@ -75,16 +75,9 @@ class PrefixSelfAttention(nn.Module):
             raise NotImplementedError("prefix-tuning is for encoders; a key/value cache is not supported")
         base = self.base_layer
         batch, length = hidden_states.shape[:2]
-        heads, head_dim = base.num_attention_heads, base.attention_head_size
-
-        def split_heads(x: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads, T, d)
-            return x.view(x.shape[0], x.shape[1], heads, head_dim).transpose(1, 2)
-
-        query = split_heads(base.query(hidden_states))
-        key = split_heads(base.key(hidden_states))
-        value = split_heads(base.value(hidden_states))
-        prefix_key, prefix_value = (split_heads(p.unsqueeze(0)).expand(batch, -1, -1, -1)
-                                    for p in self.prefix_encoder(self.row))  # (B, heads, L, d)
+        query, key, value = (split_heads(linear(hidden_states), base.attention_head_size)
+                             for linear in (base.query, base.key, base.value))
+        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.attention_head_size)
         if self.gate is not None:
             g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
             prefix_key = prefix_key * g[:, 0, None, None, None]
@@ -97,6 +90,18 @@ class PrefixSelfAttention(nn.Module):
                                     dropout=base.dropout.p if base.training else 0.0, scaling=base.scaling,
                                     **kwargs)
         return output.reshape(batch, length, -1).contiguous(), weights
+
+
+def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(B, T, heads * d) -> (B, heads, T, d)."""
+    return x.view(x.shape[0], x.shape[1], -1, head_dim).transpose(1, 2)
+
+
+def prefix_heads(encoder: PrefixEncoder, row: int, batch: int, head_dim: int,
+                 dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One row's prefix keys and values split into heads for a batch: two (B, heads, L, d), in `dtype` if given."""
+    key, value = (split_heads(p.unsqueeze(0), head_dim).expand(batch, -1, -1, -1) for p in encoder(row))
+    return (key.to(dtype), value.to(dtype)) if dtype is not None else (key, value)
 
 
 def extend_mask(mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
@@ -136,7 +141,7 @@ class T5PrefixAttention(nn.Module):
 
         base = self.base_layer
         batch, queries = hidden_states.shape[:2]
-        split = lambda x: x.view(x.shape[0], x.shape[1], -1, base.key_value_proj_dim).transpose(1, 2)  # noqa: E731
+        split = lambda x: split_heads(x, base.key_value_proj_dim)  # noqa: E731
         past_seen = past_key_values.get_seq_length(base.layer_idx) if past_key_values is not None else 0
         past_seen = past_seen.clone() if isinstance(past_seen, torch.Tensor) else past_seen  # a static cache's
         # count is a tensor that `update` changes in place (T5Attention clones it too)
@@ -170,8 +175,8 @@ class T5PrefixAttention(nn.Module):
             mask = torch.zeros(seen.shape, dtype=query.dtype, device=query.device).masked_fill(
                 ~seen, torch.finfo(query.dtype).min)[None, None]  # additive: eager and sdpa both read it
 
-        prefix_key, prefix_value = (split(p.unsqueeze(0)).expand(batch, -1, -1, -1).to(query.dtype)
-                                    for p in self.prefix_encoder(self.row))  # (B, heads, L, d)
+        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.key_value_proj_dim,
+                                                query.dtype)
         gates = self.gates[0]
         if gates is not None:
             values = gates()[self.row]  # (1,) or (2,): keys', values'
