@@ -222,5 +222,6 @@ def targets(results: dict) -> None:
         value = statistics.mean(r["limits"][limit] for r in results.values())
         print(f"- {limit}: {value:.2f} ({value - single:+.2f})")
 
+
 if __name__ == "__main__":
     main()
