@@ -18,9 +18,12 @@ from pathlib import Path
 
 from autopelt.errors import UserError
 from autopelt.portfolio.design import DESIGN_VERSION, config_named
-from autopelt.portfolio.tasks import DEV_SIZE, K, pool_task, read_pool
+from autopelt.portfolio.tasks import DEV_SIZE, K, dev_size, pool_task, read_pool
+from autopelt.train.predictions import compact_many, save as save_predictions
 
 EPOCHS = 3
+MAX_DENSE_CLASSES, TOP_K = 16, 10  # past 16 classes a trial keeps each row's 10 most probable (ensembles average
+#                                    them; an averaged winner is among its members' top classes)
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,16 @@ def done_keys(results: Path) -> set[tuple]:
     return keys
 
 
+def prediction_file(job: Job) -> str:
+    """The file of a trial's predictions in its task's folder (a configuration's name may hold @, + and ~)."""
+    return f"{job.config}@s{job.seed}.npz"
+
+
 def run_job(job: Job, pool: str, model: str, device: str | None, precision: str, threads: int | None,
-            cache_dir: str | None, config=None) -> dict:
+            cache_dir: str | None, config=None, predictions_dir: str | None = None) -> dict:
     """One trial of the meta-dataset, as a compact record; `config` (a design.Config) for a configuration outside
-    the design (the job names it)."""
+    the design (the job names it). With `predictions_dir` its dev and test predictions (train/predictions.py) go to
+    `predictions_dir/<task>/<config>@s<seed>.npz`, written before the record, so a record implies its file."""
     from transformers import AutoConfig
 
     from autopelt.train import TrialSettings, run_trial
@@ -56,12 +65,15 @@ def run_job(job: Job, pool: str, model: str, device: str | None, precision: str,
     config = config or config_named(job.config)
     layers = AutoConfig.from_pretrained(model).num_hidden_layers
     settings = TrialSettings(
-        task=job.task, spec=config.spec(layers), model=model, data_dir=pool, protocol=K, dev_size=DEV_SIZE,
-        seed=job.seed, data_seed=0, epochs=EPOCHS, learning_rate=config.learning_rate, batch_size=config.batch_size,
-        custom_task=pool_task(pool, job.task),
-        threads=threads, device=device, precision=precision, backbone_dropout=config.backbone_dropout,
-        cache_dir=cache_dir)
+        task=job.task, spec=config.spec(layers), model=model, data_dir=pool, protocol=K,
+        dev_size=dev_size(pool, job.task), seed=job.seed, data_seed=0, epochs=EPOCHS,
+        learning_rate=config.learning_rate, head_lr_scale=config.head_lr_scale, batch_size=config.batch_size,
+        custom_task=pool_task(pool, job.task), threads=threads, device=device, precision=precision,
+        backbone_dropout=config.backbone_dropout, cache_dir=cache_dir, keep_predictions=predictions_dir is not None)
     result = run_trial(settings, test_each_evaluation=True)
+    if predictions_dir is not None and result["status"] == "ok":
+        kept = compact_many(result["predictions"], MAX_DENSE_CLASSES, TOP_K)
+        save_predictions(Path(predictions_dir) / job.task, kept, prediction_file(job))
     epochs = [{"dev": round(e["dev_metric"], 5), "dev_loss": round(e["dev_loss"], 5),
                "test": round(e["test_metric"], 5), "seconds": e["seconds"]} for e in result.get("history") or []]
     params = result.get("params") or {}
@@ -81,9 +93,11 @@ def _work(payload) -> dict | None:
 
 def collect(jobs: list[Job], results: str | Path, pool: str, model: str, workers: int = 1,
             device: str | None = None, precision: str = "auto", threads: int | None = None,
-            cache_dir: str | None = None, deadline: float | None = None, say=print, configs: dict | None = None) -> int:
+            cache_dir: str | None = None, deadline: float | None = None, say=print, configs: dict | None = None,
+            predictions_dir: str | Path | None = None) -> int:
     """Run the jobs not yet in `results` on `workers` processes; returns how many ran. `deadline` (a time.time()
-    value) starts no trial after it. `configs`: {name: design.Config} for configurations outside the design."""
+    value) starts no trial after it. `configs`: {name: design.Config} for configurations outside the design.
+    `predictions_dir`: where each trial's predictions go (run_job)."""
     results = Path(results)
     read_pool(pool)  # a missing pool is a one-line error before any worker starts
     finished = done_keys(results)
@@ -91,7 +105,7 @@ def collect(jobs: list[Job], results: str | Path, pool: str, model: str, workers
     say(f"{len(jobs) - len(todo)} of {len(jobs)} trials already in {results}; running {len(todo)} "
         f"on {workers} worker(s)")
     kwargs = {"pool": str(pool), "model": model, "device": device, "precision": precision, "threads": threads,
-              "cache_dir": cache_dir}
+              "cache_dir": cache_dir, "predictions_dir": None if predictions_dir is None else str(predictions_dir)}
     ran, started = 0, time.time()
     context = multiprocessing.get_context("spawn")
     with context.Pool(workers) as workers_pool, results.open("a") as out:
@@ -108,9 +122,12 @@ def collect(jobs: list[Job], results: str | Path, pool: str, model: str, workers
     return ran
 
 
-def plan(tasks: list[str], configs: list[str], seeds: list[int]) -> list[Job]:
-    """Jobs seed by seed, so that a run cut short holds whole seeds of every configuration."""
-    return [Job(t, c, s) for s in seeds for c in configs for t in tasks]
+def plan(tasks: list[str], configs: list[str], seeds: list[int], first_tasks: list[str] = ()) -> list[Job]:
+    """Jobs seed by seed, so that a run cut short holds whole seeds of every configuration; within a seed,
+    `first_tasks` whole before the others (the tasks a cut-short run must not miss), configurations in order."""
+    ordered = [*(t for t in tasks if t in first_tasks), *(t for t in tasks if t not in first_tasks)]
+    groups = [ordered[:sum(t in first_tasks for t in tasks)], ordered[sum(t in first_tasks for t in tasks):]]
+    return [Job(t, c, s) for s in seeds for group in groups for c in configs for t in group]
 
 
 def finish(results: str | Path, out: str | Path, header: dict, pool: str | Path | None = None) -> dict:

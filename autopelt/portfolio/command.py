@@ -35,6 +35,10 @@ def add_arguments(parser) -> None:
     collect.add_argument("--cache-dir", help="tokenisation cache")
     collect.add_argument("--minutes", type=float, help="start no trial after this many minutes")
     collect.add_argument("--deadline", type=float, help="start no trial after this time (seconds since the epoch)")
+    collect.add_argument("--predictions", help="folder for every trial's dev and test predictions (one file a trial)")
+    collect.add_argument("--first-tasks", help="comma-separated tasks to run first within each seed")
+    collect.add_argument("--first-configs", type=int, help="with several seeds: the later seeds run only the "
+                         "design's first N configurations")
 
     finish = sub.add_parser("finish", help="write the meta-dataset file from the collected trials")
     finish.add_argument("--results", required=True)
@@ -66,8 +70,8 @@ def _pool(args) -> int:
 
     manifest = build_pool(args.data_root, args.out)
     for name, task in manifest.items():
-        print(f"{name}: {task['train_rows']} train / {task['test_rows']} test rows, "
-              f"{len(task['label_names'])} labels")
+        kind = "regression" if task.get("regression") else f"{len(task['label_names'])} labels"
+        print(f"{name}: {task['train_rows']} train / {task['test_rows']} test rows, {kind}")
     return 0
 
 
@@ -87,9 +91,12 @@ def _collect(args) -> int:
         config_named(name)
     seeds = [int(s) for s in args.seeds.split(",")]
     deadline = time.time() + 60 * args.minutes if args.minutes else args.deadline
-    collect(plan(tasks, configs, seeds), args.results, args.pool, resolve_model(args.model), workers=args.workers,
-            device=args.device, precision=args.precision, threads=args.threads, cache_dir=args.cache_dir,
-            deadline=deadline)
+    first = args.first_tasks.split(",") if args.first_tasks else []
+    later = configs[:args.first_configs] if args.first_configs else configs
+    jobs = plan(tasks, configs, seeds[:1], first) + plan(tasks, later, seeds[1:], first)
+    collect(jobs, args.results, args.pool, resolve_model(args.model),
+            workers=args.workers, device=args.device, precision=args.precision, threads=args.threads,
+            cache_dir=args.cache_dir, deadline=deadline, predictions_dir=args.predictions)
     return 0
 
 

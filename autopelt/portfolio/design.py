@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DESIGN_VERSION = 1
-
 _QV, _QKVO, _QV_FFN = ["query", "value"], ["query", "key", "value", "attention_output"], \
     ["query", "value", "intermediate", "output"]
 LORA = {"method": "lora", "rank": 8, "alpha": 16, "targets": _QV}
@@ -40,6 +38,7 @@ class Config:
     layers: str | None = None
     backbone_dropout: str = "model"
     tags: tuple[str, ...] = field(default=())
+    head_lr_scale: float = 1.0  # the classifier head's rate is learning_rate x this (TrialSettings.head_lr_scale)
 
     def spec(self, num_layers: int) -> dict:
         methods = [dict(m) for m in self.methods]
@@ -51,7 +50,8 @@ class Config:
     def to_dict(self) -> dict:
         return {"name": self.name, "methods": list(self.methods), "learning_rate": self.learning_rate,
                 "batch_size": self.batch_size, "pooling": self.pooling, "layers": self.layers,
-                "backbone_dropout": self.backbone_dropout}
+                "backbone_dropout": self.backbone_dropout,
+                **({"head_lr_scale": self.head_lr_scale} if self.head_lr_scale != 1 else {})}
 
 
 def rate_text(rate: float) -> str:
@@ -116,8 +116,35 @@ def _design() -> tuple[Config, ...]:
     return tuple(configs)
 
 
-DESIGN: tuple[Config, ...] = _design()
-BY_NAME = {config.name: config for config in DESIGN}
+DESIGN_V1: tuple[Config, ...] = _design()
+HEAD_SCALE = 10.0  # the head-rate variants' scale: a 77-way head led at rates 3-10x the delta's (docs/portfolio.md)
+
+
+def with_head_scale(config: Config, scale: float = HEAD_SCALE) -> Config:
+    from dataclasses import replace
+    return replace(config, name=f"{config.name}~head{scale:g}", head_lr_scale=scale)
+
+
+def _design_v2() -> tuple[Config, ...]:
+    """Version 2, collected on 21 tasks of every kind: the v1 portfolio's members (what worked on 12 tasks), the
+    LoRA ladder at the sweep's half-decades (so tuned LoRA is simulated as the live sweep runs it), UniPELT(APL)'s
+    two rates (the baseline), the families that led on a 77-class task at high rates, and the first members with
+    the classifier head at 10x the delta's rate (a many-class head needs more learning than the delta)."""
+    v1 = {config.name: config for config in DESIGN_V1}
+    ladder = _rates("lora-r8-qv", [LORA], (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2))
+    names = ("lora-r8-qv-ffn-b16@2e-3", "dora-r8-qv@3e-3", "lora-ffn+ia3@3e-3", "lora-r16-qkvo@3e-3",
+             "pfeiffer-256@1e-3", "lora-r8-qv-ffn@3e-3", "lora+pfeiffer@3e-3", "lora-r8-qv-b16@2e-3",
+             "unipelt-apl-b16@1e-3", "rslora-r16-qv@3e-3", "pfeiffer-48@3e-3", "houlsby-16@3e-3",
+             "unipelt-apl@1e-3", "unipelt-apl@3e-3", "prefix-10@3e-3",
+             "ia3-kv-ffn@1e-2", "vera-r256-qv@3e-2", "compacter++-n4@1e-2")
+    heads = [with_head_scale(v1[name]) for name in
+             ("lora-r8-qv-ffn-b16@2e-3", "dora-r8-qv@3e-3", "pfeiffer-256@1e-3", "lora-ffn+ia3@3e-3")]
+    return (*(v1[name] for name in names), *ladder, *heads)
+
+
+DESIGN: tuple[Config, ...] = _design_v2()
+DESIGN_VERSION = 2
+BY_NAME = {config.name: config for config in (*DESIGN_V1, *DESIGN)}
 
 # The dropout study: three methods, each at its design rate, with the backbone's dropout off.
 DROPOUT_STUDY = ("lora-r8-qv@3e-3", "unipelt-apl@1e-3", "pfeiffer-48@1e-3")
@@ -131,8 +158,11 @@ def with_dropout(config: Config, backbone_dropout: str) -> Config:
 
 
 def config_named(name: str) -> Config:
+    """A configuration of either design by name, with a `~dropout-X` variant of any of them."""
     from autopelt.errors import UserError
+    if name in BY_NAME:
+        return BY_NAME[name]
     base, _, dropout = name.partition("~dropout-")
-    if base not in BY_NAME:
+    if base not in BY_NAME or not dropout:
         raise UserError(f"unknown design configuration {name!r}; `autopelt portfolio design` lists them")
-    return with_dropout(BY_NAME[base], dropout) if dropout else BY_NAME[base]
+    return with_dropout(BY_NAME[base], dropout)

@@ -36,7 +36,8 @@ class Portfolio:
     def hparams(self, index: int, epochs: int) -> dict:
         member = self.members[index]
         return {"learning_rate": member.learning_rate, "batch_size": member.batch_size,
-                "backbone_dropout": member.backbone_dropout, "epochs": epochs}
+                "backbone_dropout": member.backbone_dropout, "epochs": epochs,
+                **({"head_lr_scale": member.head_lr_scale} if member.head_lr_scale != 1 else {})}
 
 
 def to_file(members: list[Config], model: str, built_from: dict, out: str | Path,
@@ -98,7 +99,8 @@ def _member(entry: dict) -> Config:
     config = Config(name=str(entry["name"]), methods=tuple(entry["methods"]),
                     learning_rate=float(entry["learning_rate"]), batch_size=int(entry["batch_size"]),
                     pooling=str(entry.get("pooling", "mean")), layers=entry.get("layers"),
-                    backbone_dropout=str(entry.get("backbone_dropout", "model")))
+                    backbone_dropout=str(entry.get("backbone_dropout", "model")),
+                    head_lr_scale=float(entry.get("head_lr_scale", 1.0)))
     if not config.learning_rate > 0 or config.batch_size < 1:
         raise ValueError(f"{config.name}: learning rate and batch size must be positive")
     try:

@@ -31,6 +31,7 @@ class MetaTask:
     text_columns: tuple[str, ...]
     label_column: str = "label"
     label_values: dict | None = None  # numeric labels -> names (GLUE's SST-2)
+    regression: bool = False  # a numeric label, scored by Pearson correlation
 
 
 META_TASKS = (
@@ -40,6 +41,11 @@ META_TASKS = (
       ("tweeteval_emotion", "tweeteval_offensive", "tweeteval_hate", "mr", "subj", "mpqa", "trec", "cola")),
     MetaTask("tweeteval_stance", "tasks/tweeteval_stance", ("target", "text")),
     MetaTask("qnli", "tasks/qnli", ("question", "sentence")),
+    # design v2: many classes, few easy classes, ordinal, long inputs, an adversarial pair, a regression
+    *(MetaTask(name, f"tasks/{name}", ("text",)) for name in
+      ("trec_fine", "sst5", "clinc150", "hwu64", "snips", "bbc_news", "go_emotions")),
+    MetaTask("paws", "tasks/paws", ("sentence1", "sentence2")),
+    MetaTask("emobank_valence", "tasks/emobank_valence", ("text",), regression=True),
 )
 
 
@@ -59,14 +65,16 @@ def build_pool(data_root: str | Path, out: str | Path, tasks=META_TASKS) -> dict
         train = _draw(_read(source / "train.jsonl"), POOL_TRAIN_ROWS)
         test = _draw(_read(source / "validation.jsonl"), POOL_TEST_ROWS)
         rows = {"train": [_row(task, r) for r in train], "validation": [_row(task, r) for r in test]}
-        labels = sorted({r["label"] for r in rows["train"]})
-        if len(labels) < 2:
+        # every label of either split, so that a test row of a class the draw left out of train still encodes
+        labels = [] if task.regression else sorted({r["label"] for split in rows.values() for r in split})
+        if not task.regression and len({r["label"] for r in rows["train"]}) < 2:
             raise UserError(f"{source}: its pool holds one label; a task needs two or more")
         (out / task.name).mkdir(parents=True, exist_ok=True)
         for split, split_rows in rows.items():
             write_atomic(out / task.name / f"{split}.jsonl", "".join(json.dumps(r) + "\n" for r in split_rows))
-        manifest[task.name] = {"text_columns": list(task.text_columns), "label_names": labels,
-                               "train_rows": len(train), "test_rows": len(test)}
+        manifest[task.name] = {"text_columns": list(task.text_columns), "train_rows": len(train),
+                               "test_rows": len(test), "dev_size": min(DEV_SIZE, len(train) - K),
+                               **({"regression": True} if task.regression else {"label_names": labels})}
     write_atomic(out / "pool.json", json.dumps(manifest, indent=1))
     return manifest
 
@@ -82,7 +90,14 @@ def read_pool(pool: str | Path) -> dict:
 def pool_task(pool: str | Path, name: str) -> dict:
     """A pool task as a trial's own task (`TrialSettings.custom_task`): its text columns and label names."""
     meta = read_pool(pool)[name]
+    if meta.get("regression"):
+        return {"text_columns": meta["text_columns"], "label_column": "label", "regression": True}
     return {"text_columns": meta["text_columns"], "label_column": "label", "label_names": meta["label_names"]}
+
+
+def dev_size(pool: str | Path, name: str) -> int:
+    """The task's dev rows: 1,000, or what its pool holds beyond K (bbc_news's 1,782 train rows leave 782)."""
+    return int(read_pool(pool)[name].get("dev_size", DEV_SIZE))
 
 
 def dev_rows(pool: str | Path, name: str):
@@ -92,11 +107,13 @@ def dev_rows(pool: str | Path, name: str):
     from autopelt.train.settings import TrialSettings
     from autopelt.train.trial_data import resolve_task
 
-    settings = TrialSettings(task=name, spec="lora", data_dir=str(pool), protocol=K, dev_size=DEV_SIZE, seed=0,
+    settings = TrialSettings(task=name, spec="lora", data_dir=str(pool), protocol=K, dev_size=dev_size(pool, name),
+                             seed=0,
                              data_seed=0, custom_task=pool_task(pool, name))
     task = resolve_task(settings)
     splits = make_splits(load_task_splits(task, str(pool)), task, K, seed=settings.split_seed, dev_size=DEV_SIZE)
-    return task, np.asarray([task.encode_label(row[task.label_column]) for row in splits.dev], dtype=np.int64)
+    return task, np.asarray([task.encode_label(row[task.label_column]) for row in splits.dev],
+                            dtype=np.float32 if task.regression else np.int64)
 
 
 def dev_floors(pool: str | Path, names: list[str]) -> dict[str, float]:
@@ -109,7 +126,8 @@ def dev_floors(pool: str | Path, names: list[str]) -> dict[str, float]:
     floors = {}
     for name in names:
         task, labels = dev_rows(pool, name)
-        floors[name] = round(one_class_metric(SimpleNamespace(task=task, dev=SimpleNamespace(labels=labels))), 5)
+        floor = one_class_metric(SimpleNamespace(task=task, dev=SimpleNamespace(labels=labels)))
+        floors[name] = 0.0 if floor is None else round(floor, 5)  # a constant prediction correlates 0
     return floors
 
 
@@ -130,4 +148,4 @@ def _row(task: MetaTask, row: dict) -> dict:
     label = row[task.label_column]
     if task.label_values is not None:
         label = task.label_values[label]
-    return {**{c: row[c] for c in task.text_columns}, "label": str(label)}
+    return {**{c: row[c] for c in task.text_columns}, "label": float(label) if task.regression else str(label)}

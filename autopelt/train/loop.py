@@ -75,10 +75,9 @@ def warmup_then_linear(total_steps: int, warmup_ratio: float) -> Callable[[int],
     return factor
 
 
-def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSettings, device,
-             dtype=None, gates: bool = False, loss: bool = False) -> tuple[dict, dict | None]:
-    """Metrics on a split (batched, length-sorted, no autograd), and the mean gate values per layer if asked.
-    `loss` adds the mean task loss to the metrics as "loss" (lower is better, unlike the metrics)."""
+def forward_split(model: nn.Module, features: Features, settings: TrialSettings, device, dtype=None) -> torch.Tensor:
+    """The model's float32 outputs (logits, or a regression's values) on every row of a split, in the split's row
+    order (batched, length-sorted, no autograd); leaves the model in eval mode."""
     model.eval()
 
     def logits_of(batch: dict) -> torch.Tensor:
@@ -86,13 +85,40 @@ def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSe
         with devices.autocast(device, dtype):
             return model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
 
-    with torch.inference_mode(), (recording_gates(model) if gates else contextlib.nullcontext({})) as totals:
-        outputs = map_in_order(features, settings.eval_batch_size, logits_of)
+    with torch.inference_mode():
+        return map_in_order(features, settings.eval_batch_size, logits_of)
+
+
+def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSettings, device,
+             dtype=None, gates: bool = False, loss: bool = False) -> tuple[dict, dict | None]:
+    """Metrics on a split (batched, length-sorted, no autograd), and the mean gate values per layer if asked.
+    `loss` adds the mean task loss to the metrics as "loss" (lower is better, unlike the metrics)."""
+    with (recording_gates(model) if gates else contextlib.nullcontext({})) as totals:
+        outputs = forward_split(model, features, settings, device, dtype)
+    with torch.inference_mode():
         metrics = task.compute_metrics(outputs, features.labels)
         if loss:
             labels = torch.as_tensor(features.labels, dtype=torch.float32 if outputs.shape[-1] == 1 else torch.long)
             metrics["loss"] = float(supervised_loss(outputs, labels))
     return metrics, (summarise_gates(totals) if gates else None)
+
+
+def parameter_groups(model: nn.Module, settings: TrialSettings) -> list[dict]:
+    """The trainable parameters as AdamW groups: the delta's at `settings.learning_rate`, and with
+    `settings.head_lr_scale` != 1 the classifier head's (the architecture's head module) at that rate times the
+    scale. The warmup/decay schedule multiplies every group alike."""
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    if settings.head_lr_scale == 1 or settings.learning_rate is None:
+        return [{"params": [p for _, p in trainable]}]
+    from autopelt.delta.sites import architecture_of
+
+    prefix = architecture_of(model.config).head + "."
+    head = [p for name, p in trainable if name.startswith(prefix)]
+    rest = [p for name, p in trainable if not name.startswith(prefix)]
+    groups = [{"params": rest}] if rest else []
+    if head:
+        groups.append({"params": head, "lr": settings.learning_rate * settings.head_lr_scale})
+    return groups
 
 
 class Training:
@@ -107,8 +133,9 @@ class Training:
         self.model, self.data, self.settings, self.device = model, data, settings, device
         self.consistency, self.report, self.on_step = consistency, report, on_step
         self.outcome = outcome if outcome is not None else TrainOutcome()
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        groups = parameter_groups(model, settings)
+        self.params = [p for group in groups for p in group["params"]]
+        self.optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=settings.weight_decay)
         self.steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
         self.total = settings.max_steps or settings.epochs * self.steps_per_epoch  # steps, when given, decide
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,

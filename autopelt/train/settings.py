@@ -29,7 +29,9 @@ class TrialSettings:
     max_steps: int | None = None  # train this many optimiser steps instead of `epochs` epochs
     eval_every: int | None = None  # evaluate every N steps; None = once per epoch
     patience: int | None = None  # stop after N evaluations without a better dev metric
-    learning_rate: float | None = None  # None: chosen for this delta, data and budget by a range test (lr_range.py)
+    learning_rate: float | None = None  # None: chosen for this delta, data and budget by a sweep (lr_sweep.py)
+    head_lr_scale: float = 1.0  # the classifier head trains at learning_rate x this (a new head on many classes
+    #                             needs more learning than the delta: design v2 of the meta-dataset)
     weight_decay: float = 0.0
     warmup_ratio: float = 0.06
     grad_clip: float = 1.0
@@ -49,6 +51,8 @@ class TrialSettings:
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
     max_new_tokens: int | None = None  # generation tasks: tokens generated per test input; None = 64
+    keep_predictions: bool = False  # keep the dev and test predictions of the kept state (result["predictions"],
+    #                                 and predictions.npz in out_dir): what ensembles are selected from
 
     def __post_init__(self) -> None:
         positive = ("epochs", "batch_size", "eval_batch_size", "max_length")
@@ -61,6 +65,8 @@ class TrialSettings:
                 raise UserError(f"{name} must be a positive integer, not {value!r}")
         if self.learning_rate is not None and not self.learning_rate > 0:
             raise UserError(f"learning_rate must be positive, not {self.learning_rate!r}")
+        if not (isinstance(self.head_lr_scale, (int, float)) and self.head_lr_scale > 0):
+            raise UserError(f"head_lr_scale must be positive, not {self.head_lr_scale!r}")
         if self.precision not in PRECISIONS:
             raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.backbone_dropout not in BACKBONE_DROPOUTS:

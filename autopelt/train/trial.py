@@ -18,7 +18,8 @@ from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, resolve_model
 from autopelt.train import backbone, device as devices
-from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate
+from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate, forward_split
+from autopelt.train.predictions import from_outputs, save as save_predictions
 from autopelt.train.generate import is_generation
 from autopelt.train.generation_trial import run_generation
 from autopelt.train.lr_sweep import train_at_chosen_rate
@@ -77,6 +78,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         return run_generation(settings, result, outcome, report, on_step)
     spec = delta.parse_spec(settings.spec)
     task = resolve_task(settings)
+    predictions = result.setdefault("predictions", {}) if settings.keep_predictions else None
     model_name = resolve_model(settings.model)
     result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary())
     if settings.threads:
@@ -99,8 +101,16 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         result.update(dev=best["dev"], dev_metric=best["dev_metric"])
 
         result["gates"] = trained.gates  # recorded in the dev evaluation whose state was kept: no extra pass
+        if settings.keep_predictions:
+            with timed(phases, "predictions"):
+                dev_outputs = forward_split(model, data.dev, settings, device, dtype)
+                predictions.update(dev=from_outputs(dev_outputs, task.regression), dev_labels=data.dev.labels)
         with timed(phases, "test"):
-            if settings.score_test:
+            if settings.score_test and settings.keep_predictions:
+                outputs = forward_split(model, data.test, settings, device, dtype)
+                result["test"] = task.compute_metrics(outputs, data.test.labels)
+                predictions.update(test=from_outputs(outputs, task.regression), test_labels=data.test.labels)
+            elif settings.score_test:
                 result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
             for split, features in data.extra_tests.items() if settings.score_test else ():
                 result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
@@ -108,6 +118,8 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     result["peak_memory_mb"] = memory.mb
     if settings.out_dir:
         with timed(phases, "save"):
+            if predictions:
+                save_predictions(settings.out_dir, predictions)
             result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
                                                        metadata={"base_model": model_name, **task_metadata(task)}))
 
@@ -211,5 +223,7 @@ def task_metadata(task) -> dict:
 
 
 def _write_result(out_dir: Path, result: dict) -> None:
+    """result.json without the predictions' arrays (they live in predictions.npz)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / RESULT_FILE, json.dumps(result, indent=2, default=str))
+    kept = {k: v for k, v in result.items() if k != "predictions"}
+    write_atomic(out_dir / RESULT_FILE, json.dumps(kept, indent=2, default=str))
