@@ -22,7 +22,7 @@ COMMANDS = {
     "predict": ("autopelt.export.predict_command", "run an exported delta on text"),
     "dashboard": ("autopelt.dashboard", "open optuna-dashboard on a study's storage"),
     "report": ("autopelt.report.command", "write a study's plotly report as one HTML file"),
-    "portfolio": ("autopelt.portfolio.command", "build the meta-dataset and portfolios learned across tasks"),
+    "portfolio": ("autopelt.portfolio.command", "build a portfolio from your own studies"),
 }
 
 

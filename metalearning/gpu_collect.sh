@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Collect the meta-dataset (design v2, 21 tasks) on a lent GPU machine, within one call of the device tool.
 # Carried (ignored) inputs: .gpu/model (all-MiniLM-L6-v2 as fp16 safetensors + tokenizer) and .gpu/pool.tgz
-# (`autopelt portfolio pool --data-root ../shared/data --out pool/`, tarred). Uses the machine's own python3 and
+# (`python -m metalearning pool --data-root ../shared/data --out pool/`, tarred). Uses the machine's own python3 and
 # packages (torch, transformers); the repository is on PYTHONPATH. Writes to $OUT: trials.jsonl, the predictions as
 # preds.tgz.NN chunks (each under the device tool's 16 MiB a file), hardware.json, smi.csv (utilisation), log.
 # Usage: bash metalearning/gpu_collect.sh MINUTES WORKERS [SEEDS] [FIRST_CONFIGS]
@@ -27,7 +27,7 @@ PY
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/smi.csv" 2>/dev/null &
 smi=$!
 new=trec_fine,sst5,clinc150,hwu64,snips,bbc_news,go_emotions,paws,emobank_valence
-timeout $(python3 -c "print(int($minutes * 60 + 75))") python3 -m autopelt.cli portfolio collect --pool /tmp/ml/pool \
+timeout $(python3 -c "print(int($minutes * 60 + 75))") python3 -m metalearning collect --pool /tmp/ml/pool \
     --results "$OUT/trials.jsonl" --model /tmp/ml/all-MiniLM-L6-v2 --seeds "$seeds" --first-configs "$first_configs" \
     --first-tasks "$new" --workers "$workers" --threads 1 --predictions /tmp/ml/preds --cache-dir /tmp/ml/cache \
     --minutes "$minutes" ${ML_TASKS:+--tasks $ML_TASKS} > "$OUT/log" 2>&1

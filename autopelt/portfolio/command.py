@@ -1,146 +1,37 @@
-"""`autopelt portfolio`: the meta-dataset's pool and trials, and portfolios built from it or from your studies.
+"""`autopelt portfolio build`: a portfolio learned from your own finished studies, one task each.
 
-    autopelt portfolio pool --data-root ../shared/data --out pool/
-    autopelt portfolio collect --pool pool/ --results trials.jsonl [--seeds 0] [--workers 2] [--minutes M]
-    autopelt portfolio finish --results trials.jsonl --pool pool/ --out autopelt/portfolio/data/all-MiniLM-L6-v2.json
-    autopelt portfolio build --meta FILE --out portfolio.json     (or --storage URL [--study NAME ...])
-    autopelt portfolio design                                      (the configurations, one a line)
+    autopelt portfolio build --storage URL [--study NAME ...] --out portfolio.json [--size 16]
+
+The shipped prior (a meta-dataset over 21 tasks and the task-aware portfolio built from it) is made by the
+pipeline in the repository's metalearning/ folder, which this package never imports.
 """
 
 from __future__ import annotations
-
-import time
 
 from autopelt.errors import UserError
 
 
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    pool = sub.add_parser("pool", help="write every meta-dataset task's fixed pool of rows")
-    pool.add_argument("--data-root", required=True, help="folder holding glue-full/, own/ and tasks/")
-    pool.add_argument("--out", required=True)
-
-    collect = sub.add_parser("collect", help="train the design on every task (resumable)")
-    collect.add_argument("--pool", required=True, help="a folder written by `autopelt portfolio pool`")
-    collect.add_argument("--results", required=True, help="JSON Lines file the trials are appended to")
-    collect.add_argument("--model", help="model folder or hub id (default: all-MiniLM-L6-v2)")
-    collect.add_argument("--tasks", help="comma-separated (default: every task of the pool)")
-    collect.add_argument("--configs", help="comma-separated design names (default: the whole design); "
-                                           "NAME~dropout-off for a variant with the backbone's dropout off")
-    collect.add_argument("--seeds", default="0")
-    collect.add_argument("--workers", type=int, default=1, help="trials at once (processes)")
-    collect.add_argument("--threads", type=int, help="CPU threads per trial")
-    collect.add_argument("--device", help="cpu, cuda (default: CUDA when available)")
-    collect.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"))
-    collect.add_argument("--cache-dir", help="tokenisation cache")
-    collect.add_argument("--minutes", type=float, help="start no trial after this many minutes")
-    collect.add_argument("--deadline", type=float, help="start no trial after this time (seconds since the epoch)")
-    collect.add_argument("--predictions", help="folder for every trial's dev and test predictions (one file a trial)")
-    collect.add_argument("--first-tasks", help="comma-separated tasks to run first within each seed")
-    collect.add_argument("--first-configs", type=int, help="with several seeds: the later seeds run only the "
-                         "design's first N configurations")
-
-    finish = sub.add_parser("finish", help="write the meta-dataset file from the collected trials")
-    finish.add_argument("--results", required=True)
-    finish.add_argument("--out", required=True)
-    finish.add_argument("--model", help="the model the trials trained (default: all-MiniLM-L6-v2)")
-    finish.add_argument("--hardware", help="JSON of the hardware the trials ran on (default: this machine's)")
-    finish.add_argument("--pool", help="the pool the trials ran on: records each task's one-class dev metric, "
-                        "which tells a collapsed rate from a hard task when a portfolio learns a baseline's rate")
-
-    build = sub.add_parser("build", help="greedily choose a portfolio from a meta-dataset or from your studies")
-    source = build.add_mutually_exclusive_group(required=True)
-    source.add_argument("--meta", help="a meta-dataset file (`shipped` for the one in the package)")
-    source.add_argument("--storage", help="an SQLAlchemy URL of your studies: one task each")
+    build = sub.add_parser("build", help="greedily choose a portfolio from your studies (one task each)")
+    build.add_argument("--storage", required=True, help="an SQLAlchemy URL of your studies: one task each")
     build.add_argument("--study", action="append", help="a study of --storage to learn from (repeat; default: all)")
     build.add_argument("--out", required=True, help="the portfolio file to write")
     build.add_argument("--size", type=int, default=16, help="configurations in the portfolio (default 16)")
-    build.add_argument("--leave-out", help="comma-separated tasks of the meta-dataset not to learn from")
-
-    sub.add_parser("design", help="list the design's configurations")
 
 
 def run(args) -> int:
-    return {"pool": _pool, "collect": _collect, "finish": _finish, "build": _build,
-            "design": _design}[args.action](args)
-
-
-def _pool(args) -> int:
-    from autopelt.portfolio.tasks import build_pool
-
-    manifest = build_pool(args.data_root, args.out)
-    for name, task in manifest.items():
-        kind = "regression" if task.get("regression") else f"{len(task['label_names'])} labels"
-        print(f"{name}: {task['train_rows']} train / {task['test_rows']} test rows, {kind}")
-    return 0
-
-
-def _collect(args) -> int:
-    from autopelt.models import resolve_model
-    from autopelt.portfolio.collect import collect, plan
-    from autopelt.portfolio.design import DESIGN, config_named
-    from autopelt.portfolio.tasks import read_pool
-
-    pool = read_pool(args.pool)
-    tasks = args.tasks.split(",") if args.tasks else list(pool)
-    unknown = [t for t in tasks if t not in pool]
-    if unknown:
-        raise UserError(f"task {unknown[0]!r} is not in the pool {args.pool}; it holds {', '.join(pool)}")
-    configs = args.configs.split(",") if args.configs else [c.name for c in DESIGN]
-    for name in configs:
-        config_named(name)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    deadline = time.time() + 60 * args.minutes if args.minutes else args.deadline
-    first = args.first_tasks.split(",") if args.first_tasks else []
-    later = configs[:args.first_configs] if args.first_configs else configs
-    jobs = plan(tasks, configs, seeds[:1], first) + plan(tasks, later, seeds[1:], first)
-    collect(jobs, args.results, args.pool, resolve_model(args.model),
-            workers=args.workers, device=args.device, precision=args.precision, threads=args.threads,
-            cache_dir=args.cache_dir, deadline=deadline, predictions_dir=args.predictions)
-    return 0
-
-
-def _finish(args) -> int:
-    import json
-    import subprocess
-
-    from autopelt.models import model_name, resolve_model
-    from autopelt.portfolio.collect import finish, hardware
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    header = {"model": model_name(resolve_model(args.model)), "commit": commit,
-              "hardware": json.loads(args.hardware) if args.hardware else hardware(),
-              "created": time.strftime("%Y-%m-%d")}
-    data = finish(args.results, args.out, header, args.pool)
-    print(f"{args.out}: {len(data['records'])} trials")
-    return 0
-
-
-def _build(args) -> int:
     from autopelt.portfolio import build
 
     if args.size < 1:
         raise UserError("--size must be at least 1")
-    if args.meta:
-        leave_out = args.leave_out.split(",") if args.leave_out else []
-        data = build.from_meta(args.meta, args.size, leave_out, args.out)
-    else:
-        data = build.from_studies(args.storage, args.study, args.size, args.out)
-    print(f"{args.out}: {len(data['members'])} configurations learned on {data['model']} from "
+    data = build.from_studies(args.storage, args.study, args.size, args.out)
+    print_portfolio(args.out, data)
+    return 0
+
+
+def print_portfolio(out: str, data: dict) -> None:
+    print(f"{out}: {len(data['members'])} configurations learned on {data['model']} from "
           f"{len(data['built_from']['tasks'])} tasks")
     for rank, member in enumerate(data["members"], 1):
         print(f"  {rank:2d}. {member['name']}")
-    return 0
-
-
-def _design(args) -> int:
-    from autopelt.portfolio.design import DESIGN
-
-    for config in DESIGN:
-        print(f"{config.name:28s} batch {config.batch_size:2d} · {config.pooling:4s} · "
-              + " + ".join(m["method"] for m in config.methods))
-    return 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autopelt.errors import UserError
-from autopelt.portfolio.design import DESIGN_VERSION, Config
+from autopelt.portfolio.config import Config
 
 FORMAT, VERSION = "autopelt-portfolio", 1
 SPACE = "default"  # the search space whose studies a portfolio opens
@@ -41,12 +41,15 @@ class Portfolio:
 
 
 def to_file(members: list[Config], model: str, built_from: dict, out: str | Path,
-            baseline_rates: dict[str, float] | None = None) -> dict:
+            baseline_rates: dict[str, float] | None = None, design_version: int | None = None,
+            extra: dict | None = None) -> dict:
+    """Write a portfolio file (atomically); `design_version`: the meta-dataset design its members are named in
+    (None for members learned from a user's studies); `extra`: more top-level fields (the task-aware prior)."""
     from autopelt.files import write_atomic
 
-    data = {"format": FORMAT, "version": VERSION, "model": model, "space": SPACE, "design_version": DESIGN_VERSION,
+    data = {"format": FORMAT, "version": VERSION, "model": model, "space": SPACE, "design_version": design_version,
             "built_from": built_from, "members": [m.to_dict() for m in members],
-            **({"baseline_rates": baseline_rates} if baseline_rates else {})}
+            **({"baseline_rates": baseline_rates} if baseline_rates else {}), **(extra or {})}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(Path(out), json.dumps(data, indent=1))
     return data

@@ -1,0 +1,170 @@
+"""The meta-learning pipeline's command line: the pool, the collection, the meta-dataset file, and the portfolios
+built from it. Run from the repository root (an editable install makes `metalearning` importable):
+
+    python -m metalearning pool --data-root ../shared/data --out pool/
+    python -m metalearning collect --pool pool/ --results trials.jsonl [--seeds 0,1] [--workers 14] [--predictions DIR]
+    python -m metalearning finish --results trials.jsonl --pool pool/ --out metalearning/data/all-MiniLM-L6-v2.json
+    python -m metalearning prior --out autopelt/portfolio/data/portfolio-all-MiniLM-L6-v2.json
+    python -m metalearning build --meta FILE --out portfolio.json [--leave-out TASKS]   (one global portfolio)
+    python -m metalearning design
+
+A lent GPU machine collects the whole design in minutes (metalearning/gpu_collect.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from autopelt.errors import UserError
+
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pool = sub.add_parser("pool", help="write every meta-dataset task's fixed pool of rows")
+    pool.add_argument("--data-root", required=True, help="folder holding glue-full/, own/ and tasks/")
+    pool.add_argument("--out", required=True)
+
+    collect = sub.add_parser("collect", help="train the design on every task (resumable)")
+    collect.add_argument("--pool", required=True, help="a folder written by `python -m metalearning pool`")
+    collect.add_argument("--results", required=True, help="JSON Lines file the trials are appended to")
+    collect.add_argument("--model", help="model folder or hub id (default: all-MiniLM-L6-v2)")
+    collect.add_argument("--tasks", help="comma-separated (default: every task of the pool)")
+    collect.add_argument("--configs", help="comma-separated design names (default: the whole design); "
+                                           "NAME~dropout-off for a variant with the backbone's dropout off")
+    collect.add_argument("--seeds", default="0")
+    collect.add_argument("--workers", type=int, default=1, help="trials at once (processes)")
+    collect.add_argument("--threads", type=int, help="CPU threads per trial")
+    collect.add_argument("--device", help="cpu, cuda (default: CUDA when available)")
+    collect.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"))
+    collect.add_argument("--cache-dir", help="tokenisation cache")
+    collect.add_argument("--minutes", type=float, help="start no trial after this many minutes")
+    collect.add_argument("--deadline", type=float, help="start no trial after this time (seconds since the epoch)")
+    collect.add_argument("--predictions", help="folder for every trial's dev and test predictions (one file a trial)")
+    collect.add_argument("--first-tasks", help="comma-separated tasks to run first within each seed")
+    collect.add_argument("--first-configs", type=int, help="with several seeds: the later seeds run only the "
+                         "design's first N configurations")
+
+    finish = sub.add_parser("finish", help="write the meta-dataset file from the collected trials")
+    finish.add_argument("--results", required=True)
+    finish.add_argument("--out", required=True)
+    finish.add_argument("--model", help="the model the trials trained (default: all-MiniLM-L6-v2)")
+    finish.add_argument("--hardware", help="JSON of the hardware the trials ran on (default: this machine's)")
+    finish.add_argument("--predictions", help="where the trials' predictions are kept (recorded in the header)")
+    finish.add_argument("--pool", help="the pool the trials ran on: records each task's one-class dev metric, "
+                        "which tells a collapsed rate from a hard task when a portfolio learns a baseline's rate")
+
+    build = sub.add_parser("build", help="greedily choose one global portfolio from a meta-dataset")
+    build.add_argument("--meta", default="shipped", help="a meta-dataset file (default `shipped`: metalearning/data)")
+    build.add_argument("--out", required=True, help="the portfolio file to write")
+    build.add_argument("--size", type=int, default=16, help="configurations in the portfolio (default 16)")
+    build.add_argument("--leave-out", help="comma-separated tasks of the meta-dataset not to learn from")
+
+    sub.add_parser("design", help="list the design's configurations")
+
+
+def run(args) -> int:
+    return {"pool": _pool, "collect": _collect, "finish": _finish, "build": _build,
+            "design": _design}[args.action](args)
+
+
+def _pool(args) -> int:
+    from metalearning.tasks import build_pool
+
+    manifest = build_pool(args.data_root, args.out)
+    for name, task in manifest.items():
+        kind = "regression" if task.get("regression") else f"{len(task['label_names'])} labels"
+        print(f"{name}: {task['train_rows']} train / {task['test_rows']} test rows, {kind}")
+    return 0
+
+
+def _collect(args) -> int:
+    from autopelt.models import resolve_model
+    from metalearning.collect import collect, plan
+    from metalearning.design import DESIGN, config_named
+    from metalearning.tasks import read_pool
+
+    pool = read_pool(args.pool)
+    tasks = args.tasks.split(",") if args.tasks else list(pool)
+    unknown = [t for t in tasks if t not in pool]
+    if unknown:
+        raise UserError(f"task {unknown[0]!r} is not in the pool {args.pool}; it holds {', '.join(pool)}")
+    configs = args.configs.split(",") if args.configs else [c.name for c in DESIGN]
+    for name in configs:
+        config_named(name)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    deadline = time.time() + 60 * args.minutes if args.minutes else args.deadline
+    first = args.first_tasks.split(",") if args.first_tasks else []
+    later = configs[:args.first_configs] if args.first_configs else configs
+    jobs = plan(tasks, configs, seeds[:1], first) + plan(tasks, later, seeds[1:], first)
+    collect(jobs, args.results, args.pool, resolve_model(args.model),
+            workers=args.workers, device=args.device, precision=args.precision, threads=args.threads,
+            cache_dir=args.cache_dir, deadline=deadline, predictions_dir=args.predictions)
+    return 0
+
+
+def _finish(args) -> int:
+    import json
+    import subprocess
+
+    from autopelt.models import model_name, resolve_model
+    from metalearning.collect import finish, hardware
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    header = {"model": model_name(resolve_model(args.model)), "commit": commit,
+              "hardware": json.loads(args.hardware) if args.hardware else hardware(),
+              "created": time.strftime("%Y-%m-%d"),
+              **({"predictions": _predictions_note(args.predictions)} if args.predictions else {})}
+    data = finish(args.results, args.out, header, args.pool)
+    print(f"{args.out}: {len(data['records'])} trials")
+    return 0
+
+
+def _predictions_note(folder: str) -> dict:
+    from pathlib import Path
+
+    files = list(Path(folder).rglob("*.npz"))
+    return {"location": folder, "files": len(files), "megabytes": round(sum(f.stat().st_size for f in files) / 1e6, 1),
+            "layout": "<task>/<config>@s<seed>.npz: dev, test (float16 probabilities, or values for a regression; "
+                      "past 16 classes the top 10 as <split>_indices/_values/_classes), dev_labels, test_labels"}
+
+
+def _build(args) -> int:
+    from metalearning import build
+
+    if args.size < 1:
+        raise UserError("--size must be at least 1")
+    from autopelt.portfolio.command import print_portfolio
+
+    leave_out = args.leave_out.split(",") if args.leave_out else []
+    print_portfolio(args.out, build.from_meta(args.meta, args.size, leave_out, args.out))
+    return 0
+
+
+def _design(args) -> int:
+    from metalearning.design import DESIGN
+
+    for config in DESIGN:
+        print(f"{config.name:28s} batch {config.batch_size:2d} · {config.pooling:4s} · "
+              + " + ".join(m["method"] for m in config.methods))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m metalearning", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

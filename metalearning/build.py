@@ -1,0 +1,72 @@
+"""Build a portfolio file from a meta-dataset (the shipped prior is built so), with its searched baselines' rates."""
+
+from __future__ import annotations
+
+from autopelt.errors import UserError
+from autopelt.portfolio import select
+from autopelt.portfolio.config import Config
+from autopelt.portfolio.portfolio import to_file
+from metalearning import metadata
+from metalearning.design import DESIGN_VERSION, config_named
+
+
+def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict:
+    """Greedy selection on the meta-dataset's dev scores (the mean over its selection seeds), without the
+    `leave_out` tasks."""
+    meta = metadata.shipped() if meta_path == "shipped" else metadata.load(meta_path)
+    unknown = [t for t in leave_out if t not in meta.tasks]
+    if unknown:
+        raise UserError(f"--leave-out {unknown[0]}: not a task of the meta-dataset ({', '.join(meta.tasks)})")
+    tasks = [t for t in meta.tasks if t not in leave_out]
+    if len(tasks) < 2:
+        raise UserError("a portfolio needs the scores of at least two tasks")
+    scores = meta.dev_scores(tasks, meta.candidates())
+    chosen = select.greedy_portfolio(scores, size)
+    seeds = ", ".join(map(str, meta.selection_seeds))
+    built_from = {"meta_dataset": meta_path, "tasks": tasks, "selection": f"greedy, mean dev over seeds {seeds}",
+                  "mean_regret": round(select.mean_regret(scores, chosen), 4)}
+    return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
+                   baseline_rates(meta, tasks))
+
+
+SEARCHED_BASELINES = ("unipelt_apl",)  # the baselines a search with a portfolio still trains
+
+
+def baseline_rates(meta, tasks: list[str]) -> dict[str, float]:
+    """Each searched baseline's learned rate, among the design's configurations of its exact structure (its
+    preset read by the mean, batch 32, every layer, the design's backbone dropout), over `tasks` and the selection
+    seeds: the rate that collapsed at the fewest (task, seed) runs, then the best mean dev.
+
+    A run collapsed when it ended at predicting one class (within `lr_sweep.learned_margin` of the task's
+    `floors` in the meta-dataset's header) where another rate of the structure learned: a user trains the answer
+    once, and a rate that collapses at some seed or task is not a good rate, however well it does elsewhere
+    (docs/portfolio.md). Without floors in the header, the best mean dev."""
+    from autopelt.search.baselines import baseline_spec
+    from autopelt.train.lr_sweep import learned_margin
+
+    floors = meta.header.get("floors") or {}
+    dev_size = (meta.header.get("protocol") or {}).get("dev_size", 1000)
+    rates = {}
+    for baseline in SEARCHED_BASELINES:
+        spec = baseline_spec(baseline, "mean")
+        runs = [c for c in meta.candidates() if _is_structure(config_named(c), spec)]
+        if not runs:
+            continue
+        devs = {c: {(t, s): metadata.answer(meta.trial(t, c, s)).dev for t in tasks for s in meta.selection_seeds}
+                for c in runs}
+
+        def learned(c: str, key: tuple) -> bool:
+            floor = floors.get(key[0])
+            return floor is None or devs[c][key] > floor + learned_margin(floor, dev_size)
+
+        def collapses(c: str) -> int:
+            return sum(not learned(c, key) and any(learned(o, key) for o in runs) for key in devs[c])
+
+        best = min(runs, key=lambda c: (collapses(c), -sum(devs[c].values())))
+        rates[baseline] = config_named(best).learning_rate
+    return rates
+
+
+def _is_structure(config: Config, spec: dict) -> bool:
+    return (list(config.methods) == list(spec["methods"]) and config.pooling == spec["pooling"]
+            and config.batch_size == 32 and config.layers is None and config.backbone_dropout == "model")

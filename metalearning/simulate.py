@@ -1,0 +1,131 @@
+"""Strategies simulated on the meta-dataset: what each answers on a task at a budget, by dev only.
+
+Budgets are in full-trial equivalents: the seconds of the reference trial (LoRA r8 on query/value, 3 epochs) on
+that task. Every strategy runs at least one trial. A strategy's answer is the trial with the best dev metric among
+those it trained to full fidelity (successive halving answers from its last rung); the answer's test metric is
+what the simulation reports. No strategy reads a test metric to choose; `Task.oracle` and `by_test_at_other_seed`
+do, for reporting only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+
+from metalearning.metadata import MetaDataset, answer
+from autopelt.study.answers import beats
+
+REFERENCE = "lora-r8-qv@3e-3"
+ETA = 3  # successive halving keeps the best third of a rung (Hyperband's and ASHA's default reduction)
+LOW_FIDELITY = 1  # epochs at the first rung
+TUNED_LORA = ("lora-r8-qv@3e-3", "lora-r8-qv@1e-3")  # LoRA r8 (q,v) with its rate searched, the usual rate first
+UNIPELT = ("unipelt-apl@1e-3", "unipelt-apl@3e-3")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    config: str
+    dev: float
+    test: float
+    seconds: float
+    trials: int
+
+
+class Task:
+    """One task's trials at one seed, with costs in seconds."""
+
+    def __init__(self, meta: MetaDataset, task: str, seed: int = 0, margin: float = 0.0):
+        self.meta, self.name, self.seed, self.margin = meta, task, seed, margin
+        reference = meta.trial(task, REFERENCE, seed)
+        self.unit = answer(reference).seconds  # one full-trial equivalent
+
+    def at(self, config: str, fidelity: int | None = None):
+        record = self.meta.trial(self.name, config, self.seed)
+        return answer(record, fidelity) if record else None
+
+    def full(self, configs: list[str], budget: float) -> Outcome:
+        """Train `configs` one after another to full fidelity while the budget lasts (at least one)."""
+        seconds, best, trials = 0.0, None, 0
+        for config in configs:
+            result = self.at(config)
+            if result is None:
+                continue
+            if trials and seconds + result.seconds > budget * self.unit:
+                break
+            seconds, trials = seconds + result.seconds, trials + 1
+            if best is None or beats(result.dev, best[1].dev, self.margin):
+                best = (config, result)
+        config, result = best
+        return Outcome(config, result.dev, result.test, seconds, trials)
+
+    def halving(self, configs: list[str], budget: float) -> Outcome:
+        """Successive halving over the first n configurations, n as large as the budget allows: all at
+        LOW_FIDELITY epochs, the first and the best of the others by dev (1/ETA of them in all) on to full
+        fidelity; the answer is the best of those (`pick`)."""
+        configs = [c for c in configs if self.at(c) is not None]
+        for n in range(len(configs), 0, -1):
+            first = configs[:n]
+            low = {c: self.at(c, LOW_FIDELITY) for c in first}
+            # the first configuration, the prior's favourite, always goes on: a first epoch ranks poorly
+            keep = [first[0]] + sorted(first[1:], key=lambda c: -low[c].dev)[: math.ceil(n / ETA) - 1]
+            seconds = sum(low[c].seconds for c in first) + sum(self.at(c).seconds - low[c].seconds for c in keep)
+            if seconds <= budget * self.unit or n == 1:
+                config = keep[0] if len(keep) == 1 else self.pick([c for c in first if c in keep])
+                result = self.at(config)
+                return Outcome(config, result.dev, result.test, seconds, n)
+        raise ValueError("no configuration to run")
+
+    def pick(self, configs: list[str]) -> str:
+        """The answer among fully trained configurations, in the order they were run: the first is the incumbent,
+        and a later one takes its place only if it beats it (`beats`)."""
+        best = configs[0]
+        for config in configs[1:]:
+            if beats(self.at(config).dev, self.at(best).dev, self.margin):
+                best = config
+        return best
+
+    def oracle(self, configs: list[str]) -> float:
+        """The best test metric of any configuration (for reporting distances only)."""
+        return max(self.at(c).test for c in configs if self.at(c) is not None)
+
+
+def portfolio_then_random(task: Task, portfolio: list[str], others: list[str], budget: float,
+                          rng: random.Random, share: float = 0.5) -> Outcome:
+    """The default strategy: successive halving over the portfolio with `share` of the budget, then draws at
+    full fidelity from the rest of the design (the sampler, simulated as uniform draws: a lower bound for TPE)."""
+    first = task.halving(portfolio, budget * share)
+    left = budget - first.seconds / task.unit
+    if left <= 0:
+        return first
+    rest = [c for c in others if c not in portfolio]
+    rng.shuffle(rest)
+    extra = task.full(rest, left) if rest and left * task.unit >= task.at(rest[0]).seconds else None
+    if extra is None or not beats(extra.dev, first.dev, task.margin):
+        return Outcome(first.config, first.dev, first.test, first.seconds + (extra.seconds if extra else 0),
+                       first.trials + (extra.trials if extra else 0))
+    return Outcome(extra.config, extra.dev, extra.test, first.seconds + extra.seconds, first.trials + extra.trials)
+
+
+def random_search(task: Task, configs: list[str], budget: float, draws: int, seed: int,
+                  halving: bool = False) -> float:
+    """The mean test metric of random search's answer over `draws` orders of the design: every draw trained to
+    full fidelity, or (`halving`) with successive halving over the draws, as a search with ASHA early stopping runs
+    them (the same procedure as the portfolio's, over a random order)."""
+    rng = random.Random(seed)
+    tests = []
+    for _ in range(draws):
+        order = list(configs)
+        rng.shuffle(order)
+        tests.append((task.halving(order, budget) if halving else task.full(order, budget)).test)
+    return statistics.mean(tests)
+
+
+def by_test_at_other_seed(meta: MetaDataset, task: str, configs: list[str], seeds: tuple[int, int]) -> float:
+    """The test metric at seed `seeds[1]` of the configuration with the best test metric at seed `seeds[0]`: what a
+    choice among `configs` from one run of each, knowing even their test metric, is worth on `task` when the chosen
+    configuration is trained again (for reporting only; an estimate from one pair of seeds, not a bound)."""
+    chosen, again = seeds
+    best = max(configs, key=lambda c: answer(meta.trial(task, c, chosen)).test)
+    return answer(meta.trial(task, best, again)).test
