@@ -1,28 +1,26 @@
-"""Leave-one-task-out: the portfolio built without a task, against the other strategies, simulated on that task.
+"""Leave-one-task-out: the prior built without a task, against the other strategies, simulated on that task.
 
-For each of the meta-dataset's tasks, the portfolio is built greedily from the other tasks' dev scores (the mean
-over the meta-dataset's selection seeds; autopelt/portfolio/select.py), and every strategy is simulated on the
-held-out task at budgets of 1, 2, 4, 8 and 16 full-trial equivalents (autopelt/portfolio/simulate.py), once on
-each seed's trials: selection by dev only, the answer scored on test. Each arm's mean over seeds is reported, and
-its worst seed (what a user's one run may get).
+For each of the meta-dataset's tasks, two portfolios are built from the other tasks' dev scores
+(autopelt/portfolio/select.py): the global one (every other task) and the task-aware one (the k other tasks nearest
+in meta-feature space, autopelt/portfolio/prior.py, k chosen by a leave-one-task-out over the other tasks alone,
+metalearning/prior.py: the held-out task never chooses its own k). Every strategy is simulated on the held-out
+task at budgets of 1, 2, 4, 8 and 16 full-trial equivalents (metalearning/simulate.py), on each seed's trials:
+selection by dev only, the answer scored on test. Each arm's mean over seeds is reported, and its worst seed.
 
-Strategies: portfolio (successive halving over it), portfolio + sampler (half the budget to the portfolio, the
-rest drawn from the design: autopelt's default), random (uniform draws from the design, each trained to full
-fidelity), random with halving (the same draws through the portfolio's successive halving, as a random search
-with ASHA early stopping runs them: `bench/search_value.py`'s random arm), tuned LoRA (LoRA r8 on
-query/value read by the mean, its rate searched: 3e-3, then 1e-3), UniPELT(APL) alone (1e-3, then 3e-3), the best
-single default (the configuration of least regret on the other tasks), and a control: the same portfolio code on
-a matrix whose configuration labels are shuffled within every task, which must do no better than random search
-run the same way (random with halving).
+Strategies: task-aware (successive halving over the task-aware portfolio), task-aware + sampler (half the budget
+to it, the rest drawn from the design: autopelt's default), global and global + sampler (the same with the global
+portfolio), random (uniform draws from the design, each trained to full fidelity), random with halving (the same
+draws through successive halving, as a random search with ASHA runs them), tuned LoRA (LoRA r8 on query/value, its
+rate chosen as the live sweep chooses it on the design's ladder: simulate.tuned_lora), UniPELT(APL) alone (1e-3,
+then 3e-3), the best single default (the global portfolio's first configuration), and a control: the global
+portfolio code on a matrix whose configuration labels are shuffled within every task, which must do no better
+than random with halving.
 
-Two references are reported beside the arms, per task: every candidate trained and the best dev answering (what
-selection by dev reaches with no budget limit and no prior), and the configuration with the best test metric at
-one seed scored at the other (what a choice from one run of each configuration is worth when the chosen one is
-trained again, even knowing their test metric; an estimate from one pair of seeds, not a bound).
+Two references are reported beside the arms, per task: every candidate trained and the best dev answering, and the
+configuration with the best test metric at one seed scored at the other (where two seeds exist).
+Tables per task and per kind (binary, few-class, many-class, long, pair, regression).
 
-    python bench/portfolio_loo.py [--meta FILE] [--size 16] [--json benchmarks/results/portfolio_loo.json]
-"""
-
+    python bench/portfolio_loo.py [--meta FILE] [--pool DIR] [--size 16]
 from __future__ import annotations
 
 import argparse
@@ -38,13 +36,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autopelt.portfolio import metadata, select, simulate  # noqa: E402
+from autopelt.portfolio import select  # noqa: E402
+from metalearning import metadata, prior, simulate  # noqa: E402
 from autopelt.study.answers import MARGIN_SE  # noqa: E402
 from results import write_results  # noqa: E402
 
 BUDGETS = (1, 2, 4, 8, 16)
-ARMS = ("portfolio", "portfolio+sampler", "random", "random+halving", "tuned-lora", "unipelt-apl", "best-single",
-        "shuffled-control")
+ARMS = ("task-aware", "task-aware+sampler", "global", "global+sampler", "random", "random+halving", "tuned-lora",
+        "unipelt-apl", "best-single", "shuffled-control")
+KINDS = ("binary", "few-class", "many-class", "long", "pair", "regression")
 LIMITS = ("every by dev", "by test, other seed")
 DRAWS, PERMUTATIONS = 400, 200  # at 20 permutations the control read +0.32 over random from noise alone
 TARGET_VS_LORA, TARGET_VS_SINGLE, TARGET_BUDGET = 1.0, 0.5, 8
@@ -60,20 +60,34 @@ def shuffled(scores: dict, rng: random.Random) -> dict:
     return out
 
 
-def held_out(meta, task: str, configs: list[str], size: int, margin: float = MARGIN_SE) -> dict:
-    """Every arm's test metric (%) at every budget on `task`, with the portfolio built without it: the mean over
-    the meta-dataset's selection seeds (each a training run of the held-out task) and the worst of them."""
+def kind(features) -> str:
+    """A task's kind, the first that fits: regression, long (>= 200 tokens a row), pair, many-class (>= 20),
+    few-class (3-19), binary."""
+    if features.regression:
+        return "regression"
+    if features.mean_tokens >= 200:
+        return "long"
+    if features.pair:
+        return "pair"
+    return "many-class" if features.classes >= 20 else "few-class" if features.classes >= 3 else "binary"
+
+
+def held_out(meta, features, task: str, configs: list[str], size: int, margin: float = MARGIN_SE) -> dict:
+    """Every arm's test metric (%) at every budget on `task`, with both portfolios built without it: the mean over
+    the seeds collected for the task (each a training run of the held-out task) and the worst of them."""
     others = [t for t in meta.tasks if t != task]
     scores = meta.dev_scores(others, configs)  # the held-out task's rows are never read here
     portfolio = select.greedy_portfolio(scores, size)
+    k = prior.nested_k(meta, features, task)
+    aware = [m.name for m in prior.build(meta, features, k, others).portfolio(features[task], size)[0]]
     rng = random.Random(0)
     controls = [select.greedy_portfolio(shuffled(scores, rng), size) for _ in range(PERMUTATIONS)]
-    seeds = meta.selection_seeds
-    runs = [one_seed(simulate.Task(meta, task, seed=seed, margin=margin), portfolio, controls, configs)
+    seeds = prior.task_seeds(meta, task, configs)
+    runs = [one_seed(simulate.Task(meta, task, seed=seed, margin=margin), aware, portfolio, controls, configs)
             for seed in seeds]
     pairs = [(a, b) for a in seeds for b in seeds if a != b]
     other = [100 * simulate.by_test_at_other_seed(meta, task, configs, pair) for pair in pairs]
-    return {"portfolio": portfolio, "seeds": list(seeds),
+    return {"portfolio": portfolio, "task_aware": aware, "k": k, "kind": kind(features[task]), "seeds": list(seeds),
             "oracle": statistics.mean(run["oracle"] for run in runs),
             "limits": {"every by dev": statistics.mean(run["every by dev"] for run in runs),
                        "by test, other seed": statistics.mean(other) if other else math.nan},
@@ -81,19 +95,24 @@ def held_out(meta, task: str, configs: list[str], size: int, margin: float = MAR
             "worst": {b: {a: min(run[b][a] for run in runs) for a in ARMS} for b in BUDGETS}}
 
 
-def one_seed(sim, portfolio: list[str], controls: list[list[str]], configs: list[str]) -> dict:
+def one_seed(sim, aware: list[str], portfolio: list[str], controls: list[list[str]], configs: list[str]) -> dict:
     """Every arm's test metric (%) at every budget on one seed's trials of the held-out task."""
     out = {"oracle": 100 * sim.oracle(configs),
            "every by dev": 100 * sim.at(max(configs, key=lambda c: sim.at(c).dev)).test}
+    lora = simulate.tuned_lora(sim).test
     for budget in BUDGETS:
         arms = {
-            "portfolio": sim.halving(portfolio, budget).test,
-            "portfolio+sampler": statistics.mean(
+            "task-aware": sim.halving(aware, budget).test,
+            "task-aware+sampler": statistics.mean(
+                simulate.portfolio_then_random(sim, aware, configs, budget, random.Random(d)).test
+                for d in range(DRAWS)),
+            "global": sim.halving(portfolio, budget).test,
+            "global+sampler": statistics.mean(
                 simulate.portfolio_then_random(sim, portfolio, configs, budget, random.Random(d)).test
                 for d in range(DRAWS)),
             "random": simulate.random_search(sim, configs, budget, DRAWS, seed=1),
             "random+halving": simulate.random_search(sim, configs, budget, DRAWS, seed=1, halving=True),
-            "tuned-lora": sim.full(list(simulate.TUNED_LORA), budget).test,
+            "tuned-lora": lora,
             "unipelt-apl": sim.full(list(simulate.UNIPELT), budget).test,
             "best-single": sim.full(portfolio[:1], budget).test,
             "shuffled-control": statistics.mean(sim.halving(c, budget).test for c in controls),

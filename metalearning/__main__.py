@@ -51,6 +51,7 @@ def add_arguments(parser) -> None:
     finish.add_argument("--out", required=True)
     finish.add_argument("--model", help="the model the trials trained (default: all-MiniLM-L6-v2)")
     finish.add_argument("--hardware", help="JSON of the hardware the trials ran on (default: this machine's)")
+    finish.add_argument("--collected-commit", help="the commit whose code collected the trials, when not HEAD")
     finish.add_argument("--predictions", help="where the trials' predictions are kept (recorded in the header)")
     finish.add_argument("--pool", help="the pool the trials ran on: records each task's one-class dev metric, "
                         "which tells a collapsed rate from a hard task when a portfolio learns a baseline's rate")
@@ -120,7 +121,9 @@ def _finish(args) -> int:
               "hardware": json.loads(args.hardware) if args.hardware else hardware(),
               "created": time.strftime("%Y-%m-%d"),
               **({"predictions": _predictions_note(args.predictions)} if args.predictions else {})}
-    data = finish(args.results, args.out, header, args.pool)
+    if args.collected_commit:
+        header["collected_by_commit"] = args.collected_commit
+    data = finish(args.results, args.out, header, args.pool, args.model)
     print(f"{args.out}: {len(data['records'])} trials")
     return 0
 

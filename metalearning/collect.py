@@ -130,24 +130,38 @@ def plan(tasks: list[str], configs: list[str], seeds: list[int], first_tasks: li
     return [Job(t, c, s) for s in seeds for group in groups for c in configs for t in group]
 
 
-def finish(results: str | Path, out: str | Path, header: dict, pool: str | Path | None = None) -> dict:
+def finish(results: str | Path, out: str | Path, header: dict, pool: str | Path | None = None,
+           model: str | None = None) -> dict:
     """Write the meta-dataset file: `header` (model, protocol, hardware, commit), with `pool` each task's dev metric
     of predicting one class (`floors`: what tells a collapse from a hard task), and every trial of `results`."""
     from autopelt.files import write_atomic
     from metalearning.tasks import dev_floors
 
     records = [json.loads(line) for line in Path(results).read_text().splitlines() if line.strip()]
+    records = list({(r["task"], r["config"], r["seed"]): r for r in records}.values())  # a trial run again: the last
     if not records:
         raise UserError(f"{results} holds no trials yet")
     tasks = sorted({r["task"] for r in records})
     floors = dev_floors(pool, tasks) if pool else None
+    features = task_features(pool, tasks, model) if pool else None
     seeds = {str(s): sum(r["seed"] == s for r in records) for s in sorted({r["seed"] for r in records})}
     data = {"format": "autopelt-meta-dataset", "design_version": DESIGN_VERSION, "tasks": tasks,
             "trials_per_seed": seeds, "configurations": len({r["config"] for r in records}),
             "protocol": {"k": K, "dev_size": DEV_SIZE, "epochs": EPOCHS, "data_seed": 0}, **header,
-            **({"floors": floors} if floors else {}), "records": records}
+            **({"floors": floors} if floors else {}), **({"features": features} if features else {}),
+            "records": records}
     write_atomic(Path(out), json.dumps(data, separators=(",", ":")))
     return data
+
+
+def task_features(pool: str | Path, tasks: list[str], model: str | None) -> dict[str, dict]:
+    """Each task's meta-features (autopelt/portfolio/metafeatures.py) from its pool's train rows, tokens counted by
+    the model's tokenizer: what the task-aware prior measures a new task against."""
+    from autopelt.models import load_tokenizer, resolve_model
+    from metalearning.prior import task_features as features_of
+
+    found = features_of(pool, load_tokenizer(resolve_model(model)))
+    return {name: found[name].to_dict() for name in tasks}
 
 
 def hardware() -> dict:

@@ -58,6 +58,11 @@ class MetaDataset:
         return self.by_key.get((task, config, seed))
 
     @cached_property
+    def seeds(self) -> tuple[int, ...]:
+        """Every training seed with a trial."""
+        return tuple(sorted({r["seed"] for r in self.records}))
+
+    @cached_property
     def selection_seeds(self) -> tuple[int, ...]:
         """The training seeds the design was run at: those at which at least half of seed 0's configurations are
         complete on every task (a seed run for a few configurations only, as the dropout study's, is not one)."""

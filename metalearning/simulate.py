@@ -14,13 +14,15 @@ import random
 import statistics
 from dataclasses import dataclass
 
+from autopelt.portfolio.config import rate_text
 from metalearning.metadata import MetaDataset, answer
 from autopelt.study.answers import beats
 
 REFERENCE = "lora-r8-qv@3e-3"
 ETA = 3  # successive halving keeps the best third of a rung (Hyperband's and ASHA's default reduction)
 LOW_FIDELITY = 1  # epochs at the first rung
-TUNED_LORA = ("lora-r8-qv@3e-3", "lora-r8-qv@1e-3")  # LoRA r8 (q,v) with its rate searched, the usual rate first
+LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the LoRA r8 (q,v) rates of the design: the sweep's half-decades
+SWEEP_START, SWEEP_MAX = (1e-3, 3e-3, 1e-2), 6  # as train/lr_sweep.py starts and caps its candidates
 UNIPELT = ("unipelt-apl@1e-3", "unipelt-apl@3e-3")
 
 
@@ -129,3 +131,26 @@ def by_test_at_other_seed(meta: MetaDataset, task: str, configs: list[str], seed
     chosen, again = seeds
     best = max(configs, key=lambda c: answer(meta.trial(task, c, chosen)).test)
     return answer(meta.trial(task, best, again)).test
+
+
+def tuned_lora(task: Task) -> Outcome:
+    """LoRA r8 (q,v) with its rate chosen as train/lr_sweep.py's sweep chooses it, on the design's ladder: the
+    three start rates to the first epoch, then the next half-decade while the best sits at an edge (at most
+    SWEEP_MAX candidates), the best by first-epoch dev trained on to the end; its cost is the losers' first epochs
+    and the winner's whole run. The live sweep's special cases (midpoints, walking down while nothing has learned,
+    the learned margin, backing off) are not simulated: they need rates the ladder does not hold."""
+    def name(rate: float) -> str:
+        return f"lora-r8-qv@{rate_text(rate)}"
+
+    tried = [rate for rate in SWEEP_START if task.at(name(rate)) is not None]
+    while True:
+        best = max(tried, key=lambda rate: task.at(name(rate), LOW_FIDELITY).dev)
+        index = LADDER.index(best)
+        step = -1 if best == min(tried) else 1 if best == max(tried) else 0
+        beyond = LADDER[index + step] if step and 0 <= index + step < len(LADDER) else None
+        if beyond is None or beyond in tried or task.at(name(beyond)) is None or len(tried) >= SWEEP_MAX:
+            break
+        tried.append(beyond)
+    result = task.at(name(best))
+    losers = sum(task.at(name(rate), LOW_FIDELITY).seconds for rate in tried if rate != best)
+    return Outcome(name(best), result.dev, result.test, result.seconds + losers, len(tried))

@@ -13,11 +13,13 @@ without one chooses its rate by a sweep, as without a portfolio.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autopelt.errors import UserError
 from autopelt.portfolio.config import Config
+from autopelt.portfolio.metafeatures import MetaFeatures
+from autopelt.portfolio.prior import Prior
 
 FORMAT, VERSION = "autopelt-portfolio", 1
 SPACE = "default"  # the search space whose studies a portfolio opens
@@ -32,6 +34,23 @@ class Portfolio:
     source: str  # the file it was read from
     built_from: dict
     baseline_rates: dict[str, float] = field(default_factory=dict)  # preset name -> learned rate
+    prior: Prior | None = None  # the task-aware prior (prior.py): members chosen for the task at hand
+
+    def for_task(self, features: MetaFeatures | None) -> tuple[Portfolio, str]:
+        """This portfolio with its members chosen for a task of `features` by its prior, and one line saying from
+        which tasks; itself, with an empty line, without a prior or features."""
+        if self.prior is None or features is None:
+            return self, ""
+        members, nearest, like = self.prior.portfolio(features, len(self.members))
+        names = ", ".join(name for name, _ in nearest[:8]) + (", ..." if len(nearest) > 8 else "")
+        if like:
+            line = (f"a task like {names} ({features.describe()}): its portfolio is learned from those "
+                    f"{len(nearest)} of {len(self.prior.tasks)} tasks")
+        else:
+            line = (f"this task ({features.describe()}) is unlike all {len(self.prior.tasks)} tasks of the prior "
+                    f"(nearest {nearest[0][0]} at {nearest[0][1]:.1f}, past {self.prior.unlike:.1f}): the portfolio "
+                    "learned from every task answers")
+        return replace(self, members=tuple(members)), line
 
     def hparams(self, index: int, epochs: int) -> dict:
         member = self.members[index]
@@ -80,8 +99,12 @@ def load(path: str | Path, model: str | None = None) -> Portfolio:
         raise UserError(f"--portfolio {path}: a member is malformed ({error!r})") from None
     if not members:
         raise UserError(f"--portfolio {path} has no members")
+    try:
+        prior = Prior.from_dict(data["prior"], _member) if data.get("prior") else None
+    except (KeyError, TypeError, ValueError) as error:
+        raise UserError(f"--portfolio {path}: its prior is malformed ({error!r})") from None
     return Portfolio(data["model"], members, str(path), data.get("built_from") or {},
-                     _baseline_rates(path, data.get("baseline_rates") or {}))
+                     _baseline_rates(path, data.get("baseline_rates") or {}), prior)
 
 
 def _baseline_rates(path: Path, rates) -> dict[str, float]:
@@ -113,17 +136,32 @@ def _member(entry: dict) -> Config:
     return config
 
 
-def for_search(choice: str, model_name: str, space_name: str) -> tuple[Portfolio | None, str]:
-    """The portfolio a search runs first, and one line saying which and why: `choice` is "auto" (the shipped one
-    for the default space), "none", or a file (checked against the model)."""
+def for_search(choice: str, model_name: str, space_name: str,
+               features: MetaFeatures | None = None) -> tuple[Portfolio | None, str]:
+    """The portfolio a search runs first, and the line(s) saying which and why.
+
+    Args:
+        choice: "auto" (the shipped one, for the default space), "none", or a portfolio file (checked against the
+            model).
+        model_name: the model's recorded name.
+        space_name: the search space's name.
+        features: the task's meta-features; with a portfolio that carries a prior, its members are chosen for them.
+
+    Returns:
+        (the portfolio or None, a line for the console; a second line names the tasks the prior judged similar).
+
+    Raises:
+        UserError: a portfolio file that is missing, malformed or learned on another model.
+    """
     if choice == "none":
         return None, "no portfolio (--portfolio none)"
     if choice != "auto":
-        portfolio = load(choice, model_name)
-        return portfolio, f"portfolio {choice} ({len(portfolio.members)} configurations learned on {portfolio.model})"
+        portfolio, similar = load(choice, model_name).for_task(features)
+        line = f"portfolio {choice} ({len(portfolio.members)} configurations learned on {portfolio.model})"
+        return portfolio, line + (f"\n{similar}" if similar else "")
     if space_name != SPACE:
         return None, f"no portfolio: the shipped one opens the {SPACE!r} space, and this search draws from {space_name!r}"
-    portfolio = load(SHIPPED)
+    portfolio, similar = load(SHIPPED).for_task(features)
     learned = portfolio.built_from.get("tasks", [])
     line = (f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} across "
             f"{len(learned)} tasks, run first")
@@ -131,4 +169,4 @@ def for_search(choice: str, model_name: str, space_name: str) -> tuple[Portfolio
         line += "; " + ", ".join(f"{name} at its learned rate {rate:g}" for name, rate in portfolio.baseline_rates.items())
     if model_name != portfolio.model:
         line += f"; its learning rates were measured on {portfolio.model} and carry over to {model_name} untested"
-    return portfolio, line
+    return portfolio, line + (f"\nprior: {similar}" if similar else "")
