@@ -146,8 +146,8 @@ def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = N
     ours = _inference_state(model)
     ours.update(entry.peft_tensors(model) if entry.peft_tensors else {})
     for name, param in list(peft_model.named_parameters()):  # peft may save frozen tensors too (biases, the head)
-        source = ours.get(_our_name(name, entry.peft_names), ours.get(_plain(name.removeprefix("base_model."))))  # prompt learning:
-        # peft holds the model itself as base_model, with no tuner model between
+        # prompt learning: peft holds the model itself as base_model, with no tuner model between
+        source = ours.get(_our_name(name, entry.peft_names), ours.get(_plain(name.removeprefix("base_model."))))
         if source is None:
             raise RuntimeError(f"peft parameter {name} has no counterpart in the autopelt model")
         _set_parameter(peft_model, name, source.reshape(param.shape))  # peft's IA3 vectors are (n, 1) or (1, n)

@@ -17,14 +17,14 @@ from autopelt.delta import methods  # noqa: F401  (registers the built-in method
 from autopelt.delta.config import (  # noqa: F401  (the spec's names, where they were)
     BIAS_SITES, DECODER_SITES, ENCODER_SITES, LINEAR_SITES, MethodConfig,
 )
-from autopelt.delta.methods.adamix import AdaMixConfig
-from autopelt.delta.methods.adapter import AdapterConfig
-from autopelt.delta.methods.bitfit import BitFitConfig
-from autopelt.delta.methods.ia3 import IA3Config
-from autopelt.delta.methods.lora import LoRAConfig
-from autopelt.delta.methods.prefix import PrefixConfig
-from autopelt.delta.methods.prompt import PromptConfig
-from autopelt.delta.methods.vera import VeRAConfig
+from autopelt.delta.methods.adamix import AdaMixConfig  # noqa: F401
+from autopelt.delta.methods.adapter import AdapterConfig  # noqa: F401
+from autopelt.delta.methods.bitfit import BitFitConfig  # noqa: F401
+from autopelt.delta.methods.ia3 import IA3Config  # noqa: F401
+from autopelt.delta.methods.lora import LoRAConfig  # noqa: F401
+from autopelt.delta.methods.prefix import PrefixConfig  # noqa: F401
+from autopelt.delta.methods.prompt import PromptConfig  # noqa: F401
+from autopelt.delta.methods.vera import VeRAConfig  # noqa: F401
 from autopelt.delta.registry import METHODS, innermost, normalise_method, parse_method  # noqa: F401
 from autopelt.errors import UserError
 

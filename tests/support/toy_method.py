@@ -1,5 +1,6 @@
 """A delta method written the way a new one is: this one file, and nothing else, makes `toyshift` a method that a
-spec parses, a model takes, counting counts, a saved delta holds and a search space draws (tests/test_delta_registry.py).
+spec parses, a model takes, counting counts, a saved delta holds and a search space draws
+(tests/test_delta_registry.py).
 
 `toyshift` adds a learned vector to the output of chosen linear layers: y = W·x + b + s, s starting at zero.
 """
@@ -55,4 +56,5 @@ def fits(cfg: ToyShiftConfig, config, arch) -> None:
 
 
 # after (IA)³ (30), before adapters (40): on a linear LoRA also adapts, the shift wraps the LoRA
-METHOD = register(Method(ToyShiftConfig, build, count, order=35, fits=fits, peft="peft has no toyshift (a test's method)"))
+METHOD = register(Method(ToyShiftConfig, build, count, order=35, fits=fits,
+                         peft="peft has no toyshift (a test's method)"))
