@@ -1,5 +1,5 @@
-"""What a method field accepts: declared once, beside the field (spec.py), and read twice: by the spec's own
-checks, and by the search spaces (autopelt/search/space_schema.py), whose schema is derived from the spec.
+"""What a method field accepts: declared once, beside the field (its method's file), and read twice: by the
+spec's own checks, and by the search spaces (autopelt/search/space_schema.py), whose schema is derived from the spec.
 
     rank: int = declare("rank r of the update", 8, POSITIVE_INT)
 

@@ -6,7 +6,6 @@ each AdaMix mixture merged into one module. Its spec (`stored_spec`) builds exac
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -16,7 +15,8 @@ from torch import nn
 
 from autopelt.delta.inject import apply_delta
 from autopelt.delta.legacy import upgrade_v1
-from autopelt.delta.spec import AdaMixConfig, DeltaSpec, PrefixConfig, parse_spec
+from autopelt.delta.registry import method_of
+from autopelt.delta.spec import DeltaSpec, parse_spec
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 
@@ -26,16 +26,9 @@ SPEC_FILE, WEIGHTS_FILE = "delta.json", "delta.safetensors"
 
 
 def stored_spec(spec) -> DeltaSpec:
-    """The spec of a delta's inference form."""
+    """The spec of a delta's inference form: each method's `stored` form (its registry entry's)."""
     spec = parse_spec(spec)
-    methods = []
-    for method in spec.methods:
-        if isinstance(method, AdaMixConfig):
-            method = method.delta
-        if isinstance(method, PrefixConfig):
-            method = dataclasses.replace(method, reparam_hidden=0)
-        methods.append(method)
-    return DeltaSpec(tuple(methods), spec.pooling)
+    return DeltaSpec(tuple(method_of(method).stored(method) for method in spec.methods), spec.pooling)
 
 
 def delta_state(model: nn.Module) -> dict[str, torch.Tensor]:

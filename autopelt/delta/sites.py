@@ -10,11 +10,12 @@ across stacks, the encoder's first; a site a stack lacks (T5's cross-attention i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
-from torch import nn
+from typing import TYPE_CHECKING, Callable
 
 from autopelt.errors import UserError
+
+if TYPE_CHECKING:  # torch stays unloaded until a model is built: a method's file reads sites to count
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,13 @@ def linear_shape(config, site: str) -> tuple[int, int]:
     """(in_features, out_features) of a linear site, from the config alone (an alias gives its site's shape)."""
     arch = architecture_of(config)
     return arch.shapes(config)[arch.aliases.get(site, site)]
+
+
+def linears_of(config, arch: Architecture, targets, layers) -> list[tuple[str, int, int, int]]:
+    """(site, in_features, out_features, how many of the chosen layers have it) for each site `targets` name on
+    this family: what a method on linear layers counts."""
+    return [(site, *linear_shape(config, site), len(arch.site_layers(config, site, layers)))
+            for site in arch.sites(targets)]
 
 
 def chosen_layers(layers, num_layers: int) -> list[int]:

@@ -1,0 +1,164 @@
+"""One entry per delta method: everything autopelt knows of a method, registered in one place.
+
+A method is one file (the built-in ones: autopelt/delta/methods/) that declares its config and calls
+`register(Method(...))` with it: what it builds and where (`build`), how many parameters that is (`count`), what
+it asks of a model (`fits`, `refuses`), and its peft form or why it has none (`peft`). The spec parses it, the
+search spaces list its fields, `apply_delta` builds it, `count_parameters` counts it and `export` writes it, all
+through this entry; nothing else names the method. A method outside the package registers itself the same way
+when its file is imported.
+
+This module is torch-free, as every method's file is at import time: a `build` imports its modules when it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from autopelt.delta.config import MethodConfig
+from autopelt.errors import UserError
+
+if TYPE_CHECKING:
+    from autopelt.delta.sites import Architecture
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """How a delta's projections are built: `experts` of each (AdaMix), the up-projection shared or not."""
+
+    experts: int = 1
+    share_up: bool = True
+    copy: bool = True  # every expert starts as a copy of one draw
+
+    def count(self, up: bool) -> int:
+        """How many of one projection there are: the down-projection's experts, or the up-projection's."""
+        return 1 if up and self.share_up else self.experts
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What counting reads of a model before it exists: its transformers config, its family, what its head reads,
+    and the mixture the delta is built under (one expert unless AdaMix mixes it)."""
+
+    config: Any
+    arch: Architecture
+    pooling: str = "cls"
+    mixture: Mixture = Mixture()
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
+def _itself(config: MethodConfig) -> MethodConfig:
+    return config
+
+
+@dataclass(frozen=True)
+class Method:
+    """A delta method's registry entry.
+
+    config:   its frozen config class; `config.method` is its name, its fields' kinds its validation and schema.
+    build:    `build(at, config)` puts its modules in the model (`at`: inject.Build, the one place that changes a
+              model); what it wraps and where is its injection rule.
+    count:    `count(config, shape)` -> (trainable, stored) parameters on a model of `shape` (registry.Shape),
+              the task head left out; stored is what its inference form saves.
+    order:    methods are built lowest first, so a model's module paths depend on the spec alone; what is built
+              later wraps what was built before on the same module.
+    fits:     `fits(config, model_config, arch)` raises a one-line UserError for what it cannot be on this model
+              (sizes that must divide; the layers and targets every method has are checked for it).
+    refuses:  `refuses(config, arch)`: why it cannot apply to this family at all, or None; the search spaces
+              leave such a method out.
+    wraps:    a wrapper (AdaMix): the delta it builds, which then gives its family, order, fits and refusals.
+    stored:   its inference form's config (what a saved delta holds and builds).
+    peft:     `peft(config, target)` -> its peft config (target: peft_export.PeftTarget); or a string, the
+              one-line reason peft has no form of it.
+    peft_refuses: `peft_refuses(config, arch)` (arch None: an unknown model type): why this config has no peft
+              form on that family, or None.
+    peft_bias: peft trains biases beside it (its `bias` setting).
+    peft_beside: a method peft holds only as another method's setting (BitFit: its `bias`):
+              `peft_beside(config, other)` -> that setting, or a one-line UserError.
+    peft_names: peft's names for its tensors (its adapter's name dropped) -> ours, where they differ.
+    peft_tensors: `peft_tensors(model)` -> tensors peft holds in a form of its own, by peft's names (a prefix as
+              peft's embedding).
+    aliases:  other names read as this method with these fields (`compacter`: an adapter with PHM projections).
+    """
+
+    config: type[MethodConfig]
+    build: Callable[[Any, Any], None]
+    count: Callable[[Any, Shape], tuple[int, int]]
+    order: int = 0
+    fits: Callable[[Any, Any, Architecture], None] = _nothing
+    refuses: Callable[[Any, Architecture], str | None] = _nothing
+    wraps: Callable[[Any], MethodConfig] | None = None
+    stored: Callable[[Any], MethodConfig] = _itself
+    peft: Callable[[Any, Any], Any] | str = "peft has no such method"
+    peft_refuses: Callable[[Any, Architecture | None], str | None] = _nothing
+    peft_bias: bool = False
+    peft_beside: Callable[[Any, MethodConfig], str] | None = None
+    peft_names: dict[str, str] = field(default_factory=dict)
+    peft_tensors: Callable[[Any], dict] | None = None
+    aliases: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.config.method
+
+
+# name -> config class, in registration order (the order `autopelt methods` and a search space list them in)
+METHODS: dict[str, type[MethodConfig]] = {}
+ENTRIES: dict[str, Method] = {}
+ALIASES: dict[str, tuple[str, dict]] = {}  # another name -> (its method, the fields the name sets)
+
+
+def register(method: Method) -> Method:
+    """Make `method` known to the spec, the search spaces, injection, counting and export.
+
+    Returns:
+        `method`, so that a method's file may keep it.
+    Raises:
+        ValueError: its name or one of its aliases is empty or already taken.
+    """
+    for name in (method.name, *method.aliases):
+        if not name or name in METHODS or name in ALIASES:
+            raise ValueError(f"cannot register a delta method named {name!r}: the name is empty or taken")
+    METHODS[method.name] = method.config
+    ENTRIES[method.name] = method
+    ALIASES.update({alias: (method.name, fields) for alias, fields in method.aliases.items()})
+    return method
+
+
+def method_of(config: MethodConfig) -> Method:
+    """The registry entry of a config (KeyError for a config class no method registered)."""
+    return ENTRIES[config.method]
+
+
+def innermost(config: MethodConfig) -> MethodConfig:
+    """The delta a config builds: itself, or what a wrapper (AdaMix) wraps."""
+    entry = ENTRIES.get(config.method)  # a config may be in METHODS alone: parsed and searched, never built
+    return config if entry is None or entry.wraps is None else innermost(entry.wraps(config))
+
+
+def normalise_method(name: Any) -> str | None:
+    """The method a spec entry's name means (an alias's method), or None for an unknown name."""
+    if name in ALIASES:
+        return ALIASES[name][0]
+    return name if name in METHODS else None
+
+
+def parse_method(data: dict) -> MethodConfig:
+    """The checked config of one spec entry, `{"method": name, field: value...}`.
+
+    Raises:
+        UserError: no method, an unknown one, or a field its config refuses (MethodConfig.from_dict).
+    """
+    if not isinstance(data, dict) or "method" not in data:
+        raise UserError(f"each delta entry needs a \"method\" field; got {data!r}")
+    name = data["method"]
+    if normalise_method(name) is None:
+        known = sorted(METHODS) + sorted(ALIASES)
+        raise UserError(f"unknown method {name!r}; known methods: {', '.join(known)}")
+    if name in ALIASES:
+        method, fields = ALIASES[name]
+        return METHODS[method].from_dict({**fields, **{k: v for k, v in data.items() if k != "method"}})
+    return METHODS[name].from_dict(data)
