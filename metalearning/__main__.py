@@ -62,11 +62,16 @@ def add_arguments(parser) -> None:
     build.add_argument("--size", type=int, default=16, help="configurations in the portfolio (default 16)")
     build.add_argument("--leave-out", help="comma-separated tasks of the meta-dataset not to learn from")
 
+    prior = sub.add_parser("prior", help="the shipped portfolio: global members, baseline rates, the task-aware prior")
+    prior.add_argument("--meta", default="shipped", help="a meta-dataset file (default `shipped`: metalearning/data)")
+    prior.add_argument("--out", required=True, help="the portfolio file to write")
+    prior.add_argument("--size", type=int, default=16)
+
     sub.add_parser("design", help="list the design's configurations")
 
 
 def run(args) -> int:
-    return {"pool": _pool, "collect": _collect, "finish": _finish, "build": _build,
+    return {"pool": _pool, "collect": _collect, "finish": _finish, "build": _build, "prior": _prior,
             "design": _design}[args.action](args)
 
 
@@ -146,6 +151,14 @@ def _build(args) -> int:
 
     leave_out = args.leave_out.split(",") if args.leave_out else []
     print_portfolio(args.out, build.from_meta(args.meta, args.size, leave_out, args.out))
+    return 0
+
+
+def _prior(args) -> int:
+    from autopelt.portfolio.command import print_portfolio
+    from metalearning import build
+
+    print_portfolio(args.out, build.with_prior(args.meta, args.size, args.out))
     return 0
 
 

@@ -26,7 +26,7 @@ def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict
     built_from = {"meta_dataset": meta_path, "tasks": tasks, "selection": f"greedy, mean dev over seeds {seeds}",
                   "mean_regret": round(select.mean_regret(scores, chosen), 4)}
     return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
-                   baseline_rates(meta, tasks))
+                   baseline_rates(meta, tasks), DESIGN_VERSION)
 
 
 SEARCHED_BASELINES = ("unipelt_apl",)  # the baselines a search with a portfolio still trains
@@ -70,3 +70,25 @@ def baseline_rates(meta, tasks: list[str]) -> dict[str, float]:
 def _is_structure(config: Config, spec: dict) -> bool:
     return (list(config.methods) == list(spec["methods"]) and config.pooling == spec["pooling"]
             and config.batch_size == 32 and config.layers is None and config.backbone_dropout == "model")
+
+
+def with_prior(meta_path: str, size: int, out: str, say=print) -> dict:
+    """The shipped portfolio file: the global portfolio over every task (what a search runs without meta-features,
+    and for a task unlike all of them), its baselines' rates, and the task-aware prior with k chosen by
+    leave-one-task-out over every task (metalearning/prior.py)."""
+    from metalearning import prior
+
+    meta = metadata.shipped() if meta_path == "shipped" else metadata.load(meta_path)
+    features = prior.features_of(meta)
+    k, means = prior.choose_k(meta, features)
+    say("leave-one-task-out, test (%) of halving over the task-aware portfolio at 8 equivalents, by k: "
+        + ", ".join(f"{key}: {100 * value:.2f}" for key, value in means.items()) + f" -> k = {k}")
+    scores = meta.dev_scores(meta.tasks, meta.candidates())
+    chosen = select.greedy_portfolio(scores, size)
+    built_from = {"meta_dataset": meta_path, "tasks": meta.tasks,
+                  "selection": "greedy, mean dev over seeds " + ", ".join(map(str, meta.selection_seeds)),
+                  "mean_regret": round(select.mean_regret(scores, chosen), 4),
+                  "prior_k_by_loo": {str(key): round(100 * value, 2) for key, value in means.items()}}
+    return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
+                   baseline_rates(meta, meta.tasks), DESIGN_VERSION,
+                   extra={"prior": prior.build(meta, features, k).to_dict()})

@@ -11,8 +11,10 @@ from support import benches, fakes
 
 from autopelt.cli import main as cli
 from autopelt.errors import UserError
-from autopelt.portfolio import build, metadata, select, simulate
-from autopelt.portfolio.design import BY_NAME, DESIGN
+from autopelt.portfolio import build, select
+from metalearning import metadata, prior, simulate
+from metalearning import build as meta_build
+from metalearning.design import BY_NAME, DESIGN
 from autopelt.portfolio.portfolio import SHIPPED, load, to_file
 from autopelt.search.controller import Controller
 from autopelt.search.plan import prepare
@@ -97,16 +99,19 @@ def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_por
     loo = benches.load_bench("portfolio_loo")
     monkeypatch.setattr(loo, "DRAWS", 20)  # the bench's draws and permutations make its means precise, not its folds
     monkeypatch.setattr(loo, "PERMUTATIONS", 10)
+    monkeypatch.setattr(prior, "CANDIDATE_K", (3,))  # the nested choice of k over fewer candidates: faster, as honest
     meta = metadata.shipped()
+    features = prior.features_of(meta)
     configs = meta.candidates()
     task = "trec"
-    honest = loo.held_out(meta, task, configs, size=4)
-    tampered = loo.held_out(_tampered(meta, task), task, configs, size=4)
+    honest = loo.held_out(meta, features, task, configs, size=4)
+    tampered = loo.held_out(_tampered(meta, task), features, task, configs, size=4)
     assert honest["portfolio"] == tampered["portfolio"]  # built without the held-out task
+    assert honest["task_aware"] == tampered["task_aware"] and honest["k"] == tampered["k"]  # k chosen without it
     assert honest["arms"][8] != tampered["arms"][8]  # while the held-out task's own scores do reach the answers
     # the held-out task's test metrics reversed and its dev kept: no strategy chooses by test, so every arm answers
     # the same trials, and each arm's test is 100 minus what it was
-    reversed_test = loo.held_out(_tampered(meta, task, dev=False), task, configs, size=4)
+    reversed_test = loo.held_out(_tampered(meta, task, dev=False), features, task, configs, size=4)
     for budget in loo.BUDGETS:
         for arm, value in honest["arms"][budget].items():
             assert reversed_test["arms"][budget][arm] == pytest.approx(100 - value), (budget, arm)
@@ -114,12 +119,14 @@ def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_por
 
 def test_shipped_meta_dataset_and_portfolio_agree_with_the_design():
     meta = metadata.shipped()
-    assert len(meta.tasks) == 12 and len(meta.configs(seed=0)) >= 48 and meta.selection_seeds == (0, 1)
+    assert len(meta.tasks) == 21 and meta.configs(seed=0) == [c.name for c in DESIGN] and 0 in meta.selection_seeds
+    assert meta.header["design_version"] == 2 and set(meta.header["features"]) == set(meta.tasks)
     portfolio = load(SHIPPED, "all-MiniLM-L6-v2")
     assert [m.name for m in portfolio.members] == select.greedy_portfolio(
         meta.dev_scores(meta.tasks, meta.candidates()), 16)
-    assert all(m.name.split("~")[0] in BY_NAME for m in portfolio.members)
-    assert len(DESIGN) >= 48
+    assert all(m.name in BY_NAME for m in portfolio.members)
+    assert portfolio.prior is not None and set(portfolio.prior.tasks) == set(meta.tasks)
+    assert portfolio.prior.scores == prior.scores(meta, meta.tasks)
 
 
 @pytest.mark.parametrize("change, says", [
@@ -200,15 +207,15 @@ def _rate_meta(floors: dict | None) -> metadata.MetaDataset:
 
 
 def test_a_baselines_learned_rate_is_one_that_never_collapsed_where_another_learned():
-    assert build.baseline_rates(_rate_meta({"a": 0.5, "b": 0.5}), ["a", "b"]) == {"unipelt_apl": 1e-3}
-    assert build.baseline_rates(_rate_meta(None), ["a", "b"]) == {"unipelt_apl": 3e-3}  # no floors: mean dev
-    assert build.baseline_rates(_rate_meta({"a": 0.5, "b": 0.5}), ["a"]) == {"unipelt_apl": 3e-3}  # b not seen
+    assert meta_build.baseline_rates(_rate_meta({"a": 0.5, "b": 0.5}), ["a", "b"]) == {"unipelt_apl": 1e-3}
+    assert meta_build.baseline_rates(_rate_meta(None), ["a", "b"]) == {"unipelt_apl": 3e-3}  # no floors: mean dev
+    assert meta_build.baseline_rates(_rate_meta({"a": 0.5, "b": 0.5}), ["a"]) == {"unipelt_apl": 3e-3}  # b not seen
 
 
 def test_the_shipped_portfolio_carries_the_rate_its_meta_dataset_teaches():
     meta = metadata.shipped()
     assert set(meta.header["floors"]) == set(meta.tasks)
-    assert load(SHIPPED).baseline_rates == build.baseline_rates(meta, meta.tasks) == {"unipelt_apl": 1e-3}
+    assert load(SHIPPED).baseline_rates == meta_build.baseline_rates(meta, meta.tasks) == {"unipelt_apl": 1e-3}
 
 
 @pytest.mark.parametrize("rates", [{"unipelt_apl": -1}, {"no_such_baseline": 1e-3}, ["unipelt_apl"]])

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 from tinymodels import sentence, tiny_model_dir  # noqa: F401  (a fixture)
 
 from autopelt.errors import UserError
-from autopelt.portfolio import collect as collector
-from autopelt.portfolio.tasks import MetaTask, build_pool, read_pool
+from metalearning import collect as collector
+from metalearning.tasks import MetaTask, build_pool, read_pool
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def pool(tmp_path):
         (source / f"{split}.jsonl").write_text(text)
     manifest = build_pool(tmp_path / "data", tmp_path / "pool", tasks=(MetaTask("toy", "tasks/toy", ("text",)),))
     assert manifest["toy"] == {"text_columns": ["text"], "label_names": ["bad", "good"], "train_rows": 2000,
-                               "test_rows": 60}
+                               "test_rows": 60, "dev_size": 1000}
     return tmp_path / "pool"
 
 
@@ -33,8 +34,15 @@ def test_a_trial_records_every_epoch_and_a_second_run_resumes(pool, tiny_model_d
     jobs = collector.plan(["toy"], ["lora-r8-qv@3e-3"], [0])
     kwargs = dict(pool=str(pool), model=str(tiny_model_dir), device="cpu", precision="fp32", threads=1,
                   cache_dir=str(tmp_path / "cache"))
-    assert collector.collect(jobs, results, say=lambda line: None, **kwargs) == 1
+    predictions = tmp_path / "predictions"
+    assert collector.collect(jobs, results, say=lambda line: None, predictions_dir=predictions, **kwargs) == 1
     record = json.loads(results.read_text())
+    kept = load_predictions(predictions / "toy", collector.prediction_file(jobs[0]))
+    assert kept["dev"].shape == (1000, 2) and kept["test"].shape == (60, 2) and kept["dev"].dtype == np.float16
+    assert np.allclose(kept["dev"].astype(np.float32).sum(axis=1), 1.0, atol=2e-3)
+    kept_epoch = max(record["epochs"], key=lambda e: e["dev"])  # the first of equal dev values, as training keeps
+    accuracy = (kept["test"].argmax(axis=1) == kept["test_labels"]).mean()
+    assert accuracy == pytest.approx(kept_epoch["test"], abs=1e-4)  # the kept state's predictions
     assert record["status"] == "ok" and len(record["epochs"]) == collector.EPOCHS
     assert all(set(e) == {"dev", "dev_loss", "test", "seconds"} for e in record["epochs"])
     assert [e["seconds"] for e in record["epochs"]] == sorted(e["seconds"] for e in record["epochs"])
@@ -49,8 +57,8 @@ def test_a_folder_without_pool_json_is_one_line(tmp_path):
 
 
 def test_finish_with_the_pool_records_each_tasks_one_class_dev_metric(pool, tmp_path):
-    from autopelt.portfolio.metadata import load
-    from autopelt.portfolio.tasks import dev_rows
+    from metalearning.metadata import load
+    from metalearning.tasks import dev_rows
 
     results = tmp_path / "trials.jsonl"
     results.write_text(json.dumps({"task": "toy", "config": "lora-r8-qv@3e-3", "seed": 0, "status": "ok",
@@ -59,6 +67,29 @@ def test_finish_with_the_pool_records_each_tasks_one_class_dev_metric(pool, tmp_
     task, labels = dev_rows(pool, "toy")
     assert len(labels) == 1000
     majority = max((labels == c).mean() for c in (0, 1))
-    assert load(tmp_path / "meta.json").header["floors"] == {"toy": pytest.approx(majority, abs=1e-5)}
+    header = load(tmp_path / "meta.json").header
+    assert header["floors"] == {"toy": pytest.approx(majority, abs=1e-5)}
+    assert header["features"]["toy"]["classes"] == 2 and header["features"]["toy"]["rows"] == 1000
     collector.finish(results, tmp_path / "plain.json", {"model": "tiny"})
     assert "floors" not in load(tmp_path / "plain.json").header
+
+
+def load_predictions(folder, name):
+    with np.load(folder / name) as data:
+        return {key: data[key] for key in data.files}
+
+
+def test_a_regression_task_pools_numbers_and_a_small_train_split_shrinks_dev(tmp_path):
+    rng = random.Random(0)
+    source = tmp_path / "data" / "tasks" / "score"
+    source.mkdir(parents=True)
+    for split, rows in (("train", 1500), ("validation", 40)):
+        text = "".join(json.dumps({"text": sentence(rng, None), "label": round(rng.uniform(1, 5), 2)}) + "\n"
+                       for _ in range(rows))
+        (source / f"{split}.jsonl").write_text(text)
+    task = MetaTask("score", "tasks/score", ("text",), regression=True)
+    manifest = build_pool(tmp_path / "data", tmp_path / "pool", tasks=(task,))
+    assert manifest["score"] == {"text_columns": ["text"], "train_rows": 1500, "test_rows": 40, "dev_size": 500,
+                                 "regression": True}
+    row = json.loads((tmp_path / "pool" / "score" / "train.jsonl").read_text().splitlines()[0])
+    assert isinstance(row["label"], float)

@@ -163,8 +163,8 @@ def for_search(choice: str, model_name: str, space_name: str,
         return None, f"no portfolio: the shipped one opens the {SPACE!r} space, and this search draws from {space_name!r}"
     portfolio, similar = load(SHIPPED).for_task(features)
     learned = portfolio.built_from.get("tasks", [])
-    line = (f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} across "
-            f"{len(learned)} tasks, run first")
+    source = "the tasks most like this one (below)" if similar else f"{len(learned)} tasks"
+    line = f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} from {source}, run first"
     if portfolio.baseline_rates:
         line += "; " + ", ".join(f"{name} at its learned rate {rate:g}" for name, rate in portfolio.baseline_rates.items())
     if model_name != portfolio.model:

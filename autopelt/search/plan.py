@@ -140,7 +140,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     gpus_per_trial, gpu_note = _gpus_per_trial(options, model, num_labels, generation, space)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     portfolio, portfolio_note = _generation_portfolio(options.portfolio) if generation else \
-        _portfolio(options.portfolio, model, space)
+        _portfolio(options.portfolio, model, space, lambda: _task_features(task, data_dir, model, options.k))
     baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
     baselines = [name for name in baselines if not cannot_apply_preset(name, model_config)]
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
@@ -162,11 +162,31 @@ def prepare(options: SearchOptions) -> SearchPlan:
     )
 
 
-def _portfolio(choice: str, model: str, space):
+def _portfolio(choice: str, model: str, space, features):
+    """The portfolio and its line(s); `features()` gives the task's meta-features (None where they cannot be read:
+    the portfolio learned from every task answers)."""
     from autopelt.models import model_name
     from autopelt.portfolio.portfolio import for_search
 
-    return for_search(choice or "auto", model_name(model), space.name)
+    if choice == "none":
+        return for_search("none", model_name(model), space.name)
+    return for_search(choice or "auto", model_name(model), space.name, features())
+
+
+def _task_features(task, data_dir, model: str, k: int | None):
+    """The task's meta-features from its train rows (autopelt/portfolio/metafeatures.py), before any training;
+    None where the rows cannot be read here."""
+    from autopelt.data import load_task_splits
+    from autopelt.models import load_tokenizer
+    from autopelt.portfolio import metafeatures
+
+    try:
+        rows = load_task_splits(task, data_dir, splits=(task.train_split,))[task.train_split]
+        tokenizer = load_tokenizer(model)
+    except UserError:
+        return None
+    return metafeatures.compute(rows, task.text_columns, task.label_column, task.regression,
+                                train_rows=min(k, len(rows)) if k else len(rows), tokenizer=tokenizer)
 
 
 def _portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
