@@ -68,13 +68,18 @@ def load(model, path, *, is_trainable: bool = False, merge: bool = False):
     """A model with the saved delta at `path` (an `autopelt export` folder, or a trial's `delta/` folder).
 
     `model`: a fresh base model (as `from_pretrained` gives it, with a head of the delta's number of labels), a
-    hub id or folder to load it from, or None for the base model the delta was trained on. Returned in eval mode
+    hub id or folder to load it from, or None for the base model the delta was trained on. An `autopelt export
+    --ensemble` folder gives an `autopelt.ensemble.EnsembleModel` (one backbone load; called like a model, its
+    logits the log of the members' averaged probabilities). Returned in eval mode
     with every weight frozen; `is_trainable=True` leaves the delta and the head trainable, to train on (a saved
     delta is its inference form: a prefix without its reparameterisation MLP, an AdaMix mixture merged).
     `merge=True` folds LoRA into the base weights, as `autopelt predict` does (inference only)."""
     from autopelt import delta
+    from autopelt.ensemble.folder import is_ensemble
     from autopelt.models import load_model, resolve_model
 
+    if is_ensemble(path):  # an `autopelt export --ensemble` folder: an EnsembleModel (autopelt/ensemble/model.py)
+        return _load_ensemble(model, path, is_trainable, merge)
     header = delta.read_delta_header(path)
     if model is None or isinstance(model, (str, os.PathLike)):
         name = resolve_model(str(model) if model is not None else header.get("base_model"))
@@ -93,6 +98,16 @@ def load(model, path, *, is_trainable: bool = False, merge: bool = False):
         model.requires_grad_(False)
         model.eval()
     return model
+
+
+def _load_ensemble(model, path, is_trainable: bool, merge: bool):
+    from autopelt.ensemble.model import EnsembleModel
+
+    if is_trainable or merge:
+        raise UserError(f"{path} is an ensemble: load it to predict (no is_trainable, no merge)")
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        raise UserError(f"{path} is an ensemble: pass its base model as a hub id or folder (or None), not a model")
+    return EnsembleModel(path, model)
 
 
 def save(model, path, **metadata) -> Path:

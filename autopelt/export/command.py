@@ -14,6 +14,9 @@ def add_arguments(parser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="export this trial number (default: the best)")
     which.add_argument("--pareto", action="store_true", help="export every trial on the Pareto front")
+    which.add_argument("--ensemble", action="store_true",
+                       help="export the ensemble of the study's trials (docs/ensembles.md)")
+    parser.add_argument("--max-members", type=int, metavar="K", help="with --ensemble: keep its K heaviest members")
     parser.add_argument("--out", required=True, help="folder to create (with --pareto: one sub-folder a trial)")
     parser.add_argument("--reseed", type=int, default=0, metavar="N",
                         help="re-run the chosen config with seeds 0..N-1 and record mean ± std")
@@ -29,6 +32,8 @@ def run(args) -> int:
     if args.reseed < 0:
         raise UserError("--reseed takes a number of seeds ≥ 1 (or leave it out)")
     study = load_study(open_existing(args.storage), args.study, args.storage)
+    if args.ensemble:
+        return _ensemble(args, study)
     trials = pick_trials(study, args.trial, args.pareto)
     for trial in trials:
         trial_outputs(trial)  # every chosen trial must have weights before anything is written
@@ -38,4 +43,17 @@ def run(args) -> int:
         export_trial(trial, target, args.reseed, study.study_name)
         print(f"exported trial {trial.number} ({trial.summary or ''}) to {target}")
     print(f"next: autopelt predict --delta {out / f'trial-{trials[0].number}' if args.pareto else out} --text \"…\"")
+    return 0
+
+
+def _ensemble(args, study) -> int:
+    from autopelt.errors import UserError
+    from autopelt.export.ensemble import export_ensemble, study_trial_dirs
+
+    if args.reseed or (args.max_members is not None and args.max_members < 1):
+        raise UserError("--ensemble takes --max-members K ≥ 1 and no --reseed")
+    out, chosen = export_ensemble(study_trial_dirs(study), args.out, args.max_members, study.study_name)
+    print("\n".join(chosen.lines()))
+    print(f"exported the ensemble ({chosen.forward_passes} forward passes an input) to {out}")
+    print(f"next: autopelt predict --delta {out} --text \"…\"")
     return 0

@@ -22,7 +22,12 @@ def run(args) -> int:
     from autopelt.export.predict import load_delta_model, predict, read_rows, text_columns
 
     from autopelt.export.predict_generation import is_generation_delta
+    from autopelt.ensemble.folder import is_ensemble
 
+    if is_ensemble(args.delta):
+        from autopelt.export.ensemble import predict_ensemble
+
+        return predict_ensemble(args)
     if is_generation_delta(args.delta):
         return _generate(args)
     if args.max_new_tokens != 64:

@@ -1,0 +1,179 @@
+"""A study's ensemble: from its finished trials' folders (result.json + predictions.npz) to the ensemble, whether
+it answers under the margin rule, and the lines a search prints at its end.
+
+Candidates are the trials that finished ("ok") with dev predictions on the same dev set as the best trial (the
+same data seed and dev labels; a search fixes the data seed across its trials). The metric is the task's own
+(`Task.compute_metrics`), read through fast numpy for accuracy and Pearson. `DEFAULT_RULE` and `DEFAULT_MARGIN`
+are provisional (Caruana's best-prefix climb, no margin): bench/ensemble_loo.py's leave-one-task-out choice on
+the meta-dataset (its results file's settings.choices) is to replace them once it has run on the real data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from autopelt.ensemble.select import Ensemble, Rule, accuracy, answers, pearson, select
+from autopelt.errors import UserError
+
+# Provisional until bench/ensemble_loo.py runs on metalearning/data (module docstring).
+DEFAULT_RULE = Rule(max_size=16, stop="best", bags=0)
+DEFAULT_MARGIN = 0.0  # in the metric's units
+
+
+@dataclass(frozen=True)
+class Member:
+    """One trial folder as a candidate: its folder, what it was, its dev metric as recorded."""
+
+    folder: Path
+    summary: str
+    dev: float
+    result: dict = field(repr=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StudyEnsemble:
+    """The ensemble of a study's trials: `members` with `weights` (heaviest first), the ensemble's dev metric and
+    the single answer's (best dev) beside it, whether the ensemble answers under `margin`, and what was left out."""
+
+    members: list[Member]
+    weights: list[float]
+    dev: float
+    single: Member
+    single_dev: float
+    answers: bool
+    margin: float
+    rule: Rule
+    metric: str
+    left_out: list[str] = field(default_factory=list)
+
+    @property
+    def forward_passes(self) -> int:
+        """The ensemble's inference cost: one forward pass a member."""
+        return len(self.members)
+
+    def lines(self) -> list[str]:
+        """The summary a search prints at its end."""
+        verdict = ("the ensemble answers" if self.answers else
+                   f"the single answer stays (the ensemble's dev gain {100 * (self.dev - self.single_dev):+.2f} "
+                   f"is not above the margin {100 * self.margin:.2f})")
+        out = [f"ensemble of {len(self.members)} trials (greedy selection with replacement, Caruana et al. 2004): "
+               f"dev {self.metric} {self.dev:.4f} vs the single answer's {self.single_dev:.4f} "
+               f"({self.single.summary}); {verdict}; inference: {self.forward_passes} forward passes an input"]
+        out += [f"  {weight:.3f} × {member.summary} (dev {member.dev:.4f}) {member.folder}"
+                for member, weight in zip(self.members, self.weights)]
+        out += [f"  left out: {reason}" for reason in self.left_out]
+        return out
+
+    def to_dict(self) -> dict:
+        return {"members": [{"folder": str(m.folder), "summary": m.summary, "dev": m.dev, "weight": w}
+                            for m, w in zip(self.members, self.weights)],
+                "dev": self.dev, "single": {"folder": str(self.single.folder), "summary": self.single.summary,
+                                            "dev": self.single_dev},
+                "answers": self.answers, "margin": self.margin, "rule": self.rule.to_dict(), "metric": self.metric,
+                "forward_passes": self.forward_passes, "left_out": self.left_out}
+
+
+def study_ensemble(trial_dirs: list, rule: Rule = DEFAULT_RULE, margin: float = DEFAULT_MARGIN,
+                   max_members: int | None = None) -> StudyEnsemble:
+    """The ensemble of the finished trials in `trial_dirs` (each a folder with result.json and predictions.npz).
+
+    Args:
+        trial_dirs: the study's trial folders (any order; unfinished ones and ones without predictions are left
+            out and listed in `left_out`).
+        rule: size, stopping rule and bagging of the selection (select.Rule).
+        margin: the ensemble answers only when its dev metric is more than this above the single answer's.
+        max_members: keep only the heaviest k members (k forward passes at inference).
+
+    Returns:
+        The StudyEnsemble; with one usable trial, that trial alone (answers False).
+
+    Raises:
+        UserError: no trial folder holds a finished trial with dev predictions.
+    """
+    from autopelt.ensemble import select as selection
+
+    candidates, left_out = _candidates(trial_dirs)
+    if not candidates:
+        raise UserError("no finished trial with dev predictions (predictions.npz) to ensemble; train trials with "
+                        "keep_predictions")
+    task_name, metric_name = candidates[0][0].result.get("task"), candidates[0][0].result.get("metric")
+    regression = candidates[0][1]["dev"].ndim == 1
+    metric = metric_of(task_name, metric_name, regression)
+    labels = candidates[0][1]["dev_labels"]
+    chosen: Ensemble = select([c[1]["dev"] for c in candidates], labels, rule, regression, metric)
+    if max_members is not None:
+        chosen = selection.limit(chosen, [c[1]["dev"] for c in candidates], labels, max_members, regression, metric)
+    members = [candidates[i][0] for i in chosen.members]
+    return StudyEnsemble(members=members, weights=[float(chosen.weights[i]) for i in chosen.members],
+                         dev=chosen.dev, single=candidates[chosen.single][0], single_dev=chosen.single_dev,
+                         answers=answers(chosen, margin), margin=margin, rule=rule,
+                         metric=metric_name or ("pearson" if regression else "accuracy"), left_out=left_out)
+
+
+def metric_of(task_name: str | None, metric_name: str | None, regression: bool):
+    """(averaged outputs, labels) -> the task's metric: numpy for accuracy and Pearson, else the task's own
+    `compute_metrics` (MCC, F1, …)."""
+    if metric_name in (None, "accuracy") and not regression:
+        return accuracy
+    if metric_name in (None, "pearson") and regression:
+        return pearson
+    from autopelt.data import get_task
+
+    task = get_task(task_name)
+    return lambda outputs, labels: float(task.compute_metrics(outputs, labels)[metric_name])
+
+
+def _candidates(trial_dirs) -> tuple[list[tuple[Member, dict]], list[str]]:
+    """(member, predictions) of every usable trial, best recorded dev first; and why the others were left out."""
+    from autopelt.train.predictions import dense, load
+
+    usable, left_out = [], []
+    for folder in map(Path, trial_dirs):
+        try:
+            result = json.loads((folder / "result.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            left_out.append(f"{folder}: no readable result.json")
+            continue
+        if result.get("status") != "ok" or result.get("dev_metric") is None:
+            left_out.append(f"{folder}: not finished ({result.get('status')})")
+            continue
+        try:
+            predictions = load(folder)
+        except UserError as error:
+            left_out.append(str(error))
+            continue
+        predictions = {**predictions, "dev": dense(predictions, "dev")}
+        member = Member(folder, result.get("summary") or folder.name, float(result["dev_metric"]), result)
+        usable.append((member, predictions))
+    usable.sort(key=lambda c: -c[0].dev)  # ties keep the folders' order
+    if not usable:
+        return [], left_out
+    kept = [usable[0]]
+    for candidate in usable[1:]:
+        reason = _differs(usable[0], candidate)
+        if reason:
+            left_out.append(f"{candidate[0].folder}: {reason}")
+        else:
+            kept.append(candidate)
+    return kept, left_out
+
+
+def _differs(best, other) -> str | None:
+    (a, pa), (b, pb) = best, other
+    for key, what in (("task", "task"), ("model", "base model")):
+        if a.result.get(key) != b.result.get(key):
+            return f"another {what} ({b.result.get(key)} vs {a.result.get(key)})"
+    if _data_seed(a.result) != _data_seed(b.result) or not np.array_equal(pa["dev_labels"], pb["dev_labels"]):
+        return "another dev set (data seed or dev labels differ)"
+    if pa["dev"].shape != pb["dev"].shape:
+        return f"another label set (dev predictions {pb['dev'].shape} vs {pa['dev'].shape})"
+    return None
+
+
+def _data_seed(result: dict):
+    settings = result.get("settings") or {}
+    return settings["data_seed"] if settings.get("data_seed") is not None else settings.get("seed")

@@ -1,0 +1,259 @@
+"""Leave-one-task-out: ensembles of the deltas a search trained, simulated on the meta-dataset's predictions.
+
+For every task of the meta-dataset and budget B (full-trial equivalents), the candidates are the first B
+configurations of a fixed order (the shipped portfolio's members, then the rest of the design, in the design's
+order): what a search of B equivalents would have trained (a simplification: no halving, no sampler). Arms, each
+chosen on dev and scored on test, once on each seed's trials (a "world"; seed 1 only where the meta-dataset has
+all B candidates at seed 1):
+  single       the candidate of the best dev (the search's single answer)
+  ensemble     greedy selection with replacement (Caruana et al. 2004) with the rule chosen by leave-one-task-out
+  answer       the margin rule: the ensemble when its dev gain over the single answer exceeds the chosen margin
+  ensemble-k4  the ensemble limited to its 4 heaviest members
+  default      the best single default: the configuration of the highest mean dev on the other tasks
+  seeds        the equal-cost baseline: the first portfolio member trained with as many seeds as the ensemble has
+               members, averaged, as far as the meta-dataset has seeds (it has 2 at most: seeds 0 and 1)
+  soup         n/a: the meta-dataset keeps predictions, not weights, and a soup's outputs are not an average of its
+               members' outputs (autopelt/ensemble/soup.py)
+The rule (max size, stop rule, bagging) and the margin are chosen for each held-out task on the other tasks'
+dev only: their dev rows split in two halves, the ensemble and the single answer selected on one half and scored
+on the other, both ways, at every budget; the rule of the highest mean over tasks and budgets wins. Test is only
+reported.
+
+    python bench/ensemble_loo.py [--meta metalearning/data/trials-v2.jsonl]
+                                 [--predictions metalearning/data/predictions] [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from autopelt.ensemble.select import Rule, answers, combine, default_metric, limit, select  # noqa: E402
+from results import write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16)
+RULES = tuple(Rule(max_size=size, stop=stop) for size in (4, 8, 16, 32) for stop in ("best", "no_gain")) + (
+    Rule(max_size=16, stop="best", bags=8),)
+MARGINS = (0.0, 0.0025, 0.005, 0.01, 0.02)
+TARGET_BUDGET, TARGET_VS_SINGLE, TARGET_VS_SEEDS, TARGET_WORST_SEED = 8, 0.5, 0.3, 1.0
+LIMIT_K = 4
+ARMS = ("single", "ensemble", "answer", f"ensemble-k{LIMIT_K}", "default", "seeds")
+
+
+def order(configs: set[str]) -> list[str]:
+    """The shipped portfolio's members, then the rest of the design, then anything else by name."""
+    from autopelt.portfolio.design import DESIGN
+
+    portfolio = json.loads((ROOT / "autopelt/portfolio/data/portfolio-all-MiniLM-L6-v2.json").read_text())
+    names = [m["name"] for m in portfolio["members"]] + [c.name for c in DESIGN] + sorted(configs)
+    seen: list[str] = []
+    for name in names:
+        if name in configs and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def load(meta: Path, predictions: Path) -> dict:
+    """{task: {seed: {config: {"dev", "test", "dev_labels", "test_labels"}}}} of every ok trial with predictions."""
+    from autopelt.train.predictions import dense
+
+    data: dict = {}
+    for line in meta.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record.get("status") != "ok":
+            continue
+        path = predictions / record["task"] / f"{record['config']}@s{record['seed']}.npz"
+        if not path.is_file():
+            continue
+        with np.load(path) as raw:
+            arrays = {name: raw[name] for name in raw.files}
+        data.setdefault(record["task"], {}).setdefault(record["seed"], {})[record["config"]] = {
+            "dev": dense(arrays, "dev"), "test": dense(arrays, "test"),
+            "dev_labels": arrays["dev_labels"], "test_labels": arrays["test_labels"]}
+    return data
+
+
+def halves(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed split of the dev rows in two halves."""
+    permutation = np.random.default_rng(seed).permutation(rows)
+    return np.sort(permutation[: rows // 2]), np.sort(permutation[rows // 2:])
+
+
+def inner_scores(trials: dict, names: list[str]) -> np.ndarray:
+    """(rules, margins) mean score on the other dev half of the margin-rule answer fitted on one half, both ways."""
+    labels = trials[names[0]]["dev_labels"]
+    regression = trials[names[0]]["dev"].ndim == 1
+    metric = default_metric(regression)
+    out = np.zeros((len(RULES), len(MARGINS)))
+    for fit, score in (halves(len(labels)), halves(len(labels))[::-1]):
+        fitted = [trials[n]["dev"][fit] for n in names]
+        scored = [trials[n]["dev"][score] for n in names]
+        for r, rule in enumerate(RULES):
+            chosen = select(fitted, labels[fit], rule, regression)
+            ensemble = metric(combine(scored, chosen.weights), labels[score])
+            single = metric(scored[chosen.single], labels[score])
+            for m, margin in enumerate(MARGINS):
+                out[r, m] += (ensemble if answers(chosen, margin) else single) / 2
+    return out
+
+
+def outer(trials: dict, names: list[str], rule: Rule, margin: float, seeds_test: list[np.ndarray]) -> dict:
+    """One world's arms on its task: selected on the whole dev set, scored on test (in points)."""
+    first = trials[names[0]]
+    regression = first["dev"].ndim == 1
+    metric = default_metric(regression)
+    devs, tests = [trials[n]["dev"] for n in names], [trials[n]["test"] for n in names]
+    chosen = select(devs, first["dev_labels"], rule, regression)
+    small = limit(chosen, devs, first["dev_labels"], LIMIT_K, regression)
+    ensemble = metric(combine(tests, chosen.weights), first["test_labels"])
+    single = metric(tests[chosen.single], first["test_labels"])
+    members = len(chosen.members)
+    seeds = seeds_test[:members]
+    return {"single": 100 * single, "ensemble": 100 * ensemble,
+            "answer": 100 * (ensemble if answers(chosen, margin) else single),
+            f"ensemble-k{LIMIT_K}": 100 * metric(combine(tests, small.weights), first["test_labels"]),
+            "seeds": 100 * metric(combine(seeds, [1 / len(seeds)] * len(seeds)), first["test_labels"]),
+            "members": members, "seed_members": len(seeds), "dev_gain": 100 * chosen.gain,
+            "answered": answers(chosen, margin)}
+
+
+def best_default(data: dict, held_out: str, configs: list[str]) -> str:
+    """The configuration of the highest mean seed-0 dev over the other tasks (that have it on every task)."""
+    others = [t for t in data if t != held_out]
+    def mean_dev(name):
+        values = []
+        for task in others:
+            trial = data[task].get(0, {}).get(name)
+            if trial is None:
+                return -np.inf
+            values.append(default_metric(trial["dev"].ndim == 1)(trial["dev"], trial["dev_labels"]))
+        return float(np.mean(values))
+    return max(configs, key=mean_dev)
+
+
+def run(data: dict, budgets=BUDGETS, echo=print) -> dict:
+    """Every task's arms at every budget, with the rule and margin chosen without it; and the summary."""
+    configs = order({c for task in data.values() for seed in task.values() for c in seed})
+    first = configs[0]
+    inner: dict = {}  # (task, budget) -> (rules, margins) inner dev scores, seed 0
+    for task in data:
+        names_all = [c for c in configs if c in data[task].get(0, {})]
+        for budget in budgets:
+            if len(names_all) >= budget and names_all[:budget] == configs[:budget]:
+                inner[task, budget] = inner_scores(data[task][0], names_all[:budget])
+    rows, choices = [], {}
+    for task in sorted(data):
+        others = [key for key in inner if key[0] != task]
+        table = np.mean([inner[key] for key in others], axis=0)
+        r, m = np.unravel_index(int(np.argmax(table)), table.shape)  # first of ties: the smaller rule and margin
+        rule, margin = RULES[r], MARGINS[m]
+        choices[task] = {"rule": rule.to_dict(), "margin": margin}
+        default = best_default(data, task, configs)
+        for seed, trials in sorted(data[task].items()):
+            names_all = [c for c in configs if c in trials]
+            seed_order = [s for s in [seed] + sorted(data[task]) if s in data[task] and first in data[task][s]]
+            seeds_test = [data[task][s][first]["test"] for s in dict.fromkeys(seed_order)]
+            for budget in budgets:
+                names = configs[:budget]
+                if len(names) < budget or any(n not in trials for n in names) or not seeds_test:
+                    continue
+                arms = outer(trials, names, rule, margin, seeds_test)
+                labels, regression = trials[names[0]]["test_labels"], trials[names[0]]["test"].ndim == 1
+                arms["default"] = (100 * default_metric(regression)(trials[default]["test"], labels)
+                                   if default in trials else None)
+                rows.append({"task": task, "seed": seed, "budget": budget, **arms, "soup": "n/a"})
+        echo(f"{task}: rule {rule.to_dict()} margin {margin}")
+    return {"rows": rows, "choices": choices, "summary": summarise(rows, budgets), "configs": configs}
+
+
+def summarise(rows: list[dict], budgets) -> list[dict]:
+    """Per budget: each arm's mean over tasks (seed 0 world, and the mean over available worlds), the worst seed."""
+    out = []
+    for budget in budgets:
+        at = [r for r in rows if r["budget"] == budget]
+        if not at:
+            continue
+        tasks = sorted({r["task"] for r in at})
+        line = {"budget": budget, "tasks": len(tasks)}
+        for arm in ARMS:
+            per_task = [[r[arm] for r in at if r["task"] == t and r[arm] is not None] for t in tasks]
+            per_task = [values for values in per_task if values]
+            line[arm] = statistics.fmean(statistics.fmean(v) for v in per_task)
+            line[f"{arm}_worst"] = statistics.fmean(min(v) for v in per_task)
+        line["two_seed_tasks"] = sum(1 for t in tasks if len([r for r in at if r["task"] == t]) > 1)
+        line["members"] = statistics.fmean(r["members"] for r in at)
+        line["answered"] = sum(r["answered"] for r in at) / len(at)
+        out.append(line)
+    return out
+
+
+def verdict(summary: list[dict]) -> list[str]:
+    line = next((s for s in summary if s["budget"] == TARGET_BUDGET), None)
+    if line is None:
+        return [f"no rows at {TARGET_BUDGET} equivalents"]
+    checks = []
+    for arm in ("ensemble", "answer"):
+        vs_single, vs_seeds = line[arm] - line["single"], line[arm] - line["seeds"]
+        worst = line[arm] - line[f"{arm}_worst"]
+        checks.append(f"{arm} at {TARGET_BUDGET}: {vs_single:+.2f} over the single answer (target ≥ +{TARGET_VS_SINGLE}: "
+                      f"{'met' if vs_single >= TARGET_VS_SINGLE else 'missed'}), {vs_seeds:+.2f} over the seed "
+                      f"ensemble (target ≥ +{TARGET_VS_SEEDS}: {'met' if vs_seeds >= TARGET_VS_SEEDS else 'missed'}), "
+                      f"worst seed {worst:.2f} below its mean (target ≤ {TARGET_WORST_SEED}: "
+                      f"{'met' if worst <= TARGET_WORST_SEED else 'missed'}; over {line['two_seed_tasks']} tasks "
+                      "with both seeds)")
+    return checks
+
+
+def table(summary: list[dict]) -> str:
+    head = "budget  tasks " + " ".join(f"{arm:>12}" for arm in ARMS) + "  members answered"
+    lines = [head]
+    for s in summary:
+        lines.append(f"{s['budget']:>6} {s['tasks']:>6} " + " ".join(f"{s[arm]:>12.2f}" for arm in ARMS)
+                     + f"  {s['members']:>7.1f} {100 * s['answered']:>7.0f}%")
+    return "\n".join(lines) + "\nsoup: n/a (the meta-dataset keeps predictions, not weights)"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--meta", default=str(ROOT / "metalearning/data/trials-v2.jsonl"))
+    parser.add_argument("--predictions", default=str(ROOT / "metalearning/data/predictions"))
+    parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    parser.add_argument("--name", default="ensemble-loo")
+    args = parser.parse_args(argv)
+    started = time.time()
+    data = load(Path(args.meta), Path(args.predictions))
+    if len(data) < 2:
+        print(f"ensemble_loo: {args.meta} holds fewer than 2 tasks with predictions", file=sys.stderr)
+        return 2
+    result = run(data)
+    print(table(result["summary"]))
+    checks = verdict(result["summary"])
+    print("\n".join(checks))
+    seeds = {task: sorted(data[task]) for task in data}
+    path = write_results(args.name, result["summary"],
+                         columns=["budget", "tasks", *ARMS, "members", "answered"], precision="fp32 training, "
+                         "float16 stored predictions", out_dir=args.out,
+                         settings={"meta": args.meta, "predictions": args.predictions, "budgets": list(BUDGETS),
+                                   "rules": [r.to_dict() for r in RULES], "margins": list(MARGINS),
+                                   "order": result["configs"], "seeds_per_task": seeds,
+                                   "choices": result["choices"], "per_task": result["rows"],
+                                   "seconds": round(time.time() - started, 1)},
+                         notes="; ".join(checks) + "; soup n/a (predictions only)")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
