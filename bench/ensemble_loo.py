@@ -19,7 +19,7 @@ dev only: their dev rows split in two halves, the ensemble and the single answer
 on the other, both ways, at every budget; the rule of the highest mean over tasks and budgets wins. Test is only
 reported.
 
-    python bench/ensemble_loo.py [--meta metalearning/data/trials-v2.jsonl]
+    python bench/ensemble_loo.py [--meta metalearning/data/all-MiniLM-L6-v2.json]
                                  [--predictions metalearning/data/predictions] [--out benchmarks/results]
 """
 
@@ -67,11 +67,10 @@ def load(meta: Path, predictions: Path) -> dict:
     """{task: {seed: {config: {"dev", "test", "dev_labels", "test_labels"}}}} of every ok trial with predictions."""
     from autopelt.train.predictions import dense
 
+    from metalearning import metadata
+
     data: dict = {}
-    for line in meta.read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
+    for record in metadata.load(meta).records:
         if record.get("status") != "ok":
             continue
         path = predictions / record["task"] / f"{record['config']}@s{record['seed']}.npz"
@@ -227,7 +226,7 @@ def table(summary: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--meta", default=str(ROOT / "metalearning/data/trials-v2.jsonl"))
+    parser.add_argument("--meta", default=str(ROOT / "metalearning/data/all-MiniLM-L6-v2.json"))
     parser.add_argument("--predictions", default=str(ROOT / "metalearning/data/predictions"))
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     parser.add_argument("--name", default="ensemble-loo")
@@ -243,7 +242,7 @@ def main(argv=None) -> int:
     print("\n".join(checks))
     seeds = {task: sorted(data[task]) for task in data}
     path = write_results(args.name, result["summary"],
-                         columns=["budget", "tasks", *ARMS, "members", "answered"], precision="fp32 training, "
+                         columns=["budget", "tasks", *ARMS, "members", "answered"], precision="bf16 autocast training (H200), "
                          "float16 stored predictions", out_dir=args.out,
                          settings={"meta": args.meta, "predictions": args.predictions, "budgets": list(BUDGETS),
                                    "rules": [r.to_dict() for r in RULES], "margins": list(MARGINS),
