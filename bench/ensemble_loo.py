@@ -1,8 +1,10 @@
 """Leave-one-task-out: ensembles of the deltas a search trained, simulated on the meta-dataset's predictions.
 
 For every task of the meta-dataset and budget B (full-trial equivalents), the candidates are the first B
-configurations of a fixed order (the shipped portfolio's members, then the rest of the design, in the design's
-order): what a search of B equivalents would have trained (a simplification: no halving, no sampler). Arms, each
+configurations in the order a search trains them on that task: the global portfolio learned greedily from the
+other tasks' dev (never from the held-out task), every configuration ranked; what a search of B equivalents would
+have trained (a simplification: no halving, no sampler). The inner folds that choose the rule take the design's
+order. Arms, each
 chosen on dev and scored on test, once on each seed's trials (a "world"; seed 1 only where the meta-dataset has
 all B candidates at seed 1):
   single       the candidate of the best dev (the search's single answer)
@@ -10,8 +12,9 @@ all B candidates at seed 1):
   answer       the margin rule: the ensemble when its dev gain over the single answer exceeds the chosen margin
   ensemble-k4  the ensemble limited to its 4 heaviest members
   default      the best single default: the configuration of the highest mean dev on the other tasks
-  seeds        the equal-cost baseline: the first portfolio member trained with as many seeds as the ensemble has
-               members, averaged, as far as the meta-dataset has seeds (it has 2 at most: seeds 0 and 1)
+  seeds        the equal-cost baseline: the first configuration of that order trained with as many seeds as the
+               ensemble has members, averaged, as far as the meta-dataset has seeds (2 at most, and 2 only on the
+               nine tasks collected at seed 1: elsewhere this is one run, so the comparison flatters the ensemble)
   soup         n/a: the meta-dataset keeps predictions, not weights, and a soup's outputs are not an average of its
                members' outputs (autopelt/ensemble/soup.py)
 The rule (max size, stop rule, bagging) and the margin are chosen for each held-out task on the other tasks'
@@ -51,16 +54,26 @@ ARMS = ("single", "ensemble", "answer", f"ensemble-k{LIMIT_K}", "default", "seed
 
 
 def order(configs: set[str]) -> list[str]:
-    """The shipped portfolio's members, then the rest of the design, then anything else by name."""
-    from autopelt.portfolio.design import DESIGN
+    """The design's order, then anything else by name: the order the inner (rule-choosing) folds train in."""
+    from metalearning.design import DESIGN
 
-    portfolio = json.loads((ROOT / "autopelt/portfolio/data/portfolio-all-MiniLM-L6-v2.json").read_text())
-    names = [m["name"] for m in portfolio["members"]] + [c.name for c in DESIGN] + sorted(configs)
-    seen: list[str] = []
-    for name in names:
-        if name in configs and name not in seen:
-            seen.append(name)
-    return seen
+    names = [c.name for c in DESIGN] + sorted(configs)
+    return list(dict.fromkeys(name for name in names if name in configs))
+
+
+def held_out_order(data: dict, held_out: str, configs: list[str]) -> list[str]:
+    """The order a search trains in on `held_out`: the global portfolio learned greedily from the other tasks'
+    seed-0 dev metrics (autopelt/portfolio/select.py), every configuration, so the held-out task never orders its
+    own candidates; configurations some other task lacks go last."""
+    from autopelt.portfolio import select
+
+    others = [t for t in data if t != held_out]
+    common = [c for c in configs if all(c in data[t].get(0, {}) for t in others)]
+    scores = {t: {c: float(default_metric(data[t][0][c]["dev"].ndim == 1)(data[t][0][c]["dev"],
+                                                                          data[t][0][c]["dev_labels"]))
+                  for c in common} for t in others}
+    ranked = select.greedy_portfolio(scores, len(common))
+    return ranked + [c for c in configs if c not in ranked]
 
 
 def load(meta: Path, predictions: Path) -> dict:
@@ -145,7 +158,6 @@ def best_default(data: dict, held_out: str, configs: list[str]) -> str:
 def run(data: dict, budgets=BUDGETS, echo=print) -> dict:
     """Every task's arms at every budget, with the rule and margin chosen without it; and the summary."""
     configs = order({c for task in data.values() for seed in task.values() for c in seed})
-    first = configs[0]
     inner: dict = {}  # (task, budget) -> (rules, margins) inner dev scores, seed 0
     for task in data:
         names_all = [c for c in configs if c in data[task].get(0, {})]
@@ -160,12 +172,13 @@ def run(data: dict, budgets=BUDGETS, echo=print) -> dict:
         rule, margin = RULES[r], MARGINS[m]
         choices[task] = {"rule": rule.to_dict(), "margin": margin}
         default = best_default(data, task, configs)
+        ranked = held_out_order(data, task, configs)
+        first = ranked[0]
         for seed, trials in sorted(data[task].items()):
-            names_all = [c for c in configs if c in trials]
             seed_order = [s for s in [seed] + sorted(data[task]) if s in data[task] and first in data[task][s]]
             seeds_test = [data[task][s][first]["test"] for s in dict.fromkeys(seed_order)]
             for budget in budgets:
-                names = configs[:budget]
+                names = ranked[:budget]
                 if len(names) < budget or any(n not in trials for n in names) or not seeds_test:
                     continue
                 arms = outer(trials, names, rule, margin, seeds_test)
