@@ -194,7 +194,7 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
             of rates (as `autopelt train` does without --lr).
 
     Returns:
-        The trial's result dict (docs/trials-and-studies.md): dev and test metrics, parameter counts, timings,
+        The trial's result dict (docs/design.md): dev and test metrics, parameter counts, timings,
         the learning rate and how it was chosen, and `delta_dir` when `out_dir` is given
         (`load(None, result["delta_dir"])`).
 

@@ -1,4 +1,4 @@
-"""A small synthetic study holding every kind of record a real search writes (docs/design.md, "A study").
+"""A small synthetic study holding every kind of record a real search writes (docs/architecture.md, "A study").
 
 The report's tests check exact numbers on it, `scripts/report_screenshot.py` draws it, and anyone can point
 `autopelt report` / `autopelt dashboard` at it to see what they show without training anything:
