@@ -101,8 +101,8 @@ def test_search_export_load_gives_the_logits_predict_computes(examples, tiny_mod
             f'baselines=False, storage="sqlite:///{tmp_path}/study.db", out="{tmp_path}/runs")')
     done = run_example(examples[0], "options", tiny, tmp_path, monkeypatch)
     outcome, model, best = done["outcome"], done["model"], done["best"]
-    assert outcome.best is not None and best == Path("sst2-python-best/")
-    assert (tmp_path / "sst2-python-best" / "delta.json").is_file()
+    assert outcome.best is not None and best == Path("sst2-py-best/")
+    assert (tmp_path / "sst2-py-best" / "delta.json").is_file()
     assert not model.training and not any(p.requires_grad for p in model.parameters())
 
     from transformers import AutoTokenizer
