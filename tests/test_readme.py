@@ -200,3 +200,17 @@ def test_the_python_examples_run_as_written(examples, glue_dir, tmp_path, monkey
     batch = done["tokenizer"](["a gripping film", "a dull mess"], padding=True, return_tensors="pt")
     with torch.no_grad():
         assert torch.equal(done["model"].eval()(**batch).logits, done["reloaded"](**batch).logits)
+
+
+def test_the_regenerating_script_reads_the_search_and_replaces_only_the_sample():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_quickstart", README.parent / "scripts" / "readme_quickstart.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    text = README.read_text()
+    assert script.quickstart_search(text) == ["autopelt", *quickstart_commands()[0]]
+    assert script.with_sample(text, "\n".join(quickstart_sample())) == text  # the sample is what it wrote
+    replaced = script.with_sample(text, "new output")
+    assert "```text\nnew output\n```" in replaced and replaced.count("```text") == text.count("```text")
+    assert replaced.replace("new output", "\n".join(quickstart_sample())) == text  # nothing else changed
