@@ -32,7 +32,11 @@ SAVE_METADATA = ("task", "text_columns", "label_names", "base_model")  # what `a
 
 
 class TrialFailed(RuntimeError):
-    """`train_delta` ran, but the trial failed (the loss became NaN, out of memory, …); `.result` holds the rest."""
+    """`train_delta` ran, but the trial failed (the loss became NaN, out of memory, …).
+
+    Attributes:
+        result: the trial's result dict (status, reason, settings, whatever it measured before it failed).
+    """
 
     def __init__(self, result: dict):
         super().__init__(result.get("reason") or "the trial failed")
@@ -44,10 +48,24 @@ class TrialFailed(RuntimeError):
 
 def apply(model, spec, *, seed: int = 0):
     """Add the delta `spec` to `model` in place and return it: every base weight frozen, the delta and the task
-    head trainable. `spec`: a preset name ("lora", "unipelt_apl", … see `autopelt methods`), read as the model
-    was trained to be read (mean pooling for a sentence-transformers checkpoint: models.own_pooling of
-    `model.name_or_path`), or, taken as written, a dict {"methods": [...]}, a JSON string, or a path to a JSON
-    file. `seed` draws the delta's initial weights."""
+    head trainable (peft's `get_peft_model`, without a wrapper).
+
+    Args:
+        model: a transformers model with a task head (`AutoModelForSequenceClassification` of a BERT, RoBERTa,
+            XLM-R, Llama-family, GPT-2 or T5 model), carrying no autopelt delta yet.
+        spec: a preset name ("lora", "unipelt_apl", … see `autopelt methods`), read as the model was trained to be
+            read (mean pooling for a sentence-transformers checkpoint: `models.own_pooling` of
+            `model.name_or_path`); or, taken as written, a dict `{"methods": [...]}` (docs/design.md), a JSON
+            string, or a path to a JSON file.
+        seed: draws the delta's initial weights.
+
+    Returns:
+        The same `model`, with the delta injected and recorded on it (`model.autopelt_delta`).
+
+    Raises:
+        UserError: `model` is not a transformers model with a task head, already carries a delta, or `spec` is
+            not a valid delta spec for it.
+    """
     from autopelt import delta
     from autopelt.delta.presets import PRESETS
     from autopelt.models import read_as_trained
@@ -65,15 +83,27 @@ def apply(model, spec, *, seed: int = 0):
 
 
 def load(model, path, *, is_trainable: bool = False, merge: bool = False):
-    """A model with the saved delta at `path` (an `autopelt export` folder, or a trial's `delta/` folder).
+    """A model with the saved delta at `path` (peft's `PeftModel.from_pretrained`, without a wrapper).
 
-    `model`: a fresh base model (as `from_pretrained` gives it, with a head of the delta's number of labels), a
-    hub id or folder to load it from, or None for the base model the delta was trained on. An `autopelt export
-    --ensemble` folder gives an `autopelt.ensemble.EnsembleModel` (one backbone load; called like a model, its
-    logits the log of the members' averaged probabilities). Returned in eval mode
-    with every weight frozen; `is_trainable=True` leaves the delta and the head trainable, to train on (a saved
-    delta is its inference form: a prefix without its reparameterisation MLP, an AdaMix mixture merged).
-    `merge=True` folds LoRA into the base weights, as `autopelt predict` does (inference only)."""
+    Args:
+        model: a fresh base model (as `from_pretrained` gives it, with a head of the delta's number of labels), a
+            hub id or folder to load it from, or None for the base model the delta was trained on.
+        path: an `autopelt export` folder, a trial's `delta/` folder, or what `save` wrote. An `autopelt export
+            --ensemble` folder gives an `autopelt.ensemble.EnsembleModel` (one backbone load; called like a model,
+            its logits the log of the members' averaged probabilities).
+        is_trainable: leave the delta and the head trainable, to train on (a saved delta is its inference form: a
+            prefix without its reparameterisation MLP, an AdaMix mixture merged). Default: eval mode, every
+            weight frozen.
+        merge: fold LoRA into the base weights, as `autopelt predict` does (inference only; implies frozen).
+
+    Returns:
+        The model with the delta loaded and recorded on it, its metadata (task, text columns, label names) kept
+        for `save`.
+
+    Raises:
+        UserError: `path` holds no readable autopelt delta; the model's type or head size does not fit the delta;
+            the model already carries a delta; the base model cannot be loaded (offline and not cached).
+    """
     from autopelt import delta
     from autopelt.ensemble.folder import is_ensemble
     from autopelt.models import load_model, resolve_model
@@ -111,9 +141,22 @@ def _load_ensemble(model, path, is_trainable: bool, merge: bool):
 
 
 def save(model, path, **metadata) -> Path:
-    """Write the delta `model` carries to `path` (delta.json + delta.safetensors, each written whole or not at
-    all) and return the folder. `metadata` may name what `autopelt predict` needs of the task: `task`,
-    `text_columns`, `label_names`, and `base_model` (default: the model's own name or folder)."""
+    """Write the delta `model` carries to `path` (peft's `save_pretrained`): its spec and weights only, never the
+    frozen base.
+
+    Args:
+        model: a model that `apply` or `load` gave a delta (not merged).
+        path: the folder to write; `delta.json` and `delta.safetensors` are each written whole or not at all.
+        **metadata: what `autopelt predict` needs of the task: `task`, `text_columns`, `label_names`, and
+            `base_model` (default: the model's own name or folder). Values recorded by `load` are kept unless
+            given again.
+
+    Returns:
+        The folder written, for `load` or `autopelt predict --delta`.
+
+    Raises:
+        UserError: the model carries no delta, its LoRA is merged, or a metadata key is not one of the above.
+    """
     from autopelt import delta
 
     attached = getattr(model, ATTACHED, None)
@@ -153,15 +196,28 @@ def _check_fits_header(model, header: dict, path) -> None:
 
 
 def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True, **settings) -> dict:
-    """Train and evaluate one delta on a task, as `autopelt train` does; the result (docs/design.md: dev and test
-    metrics, parameters, timings, and `delta_dir` when `out_dir` is given; `load(None, result["delta_dir"])`).
+    """Train and evaluate one delta on a task, as `autopelt train` does.
 
-    `spec` as for `apply`: a preset's name reads the sequence as the model was trained to be read (mean pooling
-    for a sentence-transformers checkpoint, as `autopelt train --preset`), any other spec as written. Without
-    `learning_rate` the trial chooses one by a short sweep of rates (as `autopelt train` does without --lr). `k`:
-    the low-resource protocol (K training examples). `settings`: any `autopelt.train.TrialSettings` field
-    (`model`, `data_dir`, `epochs`, `learning_rate`, `batch_size`, `seed`, `out_dir`, …). `progress` prints a
-    line per epoch (a bar on a terminal). Raises UserError for bad input, TrialFailed when training fails."""
+    Args:
+        task: a GLUE task name (`sst2`, `rte`, …) or your own task's name (with `data_dir` or `custom_task`).
+        spec: as for `apply`: a preset's name reads the sequence as the model was trained to be read (as
+            `autopelt train --preset`), any other spec as written.
+        k: the low-resource protocol, K training examples (None: the full train split).
+        progress: print a line per epoch (a bar on a terminal).
+        **settings: any `autopelt.train.TrialSettings` field (`model`, `data_dir`, `epochs`, `learning_rate`,
+            `batch_size`, `seed`, `out_dir`, …). Without `learning_rate` the trial chooses one by a short sweep
+            of rates (as `autopelt train` does without --lr).
+
+    Returns:
+        The trial's result dict (docs/design.md): dev and test metrics, parameter counts, timings,
+        the learning rate and how it was chosen, and `delta_dir` when `out_dir` is given
+        (`load(None, result["delta_dir"])`).
+
+    Raises:
+        UserError: bad input (an unknown task or setting, a missing data folder, an unreadable spec), before any
+            training.
+        TrialFailed: training ran and failed (the loss became NaN, out of memory, …).
+    """
     from autopelt import delta
     from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings
@@ -184,13 +240,25 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
 
 
 def search_delta(task: str, *, budget: str | int = 20, echo: Callable[[str], None] | None = print, **options):
-    """Search for the best delta of a task, as `autopelt search` does (run again to resume), and return its
-    outcome: `.study` (the Optuna study), `.best` (the best trial's record, autopelt/study/record.py, or None),
-    `.pareto`, ….
+    """Search for the best delta of a task, as `autopelt search` does; the same call again resumes the study.
 
-    `options`: any `autopelt search` flag by its Python name (`model`, `data_dir`, `space`, `storage`, `k`,
-    `epochs`, `max_params`, `multi_objective`, `baselines`, `workers`, `out`, …; see
-    `autopelt.search.run.SearchOptions`). `echo` gets the live lines (None: quiet)."""
+    Args:
+        task: a GLUE task name or your own task's name (as `autopelt search --task`).
+        budget: trials over the whole study (`20`), or a wall time for this run (`"90s"`, `"30m"`, `"2h"`).
+        echo: receives each live line the CLI would print (None: quiet).
+        **options: any `autopelt search` flag by its Python name (`model`, `data_dir`, `space`, `storage`,
+            `study_name`, `k`, `epochs`, `max_params`, `multi_objective`, `baselines`, `workers`, `out`, …; see
+            `autopelt.search.run.SearchOptions`).
+
+    Returns:
+        The search's outcome: `.study` (the Optuna study), `.best` (the answer trial's record,
+        autopelt/study/record.py, or None), `.pareto` (multi-objective studies), `.seconds`, ….
+
+    Raises:
+        UserError: an unknown option or bad input (no data offline, a bad space), before any trial runs.
+        autopelt.search.controller.SearchStopped: the search cannot go on (every trial failing, every delta over
+            `max_params`).
+    """
     import optuna
 
     from autopelt.search.run import SearchOptions, run_search
@@ -209,11 +277,25 @@ def search_delta(task: str, *, budget: str | int = 20, echo: Callable[[str], Non
 
 def export_delta(study, path, *, trial: int | None = None, pareto: bool = False, reseed: int = 0,
                  storage: str | None = None) -> Path:
-    """Export a study's best delta (or trial number `trial`, or with `pareto` every trial on the Pareto front,
-    one sub-folder each) to the new folder `path`, as `autopelt export` does; the folder for `load`.
+    """Export a study's answer to a new folder, as `autopelt export` does: the delta, a model card and, when
+    peft can hold the delta, a `peft/` folder.
 
-    `study`: what `search_delta` returned, an Optuna study, or a study's name in `storage` (default: the
-    `autopelt search` default, sqlite:///autopelt.db, or $AUTOPELT_STORAGE)."""
+    Args:
+        study: what `search_delta` returned, an Optuna study, or a study's name in `storage`.
+        path: the folder to write: a new or empty one.
+        trial: export this trial number instead of the study's answer.
+        pareto: export every trial on the Pareto front, one `trial-N` sub-folder each.
+        reseed: train the exported delta again with this many seeds and record mean ± std.
+        storage: where a study named by its name lives (default: $AUTOPELT_STORAGE, else the `autopelt search`
+            default, sqlite:///autopelt.db).
+
+    Returns:
+        `path`, the folder for `load` or `autopelt predict --delta`.
+
+    Raises:
+        UserError: no such study or trial, no completed trial to export, a trial without saved weights, or `path`
+            exists and is not empty.
+    """
     from autopelt.export.export import export_trial, pick_trials, trial_outputs
 
     study = _study_of(study, storage)

@@ -1,11 +1,12 @@
-"""Render the docs' benchmark tables from the files under benchmarks/results/ (bench/results.py writes them).
+"""Render the docs' benchmark tables from the results files (bench/results.py writes them).
 
     python bench/render_docs.py [--check]
 
-In README.md and docs/*.md, everything between `<!-- results: NAME -->` and `<!-- /results -->` is replaced by
-the table of the newest `benchmarks/results/NAME-<date>.json`, and one line saying where, when and how it was
-measured. A marker whose benchmark has no file yet says so. --check changes nothing and exits 1 when a page is
-out of date (for CI).
+In README.md and every page under docs/, everything between `<!-- results: NAME -->` and `<!-- /results -->` is
+replaced by the table of the newest `NAME-<date>.json` under benchmarks/results/ or an experiment's folder
+(experiments/<topic>/), and one line saying where, when and how it was measured. A marker whose benchmark has no
+file is an error (exit 2, the page left as it was): a page shows no empty results block. --check changes nothing
+and exits 1 when a page is out of date (for CI).
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+EXPERIMENTS = ROOT / "experiments"
 BLOCK = re.compile(r"(<!-- results: ([a-z0-9._-]+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
-def newest(name: str, folder: Path = RESULTS) -> dict | None:
-    """The newest results file of benchmark `name` (by the date in its file name), or None."""
-    files = sorted(folder.glob(f"{name}-[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].json"))
+def newest(name: str, *folders: Path) -> dict | None:
+    """The newest results file of benchmark `name` (by the date in its file name) in `folders` (default:
+    benchmarks/results/ and every experiments/<topic>/), or None."""
+    folders = folders or (RESULTS, *sorted(EXPERIMENTS.glob("*/")))
+    pattern = f"{name}-[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].json"
+    files = sorted((path for folder in folders for path in folder.glob(pattern)), key=lambda path: path.name)
     return json.loads(files[-1].read_text()) if files else None
+
+
+class MissingResults(ValueError):
+    """A page marks a results block whose benchmark has no results file."""
 
 
 def cell(value) -> str:
@@ -53,18 +62,24 @@ def table(record: dict, commit: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(text: str, folder: Path = RESULTS, commit: bool = True) -> str:
-    """`text` with every results block filled from `folder`."""
+def render(text: str, *folders: Path, commit: bool = True) -> str:
+    """`text` with every results block filled from `folders` (default: as `newest`).
+
+    Raises:
+        MissingResults: a block names a benchmark with no results file.
+    """
     def fill(match: re.Match) -> str:
-        record = newest(match.group(2), folder)
-        body = table(record, commit) if record else f"*No results yet: run the benchmark that writes `{match.group(2)}`.*\n"
-        return match.group(1) + body + match.group(4)
+        record = newest(match.group(2), *folders)
+        if record is None:
+            raise MissingResults(f"no results file for `<!-- results: {match.group(2)} -->`: run the benchmark that "
+                                 "writes it, or remove the block")
+        return match.group(1) + table(record, commit) + match.group(4)
 
     return BLOCK.sub(fill, text)
 
 
 def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for page in pages():
         text = page.read_text()
-        new = render(text, commit=page.name != "README.md")
+        try:
+            new = render(text, commit=page.name != "README.md")
+        except MissingResults as error:
+            print(f"{page.relative_to(ROOT)}: {error}", file=sys.stderr)
+            return 2
         if new != text:
             stale.append(page)
             if not args.check:

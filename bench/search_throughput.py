@@ -150,8 +150,7 @@ def main() -> None:
     if summary["running_overhead_share"] is not None:
         print(f"in a running study (every trial with a result but the first): overhead "
               f"{100 * summary['running_overhead_share']:.1f}% of a trial")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from results import write_results
+    from results import write_results  # bench/results.py, beside this script
 
     precision = ", ".join(sorted({r["precision"] for r in results if r.get("precision")})) or None
     trials = "; ".join(f"{r.get('summary')} {r.get('total_seconds') or 0:.0f} s" for r in results)

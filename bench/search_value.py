@@ -34,7 +34,12 @@ seed, model, task, threads, ...) is copied too, not trained again; each copy is 
 and counted under the table. (On CPU such a run reproduces to the last digit; on a GPU it may not.) --copy-reruns
 DIR copies such re-runs alone, from a dir whose searches are not wanted (a run at another calibration).
 
+`summary` writes one table over several runs' results files (each arm's test accuracy, worst seed and paired
+difference to autopelt's pick, a row per task, from the newest `search-value-<task>[-LABEL]` files), as
+`search-value-held-out[-LABEL]`.
+
 Usage:
+  python bench/search_value.py summary --tasks trec,tweeteval_emotion,qnli [--label LABEL] [--name NAME]
   python bench/search_value.py --data-dir ../shared/data/glue-full --task sst2 --work-dir /tmp/value-sst2
   python bench/search_value.py --data-dir ../shared/data/own --task snli --text-columns premise,hypothesis \\
       --label-column relation --label-names entailment,neutral,contradiction --work-dir /tmp/value-snli
@@ -73,6 +78,8 @@ train:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["summary"]:
+        return summary_main(sys.argv[2:])
     args = parse_args()
     work = Path(args.work_dir).resolve()
     source = reusable(Path(args.reuse).resolve(), args) if args.reuse else None  # before anything is written
@@ -553,6 +560,57 @@ def print_targets(means: dict) -> None:
 
 def _std(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+ARMS = {"autopelt pick": "autopelt", "tuned-lora pick": "tuned LoRA", "baseline unipelt_apl": "UniPELT(APL)",
+        "random pick": "random"}
+
+
+def summary(tasks: list[str], run_label: str | None = None, folder: Path | None = None) -> list[dict]:
+    """A row per task from its newest `search-value-<task>[-<run_label>]` file, then the mean of each Δ column."""
+    from render_docs import newest  # bench/render_docs.py
+
+    rows = []
+    for task in tasks:
+        results = f"search-value-{task}" + (f"-{run_label}" if run_label else "")
+        record = newest(results, *([folder] if folder else []))
+        if record is None:
+            raise SystemExit(f"no {results} results: run bench/search_value.py --task {task} first")
+        arms = {row["delta"]: row for row in record["rows"]}
+        row = {"task": task, "equivalents": record["settings"].get("equivalents"),
+               "seeds": len(record["settings"].get("rerun_seeds", []))}
+        for label, name in ARMS.items():
+            arm = arms.get(label)
+            if arm is None:
+                continue
+            mean, worst = 100 * arm["test_mean"], 100 * arm["test_min"] if arm.get("test_min") is not None else None
+            row[name] = f"{mean:.1f}" + (f" (worst {worst:.1f})" if worst is not None else "")
+            if label != "autopelt pick" and arm.get("paired_delta") is not None:
+                row[f"Δ vs {name}"] = round(-100 * arm["paired_delta"], 1)  # autopelt's pick minus the arm
+        rows.append(row)
+    deltas = [k for k in rows[0] if k.startswith("Δ")]
+    rows.append({"task": "mean", **{k: round(statistics.fmean(r[k] for r in rows if k in r), 1) for k in deltas}})
+    return rows
+
+
+def summary_main(argv: list[str]) -> None:
+    """`search_value.py summary`: the table over several tasks' runs, printed and written."""
+    from results import write_results  # bench/results.py
+
+    parser = argparse.ArgumentParser(prog="search_value.py summary", description="one table over several runs"
+                                     "' results files")
+    parser.add_argument("--tasks", required=True, type=lambda s: s.split(","))
+    parser.add_argument("--label", help="read search-value-TASK-LABEL (search_value.py --label)")
+    parser.add_argument("--name", help="results name (default: search-value-held-out[-LABEL])")
+    args = parser.parse_args(argv)
+    rows = summary(args.tasks, args.label)
+    columns = ["task", *ARMS.values(), *[f"Δ vs {name}" for name in list(ARMS.values())[1:]]]
+    for row in rows:
+        print(" | ".join(str(row.get(c, "")) for c in columns))
+    name = args.name or "search-value-held-out" + (f"-{args.label}" if args.label else "")
+    write_results(name, rows, columns=columns, settings={"tasks": args.tasks},
+                  notes="Test accuracy (%) over re-run seeds 1-5 of each arm's pick (worst seed in brackets); Δ: "
+                        "autopelt's pick minus the arm, paired by seed, in points; from the search-value-<task> files.")
 
 
 if __name__ == "__main__":

@@ -37,11 +37,26 @@ def test_render_fills_each_marked_block_from_the_newest_file_and_leaves_the_rest
               "rows": [{"method": "lora", "ms": 12.345}, {"method": "a|b", "ms": None}], "notes": None}
     (tmp_path / "speed-2026-01-01.json").write_text(json.dumps({**record, "rows": []}))
     (tmp_path / "speed-2026-01-02.json").write_text(json.dumps(record))
-    page = ("intro\n<!-- results: speed -->\nold table\n<!-- /results -->\nend\n"
-            "<!-- results: none -->\n<!-- /results -->\n")
+    page = "intro\n<!-- results: speed -->\nold table\n<!-- /results -->\nend\n"
     out = render.render(page, tmp_path)
     assert out.startswith("intro\n<!-- results: speed -->\n| method | ms |\n|---|---|\n| lora | 12.3 |\n")
     assert "| a\\|b | – |" in out and "old table" not in out and out.count("end\n") == 1
     assert "*Some CPU (2 cores, avx2) · torch 2.13.0 · bf16 · 2026-01-02 · commit abc · `bench/speed.py`*" in out
-    assert "No results yet" in out  # a benchmark without a file says so
     assert render.render(out, tmp_path) == out  # rendering twice changes nothing
+    with pytest.raises(render.MissingResults, match="none"):  # a block whose benchmark has no file: no empty block
+        render.render(page + "<!-- results: none -->\n<!-- /results -->\n", tmp_path)
+
+
+def test_the_newest_file_of_a_name_is_read_across_folders(tmp_path):
+    render = load_bench("render_docs")
+    for folder, day in (("a", "2026-01-03"), ("b", "2026-01-02")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"speed-{day}.json").write_text(json.dumps({"day": day}))
+    assert render.newest("speed", tmp_path / "a", tmp_path / "b") == {"day": "2026-01-03"}
+    assert render.newest("spee", tmp_path / "a", tmp_path / "b") is None  # a name is matched whole
+
+
+def test_every_page_renders_from_the_committed_results():
+    """Every block of README.md and docs/ has a results file, and the pages are as the files render them."""
+    render = load_bench("render_docs")
+    assert render.main(["--check"]) == 0

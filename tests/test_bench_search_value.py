@@ -252,3 +252,27 @@ def test_reuse_copies_tuned_lora_only_from_a_run_at_the_same_budget(tmp_path, ca
     copied = optuna.load_study(study_name=bench.study_name(args, "tuned-lora"),
                                storage=f"sqlite:///{same / 'studies.db'}")
     assert [t.params for t in copied.trials] == [{"x": 0.5}]
+
+
+def test_the_summary_is_a_row_per_task_and_the_mean_of_each_paired_difference(tmp_path):
+    """`search_value.py summary`: each arm's mean (worst seed) and autopelt's pick minus the arm, from the newest
+    search-value-<task> file of each task."""
+    from support.benches import load_bench
+
+    bench = load_bench("search_value")
+
+    def arm(delta, mean, worst, paired=None):
+        return {"delta": delta, "test_mean": mean, "test_min": worst, "paired_delta": paired}
+
+    for task, (ours, lora, day) in {"a": (0.90, 0.85, "2026-01-02"), "b": (0.70, 0.72, "2026-01-02")}.items():
+        record = {"settings": {"equivalents": 8, "rerun_seeds": [1, 2, 3]},
+                  "rows": [arm("autopelt pick", ours, ours - 0.01), arm("tuned-lora pick", lora, lora - 0.02,
+                                                                         paired=lora - ours)]}
+        (tmp_path / f"search-value-{task}-{day}.json").write_text(json.dumps(record))
+    (tmp_path / "search-value-a-2026-01-01.json").write_text(json.dumps({"settings": {}, "rows": []}))  # older
+    rows = bench.summary(["a", "b"], folder=tmp_path)
+    assert rows[0] == {"task": "a", "equivalents": 8, "seeds": 3, "autopelt": "90.0 (worst 89.0)",
+                       "tuned LoRA": "85.0 (worst 83.0)", "Δ vs tuned LoRA": 5.0}
+    assert rows[1]["Δ vs tuned LoRA"] == -2.0 and rows[2] == {"task": "mean", "Δ vs tuned LoRA": 1.5}
+    with pytest.raises(SystemExit, match="search-value-c"):
+        bench.summary(["c"], folder=tmp_path)

@@ -1,22 +1,13 @@
-"""bench/step_times_doc.py: the ratios of every row and the tables it writes between docs/speed.md's markers."""
+"""bench/step_times.py render: the ratios of every row and the tables it writes between docs/speed.md's markers."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from support.benches import load_bench
 
 
 def load_doc():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("step_times_doc", BENCH / "step_times_doc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("step_times")
 
 
 def row(label, mode, attention, precision, seconds):

