@@ -37,11 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autopelt.ensemble.select import Rule, answers, combine, default_metric, limit, select  # noqa: E402
-from results import write_results  # noqa: E402
+from autopelt.ensemble.select import Rule, answers, combine, default_metric, limit, select
+from results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16)

@@ -35,13 +35,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autopelt.portfolio import select  # noqa: E402
-from metalearning import metadata, prior, simulate  # noqa: E402
-from autopelt.study.answers import MARGIN_SE  # noqa: E402
-from results import write_results  # noqa: E402
+from autopelt.portfolio import select
+from metalearning import metadata, prior, simulate
+from autopelt.study.answers import MARGIN_SE
+from results import write_results
 
 BUDGETS = (1, 2, 4, 8, 16)
 ARMS = ("task-aware", "task-aware+sampler", "global", "global+sampler", "random", "random+halving", "tuned-lora",

@@ -13,7 +13,7 @@ DOCS = ROOT / "docs"
 GENERATED = re.compile(r"<!-- results: [a-z0-9._-]+ -->\n.*?<!-- /results -->|<!-- step-times:start -->.*?"
                        r"<!-- step-times:end -->", re.S)
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
-LEAD_REWORKS = {"portfolio.md"}  # docs/portfolio.md is being rewritten as a reference page apart from this check
+LEAD_REWORKS: set[str] = set()
 REFERENCE = sorted(page for page in DOCS.glob("*.md") if page.name not in LEAD_REWORKS)
 
 

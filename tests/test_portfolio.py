@@ -119,7 +119,7 @@ def test_leave_one_task_out_never_reads_the_held_out_task_when_it_builds_the_por
 
 def test_shipped_meta_dataset_and_portfolio_agree_with_the_design():
     meta = metadata.shipped()
-    assert len(meta.tasks) == 21 and meta.configs(seed=0) == [c.name for c in DESIGN] and 0 in meta.selection_seeds
+    assert len(meta.tasks) == 21 and sorted(meta.configs(seed=0)) == sorted(c.name for c in DESIGN) and 0 in meta.selection_seeds
     assert meta.header["design_version"] == 2 and set(meta.header["features"]) == set(meta.tasks)
     portfolio = load(SHIPPED, "all-MiniLM-L6-v2")
     assert [m.name for m in portfolio.members] == select.greedy_portfolio(

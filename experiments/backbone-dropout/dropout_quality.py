@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from autopelt.portfolio import metadata  # noqa: E402
-from autopelt.portfolio.design import DROPOUT_STUDY  # noqa: E402
+from metalearning import metadata  # noqa: E402
+from metalearning.design import DROPOUT_STUDY  # noqa: E402
 from results import write_results  # noqa: E402
 
 MEAN_TOLERANCE, TASK_TOLERANCE = -0.3, -1.0
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--meta", help="meta-dataset file (default: the shipped one)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    meta = metadata.load(args.meta) if args.meta else metadata.shipped()
+    meta = metadata.load(args.meta) if args.meta else metadata.load(metadata.SHIPPED / "all-MiniLM-L6-v2-v1.json")  # the v1 meta-dataset it ran on
     results = {config: compare(meta, config) for config in DROPOUT_STUDY}
     print(f"meta-dataset: {meta.header.get('model')} on {meta.header.get('hardware', {}).get('name')}, "
           f"K={meta.header['protocol']['k']}, {meta.header['protocol']['epochs']} epochs; test accuracy (%), "

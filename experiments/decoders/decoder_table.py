@@ -17,7 +17,7 @@ Three parts, each trial a `run_trial` in its own process (as a search's worker r
 Every part writes its results file (bench/results.py) as soon as it ends; --deadline (seconds from the start) starts
 no trial after it, so a lease that runs out still leaves what finished.
 
-Usage (the E2E folder holds e2e/{train,validation}.jsonl; the pool is `autopelt portfolio pool`'s):
+Usage (the E2E folder holds e2e/{train,validation}.jsonl; the pool is `python -m metalearning pool`'s):
   python experiments/decoders/decoder_table.py --pool POOL --e2e-dir ../shared/data/gen --parallel 4 --device cuda
 """
 
@@ -264,7 +264,7 @@ def _job(payload) -> dict | None:
 
 
 def sst2_trial(model, device, precision, threads, pool, k, dev_size, epochs, rate, seed) -> dict:
-    from autopelt.portfolio.tasks import read_pool
+    from metalearning.tasks import read_pool
     from autopelt.train import TrialSettings, run_trial
 
     task = read_pool(pool)["sst2"]
@@ -373,15 +373,15 @@ def _seed0(runs: list[dict], key: str):
 
 
 def _minilm_records() -> list[dict]:
-    from autopelt.portfolio.metadata import shipped
+    from metalearning.metadata import SHIPPED, load
 
-    return [r for r in shipped().records if r["task"] == "sst2" and r["seed"] == 0 and r["config"] in MINILM_CONFIGS]
+    return [r for r in load(SHIPPED / "all-MiniLM-L6-v2-v1.json").records if r["task"] == "sst2" and r["seed"] == 0 and r["config"] in MINILM_CONFIGS]
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--pool", required=True, help="a folder written by `autopelt portfolio pool` (SST-2 rows)")
+    parser.add_argument("--pool", required=True, help="a folder written by `python -m metalearning pool` (SST-2 rows)")
     parser.add_argument("--e2e-dir", required=True, help="folder holding e2e/train.jsonl and e2e/validation.jsonl")
     parser.add_argument("--parts", default="sharing,e2e", type=lambda s: s.split(","))
     parser.add_argument("--k", type=int, default=1000)

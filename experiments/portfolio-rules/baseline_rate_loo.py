@@ -4,7 +4,7 @@ For each of the meta-dataset's twelve tasks, the rate is learned from the other 
 task's test accuracy at that rate is read at both selection seeds (the design's trials, K=1000, 3 epochs, the
 kept epoch chosen by dev): the mean and the worst seed. Rules: the best mean dev over the tasks and seeds (what a
 portfolio used before), and the rate that collapsed at the fewest (task, seed) runs where another rate learned,
-then the best mean dev (`build.baseline_rates`, today's). Writes and prints `baseline-rate-loo`.
+then the best mean dev (`meta_build.baseline_rates`, today's). Writes and prints `baseline-rate-loo`.
 
     python experiments/portfolio-rules/baseline_rate_loo.py
 """
@@ -19,20 +19,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
-    from autopelt.portfolio import build, metadata
-    from autopelt.portfolio.design import config_named, rate_text
     from autopelt.search.baselines import baseline_spec
+    from metalearning import build as meta_build, metadata
+    from metalearning.design import config_named, rate_text
 
-    meta = metadata.shipped()
+    meta = metadata.load(metadata.SHIPPED / "all-MiniLM-L6-v2-v1.json")  # the v1 meta-dataset it ran on
     spec = baseline_spec("unipelt_apl", "mean")
-    runs = [c for c in meta.candidates() if build._is_structure(config_named(c), spec)]
+    runs = [c for c in meta.candidates() if meta_build._is_structure(config_named(c), spec)]
     by_rate = {config_named(c).learning_rate: c for c in runs}
     rows = []
     for task in meta.tasks:
         others = [t for t in meta.tasks if t != task]
         scores = meta.dev_scores(others, runs)
         mean_dev = config_named(max(runs, key=lambda c: sum(row[c] for row in scores.values()))).learning_rate
-        collapse = build.baseline_rates(meta, others)["unipelt_apl"]
+        collapse = meta_build.baseline_rates(meta, others)["unipelt_apl"]
         row = {"held_out": task}
         for rule, rate in (("mean dev", mean_dev), ("fewest collapses", collapse)):
             tests = [100 * metadata.answer(meta.trial(task, by_rate[rate], s)).test for s in meta.selection_seeds]

@@ -8,7 +8,7 @@ tasks of the portfolio's meta-dataset, where ten were never looked at when the r
 read by the mean, batch 32, backbone dropout off, as a default search trains it) at every rate of a grid that
 holds the sweep's ladder and the midpoints it tries, on each
 task's pool (K=1000, dev 1,000, 3 epochs, seed 0), recording per epoch dev metric, dev loss and test metric: the
-meta-dataset's protocol and record (autopelt/portfolio/collect.py), resumable. A sweep's candidate trains from the
+meta-dataset's protocol and record (metalearning/collect.py), resumable. A sweep's candidate trains from the
 same initial state on the same batches as a whole trial at its rate, so its first evaluation is that trial's first
 epoch, and the winner's run is that trial: `judge` replays the real sweep (`lr_sweep._Sweep`'s decisions) on the
 recorded evaluations, with all rules and without each, and scores the chosen rate's kept state (its best dev epoch)
@@ -78,7 +78,7 @@ def method_of(ladder: list[dict]) -> str:
 
 
 def configs(method: str = "lora", rates: tuple[float, ...] = GRID) -> dict:
-    from autopelt.portfolio.design import Config
+    from metalearning.design import Config
     from autopelt.search.baselines import baseline_spec
 
     spec = baseline_spec(method, "mean")
@@ -88,8 +88,8 @@ def configs(method: str = "lora", rates: tuple[float, ...] = GRID) -> dict:
 
 def collect(args) -> None:
     from autopelt.models import resolve_model
-    from autopelt.portfolio import collect as collector
-    from autopelt.portfolio.tasks import read_pool
+    from metalearning import collect as collector
+    from metalearning.tasks import read_pool
 
     tasks = args.tasks.split(",") if args.tasks else list(read_pool(args.pool))
     rates = [float(r) for r in args.rates.split(",") if r.strip()] if args.rates else GRID
@@ -101,7 +101,7 @@ def collect(args) -> None:
 
 def task_info(pool: str, name: str) -> types.SimpleNamespace:
     """What the sweep compares with on this task's dev rows (as a trial of the meta-dataset splits them)."""
-    from autopelt.portfolio.tasks import dev_rows
+    from metalearning.tasks import dev_rows
     from autopelt.train.lr_sweep import one_class_metric
 
     task, labels = dev_rows(pool, name)
