@@ -93,10 +93,29 @@ def load_config(name_or_path: str, num_labels: int):
     offline = _hub_unreachable(name_or_path)
     try:
         return AutoConfig.from_pretrained(name_or_path, num_labels=num_labels, local_files_only=bool(offline))
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a folder whose config.json names no model type
         raise UserError(
             f"cannot load model {name_or_path!r} ({_cause(error, offline)}); pass a local model folder with --model"
         ) from None
+
+
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+
+
+def check_model_folder(name_or_path: str) -> None:
+    """A local model folder must hold weights and a tokenizer (transformers makes an empty tokenizer from a bare
+    config.json, and fails only when the weights are loaded): a UserError now, not a failure in every trial. A hub
+    id passes (its files come with it)."""
+    folder = Path(str(name_or_path)).expanduser()
+    if not folder.is_dir():
+        return
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise UserError(f"model folder {name_or_path} has no weights (model.safetensors or pytorch_model.bin); pass a "
+                        "folder saved by save_pretrained, or a hub id")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(f"model folder {name_or_path} has no tokenizer ({', '.join(TOKENIZER_FILES[:3])}, …); save "
+                        "the model's tokenizer beside it (tokenizer.save_pretrained)")
 
 
 def load_tokenizer(name_or_path: str):
@@ -105,7 +124,7 @@ def load_tokenizer(name_or_path: str):
     offline = _hub_unreachable(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=bool(offline))
-    except OSError as error:
+    except (OSError, ValueError, TypeError) as error:  # a folder without tokenizer files: transformers' errors vary
         raise UserError(f"cannot load the tokenizer of {name_or_path!r} ({_cause(error, offline)})") from None
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:  # decoders (GPT-2) pad with end-of-text
         tokenizer.pad_token = tokenizer.eos_token

@@ -38,6 +38,10 @@ class LiveView:
         workers = f"{plan.options.workers} worker{'s' if plan.options.workers > 1 else ''}"
         self.echo(f"study {plan.study_name} in {hide_password(plan.storage)}: {plan.task}, {model_name(plan.model)}, "
                   f"space {plan.space.name}, budget {plan.budget}, {workers}")
+        if plan.data is not None:
+            self.echo(plan.data.line())
+            if plan.data.warning():
+                self.echo(plan.data.warning())
         done = sum(t.state in TRAINED for t in self.study.get_trials(deepcopy=False))
         if done or requeued:
             self.echo(f"resuming: {done} trained trial(s) kept, {requeued} interrupted trial(s) queued again")
