@@ -161,7 +161,7 @@ class Controller:
             if not finalist and not self._ends_before_room(trial, trials):
                 self._fail(trial, claims.BUDGET_REACHED)
                 continue
-            if baseline and claims.baseline_covered(baseline, trials, below=trial.number):
+            if baseline and claims.baseline_alive(baseline, trials, below=trial.number):
                 self._fail(trial, claims.DUPLICATE_BASELINE)
                 continue
             ticket = self._plan_trial(trial, baseline)

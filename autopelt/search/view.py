@@ -138,16 +138,17 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
         lines.append(baseline_cost(trials))
         lines += baselines
     lines.append("next:")
-    lines += [f"  {command}" for command in next_commands(plan)]
+    lines += [f"  {command}" for command in next_commands(plan, answered=best is not None)]
     return lines
 
 
-def next_commands(plan: SearchPlan) -> list[str]:
+def next_commands(plan: SearchPlan, answered: bool = True) -> list[str]:
+    """What to run next; `export` only once a trial answers the study (there is nothing to export before)."""
     where = f"--study {shlex.quote(plan.study_name)}"
     if plan.storage != DEFAULT_STORAGE:
         where += f" --storage {shlex.quote(hide_password(plan.storage))}"
-    return [
-        f"autopelt export {where} --out {shlex.quote(plan.study_name)}-best",
+    export = [f"autopelt export {where} --out {shlex.quote(plan.study_name)}-best"] if answered else []
+    return export + [
         f"autopelt dashboard {where}",
         f"autopelt report {where} --out {shlex.quote(plan.study_name)}.html",
     ]
@@ -193,7 +194,8 @@ def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
     for trial in trials:
         name = trial.baseline
         if name and trial.state.is_finished() and _reason(trial) not in NOT_DONE_REASONS:
-            finished[name] = trial
+            if trial.state in TRAINED or name not in finished or finished[name].state not in TRAINED:
+                finished[name] = trial  # the trial that ran it again, not the failure it replaced
         elif name and trial.state == TrialState.WAITING:
             queued.append(name)
         elif name and _reason(trial) == LATE_BASELINE:
