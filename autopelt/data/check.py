@@ -15,6 +15,7 @@ from autopelt.errors import UserError
 
 SMALL_DEV_ROWS = 100  # below this a dev split's standard error is wider than most gaps between deltas
 NAMED_CLASSES = 6  # at most this many class names are printed; more are counted
+SAMPLE_ROWS = 256  # train rows kept to size a trial's batches (search/fit.py)
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class DataCheck:
     task: Task
     sizes: dict[str, int]  # train, dev, test rows of the protocol's splits
     classes: tuple[str, ...]  # the labels found in the train split (a classification task), in id order
+    sample: tuple[dict, ...] = ()  # the first SAMPLE_ROWS rows a trial trains on (what sizes its batches)
 
     def line(self) -> str:
         """`data: text sentence1 + sentence2, label 'label' (2 classes: entailment, not_entailment); train 100 ·
@@ -76,7 +78,7 @@ def check_task_data(task: Task, data_dir: str | Path | None, protocol: str | int
     if not splits.dev:
         raise UserError(f"task {task.name!r}: no train rows are left for dev")
     sizes = {"train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test)}
-    return DataCheck(task, sizes, classes)
+    return DataCheck(task, sizes, classes, tuple(splits.train[:SAMPLE_ROWS]))
 
 
 def _check_label_values(task: Task, labels: list) -> tuple[str, ...]:

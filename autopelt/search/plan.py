@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from autopelt.errors import UserError
-from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
+from autopelt.search.budget import (Budget, ParamLimit, TimeBudget, TrialBudget, parse_budget,
+                                    parse_max_params)
 from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
 from autopelt.train.settings import PRECISIONS, TrialSettings
 
@@ -82,6 +83,7 @@ class SearchPlan:
     gpu_note: str = ""  # how many trials share a GPU, and why, in one line (a local GPU machine without the flag)
     pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
     generation: bool = False  # a generation task: trials train the language model; dev is minus the dev loss
+    fit_note: str = ""  # what a wall-time budget left out of the plan, and why (search/fit.py)
     data: Any = None  # autopelt.data.check.DataCheck: the splits as every trial reads them (None: a generation task)
 
     @property
@@ -174,7 +176,7 @@ def _portfolio(choice: str, model: str, space):
 
 def _portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
     """All its members on a wall-time budget (early stopping sorts them); on a trial budget at most half of it,
-    less the baselines, so that the sampler still draws."""
+    less the baselines, so that the sampler still draws, and at least the first (`baselines_for` leaves it room)."""
     if portfolio is None:
         return 0
     if isinstance(budget, TimeBudget):
@@ -376,12 +378,13 @@ def _gpu_bytes() -> int:
 
 def baselines_for(budget: Budget, with_portfolio: bool = False) -> list[str]:
     """The study's baselines: all of them, or on a trial budget at most half of it (the first ones), so that a
-    study always searches. With a portfolio, UniPELT(APL) alone: the single methods at their papers' structure
+    study always searches. With a portfolio, UniPELT(APL) alone (none on a budget of one trial, which the
+    portfolio's first configuration takes): the single methods at their papers' structure
     did not earn their cost across the meta-dataset's tasks (docs/portfolio.md)."""
     from autopelt.delta.presets import BASELINES
 
-    if with_portfolio:
-        return list(BASELINES[:1])
+    if with_portfolio:  # a budget of one trial runs the portfolio's first configuration, the prior's favourite
+        return list(BASELINES[:1]) if not isinstance(budget, TrialBudget) or budget.trials >= 2 else []
     if isinstance(budget, TimeBudget):
         return list(BASELINES)
     return list(BASELINES[: max(1, budget.trials // 2)])

@@ -17,6 +17,7 @@ from typing import Callable
 import optuna
 
 from autopelt.search.controller import Controller, SearchStopped
+from autopelt.search.fit import fit_time_budget
 from autopelt.search.plan import SearchOptions, SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat
 from autopelt.search.resume import check_existing, open_study
@@ -44,7 +45,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     search cannot go on (every trial failing, every delta over --max-params)."""
     started = time.monotonic()
     plan = prepare(options)
-    check_existing(plan)
+    plan = fit_time_budget(plan, check_existing(plan))  # before the study: a budget too short is bad input too
     from autopelt.search.ray_backend import ray_session, run_trials  # Ray only once every input is sound
 
     with ray_session(plan):  # before the study: an unreachable cluster is bad input too

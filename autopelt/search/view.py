@@ -56,10 +56,10 @@ class LiveView:
         if queued_portfolio:
             self.echo(f"portfolio queued: {', '.join(queued_portfolio)} — each at the rate, batch and backbone dropout "
                       f"it was measured with")
+        if plan.fit_note:
+            self.echo(plan.fit_note)
         if plan.portfolio is not None:
-            self.echo(f"budget: {len(plan.baselines)} baseline(s) and the portfolio's first {plan.portfolio_size} "
-                      f"configurations (early stopping halves them; the first trains to the end), then the sampler"
-                      f"{final}")
+            self.echo(f"budget: {_portfolio_plan(plan)}{final}")
         elif isinstance(plan.budget, TrialBudget) and plan.baselines:
             searched = max(plan.budget.trials - len(plan.baselines) - plan.finalists, 0)
             self.echo(f"budget: {len(plan.baselines)} baseline trials + {searched} searched deltas{final}; searched "
@@ -180,6 +180,19 @@ def _baseline_rates(plan: SearchPlan, names: list[str]) -> str:
     if names and all(name in (learned or {}) for name in names):
         return "trains at the rate learned with the portfolio"
     return "chooses its learning rate by a sweep, about 1.5-2 trials of compute"
+
+
+def _portfolio_plan(plan: SearchPlan) -> str:
+    """What a budget with a portfolio runs, in words: only what it will run."""
+    base = f"{len(plan.baselines)} baseline(s), then " if plan.baselines else ""
+    if isinstance(plan.budget, TrialBudget):
+        left = plan.budget.trials - len(plan.baselines) - plan.portfolio_size
+        first = "the portfolio's first configuration" if plan.portfolio_size == 1 else \
+            f"the portfolio's first {plan.portfolio_size} configurations (early stopping halves them; the first " \
+            f"trains to the end)"
+        return f"{base}{first}" + (", then the sampler" if left > 0 else "")
+    return (f"{base}the portfolio's first configuration (to the end), then as many of its next "
+            f"{plan.portfolio_size - 1} as the time allows (early stopping halves them), then the sampler")
 
 
 def _trials(count: int) -> str:
