@@ -674,7 +674,7 @@ def test_the_best_trials_run_again_with_the_next_seed_and_the_best_mean_dev_answ
     from autopelt.search.view import summary_lines
 
     text = "\n".join(summary_lines(study, control.plan, 1.0))
-    assert "best: #1 " in text and "dev accuracy 0.8000 (mean of 0.8000, 0.8000)" in text
+    assert "best: #1 " in text and "dev accuracy 0.8000 (mean of 2 seeds: 0.8000, 0.8000)" in text
     assert "finalists, trained again with seed 1000" in text
 
 

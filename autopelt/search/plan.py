@@ -92,6 +92,11 @@ class SearchPlan:
         return "-loss" if self.generation else self.metric
 
     @property
+    def dev_heading(self) -> str:
+        """The live table's dev column: `dev accuracy`, or `-dev loss` for a generation task."""
+        return "-dev loss" if self.generation else f"dev {self.metric}"
+
+    @property
     def num_layers(self) -> int:
         return int(self.model_config.num_hidden_layers)
 

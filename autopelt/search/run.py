@@ -23,7 +23,7 @@ from autopelt.search.recovery import Heartbeat
 from autopelt.search.resume import check_existing, open_study
 from autopelt.search.view import LiveView, summary_lines
 from autopelt.study import answers
-from autopelt.study.record import TrialRecord, read_all
+from autopelt.study.record import TrialRecord, read_all, write_answer
 
 __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
 
@@ -32,7 +32,8 @@ __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
 class SearchOutcome:
     study: optuna.Study
     plan: SearchPlan
-    best: TrialRecord | None  # the best answer trial (autopelt/study/answers.py)
+    best: TrialRecord | None  # the best answer trial (autopelt/study/answers.py); its dev_value is the value it
+    #                           was ranked by, as the summary, the report and the dashboard show it (dev_of says which)
     pareto: list[TrialRecord]  # multi-objective studies only: the Pareto front, smallest delta first
     recorded: int  # trained trials this process recorded
     rejected: int  # deltas over --max-params this process refused
@@ -67,14 +68,16 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
         from autopelt.search.answer_test import score_answers
 
         score_answers(study)  # the answer's test, from its saved delta (its trial trained without it)
+    records = read_all(study)
+    best = answers.best(records)
+    write_answer(study, best, plan.metric)  # the dashboard's copy of the answer the summary prints
     seconds = time.monotonic() - started
     for line in summary_lines(study, plan, seconds, controller.rejected):
         echo(line)
     if controller.error:
         raise SearchStopped(controller.error)
-    records = read_all(study)
     return SearchOutcome(
-        study=study, plan=plan, best=answers.best(records),
+        study=study, plan=plan, best=best,
         pareto=answers.pareto_front(records) if len(study.directions) > 1 else [],
         recorded=len(controller.finished), rejected=controller.rejected, interrupted=interrupted, seconds=seconds,
     )

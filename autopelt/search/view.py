@@ -72,7 +72,7 @@ class LiveView:
                 f"the best {plan.finalists} trials, or the rounds that fit in a third of what the baselines leave,"
             self.echo(f"at the end: {best} again with seed {confirm.seed_for(plan.options.seed)}, inside the "
                       f"budget; the best mean dev answers")
-        self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {'dev ' + plan.dev_label[:8]:<14} "
+        self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {plan.dev_heading[:14]:<14} "
                   f"{'best so far':<18} elapsed / ETA")
 
     def on_record(self, trial: FrozenTrial) -> None:
@@ -226,20 +226,29 @@ def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
 
 
 def _trial_text(trial: TrialRecord, plan: SearchPlan, devs: dict[int, list[float]] | None = None) -> str:
-    rate = f", lr {trial.learning_rate:.2g}" if trial.learning_rate else ""
-    if rate and trial.lr_choice.get("how") == "sweep":
-        rate += f" swept from {len(trial.lr_choice.get('candidates') or {})}"
-    head = f"#{trial.number} {_summary(trial)} ({_pct(trial)} params{rate})"
+    """`#3 lora r8 (0.33% params, lr 0.003): dev accuracy 0.8525 (mean of 2 seeds: 0.8500, 0.8550), test accuracy
+    0.7982 (seed 0)`: every number with its metric's name, the dev value the study ranks it by."""
+    head = f"#{trial.number} {_summary(trial)} ({_pct(trial)} params{_rate(trial)})"
     if trial.state == TrialState.COMPLETE:
         test = trial.test_value(plan.metric)
-        tail = f", test {test:.4f}" if test is not None else ""
-        seeds = (devs or {}).get(trial.number)
+        tail = f", test {plan.metric} {test:.4f}" if test is not None else ""  # a generation task's: bleu
+        seeds = (devs or {}).get(trial.number) or (trial.dev_seeds if len(trial.dev_seeds) > 1 else None)
         if seeds:
             each = ", ".join(f"{value:.4f}" for value in seeds)
             tail = f"{tail} (seed {plan.options.seed})" if tail else ""
-            return f"{head}: dev {plan.dev_label} {sum(seeds) / len(seeds):.4f} (mean of {each}){tail}"
+            return (f"{head}: dev {plan.dev_label} {sum(seeds) / len(seeds):.4f} (mean of {len(seeds)} seeds: "
+                    f"{each}){tail}")
         return f"{head}: dev {plan.dev_label} {trial.values[0]:.4f}{tail}"
     return f"{head}: {_outcome(trial)}"
+
+
+def _rate(trial: TrialRecord) -> str:
+    """`, lr 0.003`, and `chosen by a sweep of 3` only where the trial itself swept rates."""
+    if not trial.learning_rate:
+        return ""
+    tried = trial.lr_choice.get("candidates") or {}
+    swept = f", chosen by a sweep of {len(tried)}" if trial.lr_choice.get("how") == "sweep" and len(tried) > 1 else ""
+    return f", lr {trial.learning_rate:.2g}{swept}"
 
 
 def _summary(trial: TrialRecord) -> str:
