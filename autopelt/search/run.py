@@ -67,6 +67,9 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     if not interrupted:
         from autopelt.search.answer_test import score_answers
 
+        best = answers.best(read_all(study))
+        if best is not None and not best.test:  # a generation task generates for every test input: minutes
+            echo(f"scoring the answer, #{best.number}, on the test split from its saved delta …")
         score_answers(study)  # the answer's test, from its saved delta (its trial trained without it)
     records = read_all(study)
     best = answers.best(records)

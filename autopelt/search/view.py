@@ -32,6 +32,7 @@ class LiveView:
         self.study, self.plan, self.echo = study, plan, echo
         self.started = time.monotonic()
         self.mine = 0  # trained trials this process recorded
+        self.partial: dict[int, float] = {}  # running trials of this process: the share of their epochs done
 
     def header(self, queued_baselines: list[str], requeued: int, queued_portfolio: list[str] = ()) -> None:
         plan = self.plan
@@ -76,6 +77,7 @@ class LiveView:
                   f"{'best so far':<18} elapsed / ETA")
 
     def on_record(self, trial: FrozenTrial) -> None:
+        self.partial.pop(trial.number, None)
         if trial.state in TRAINED:
             self.mine += 1
         record = read(trial)
@@ -83,6 +85,7 @@ class LiveView:
 
     def on_progress(self, number: int, epoch: int, epochs: int, value: float | None) -> None:
         """An epoch of a running trial, so a long trial is not silence (the final line comes from on_record)."""
+        self.partial[number] = epoch / max(epochs, 1)
         if epoch < epochs:
             self._line(number, f"… epoch {epoch}/{epochs}", "", f"{value:.4f}" if value is not None else "-")
 
@@ -104,7 +107,10 @@ class LiveView:
         left = max(budget.trials - done, 0)
         if not left:
             return "0s"
-        return format_duration(elapsed / self.mine * left) if self.mine else "?"
+        # trials' worth of work this process did, the epochs of its running trials counted: an ETA from the first
+        # epoch on, not only after the first trial
+        worth = self.mine + sum(self.partial.values())
+        return format_duration(elapsed / worth * (left - sum(self.partial.values()))) if worth else "?"
 
 
 def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejected: int = 0) -> list[str]:
