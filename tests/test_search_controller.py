@@ -610,7 +610,8 @@ def test_a_search_on_your_own_data_carries_its_columns_to_every_trial(tmp_path):
     folder = tmp_path / "data" / "reviews"
     folder.mkdir(parents=True)
     for split in ("train", "validation"):
-        (folder / f"{split}.jsonl").write_text('{"review": "fine", "sentiment": "pos"}\n' * 4)
+        (folder / f"{split}.jsonl").write_text(('{"review": "fine", "sentiment": "pos"}\n'
+                                                '{"review": "dull", "sentiment": "neg"}\n') * 2)
     own = {"text_columns": ["review"], "label_column": "sentiment", "label_names": ["neg", "pos"]}
     study, control = make(tmp_path, task="reviews", custom_task=own, data_dir=str(tmp_path / "data"), budget=2)
     assert (control.plan.task, control.plan.metric, control.plan.num_labels) == ("reviews", "accuracy", 2)

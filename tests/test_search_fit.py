@@ -71,3 +71,11 @@ def test_a_trial_budget_names_only_the_portfolio_members_it_runs(tmp_path, sst2_
     twenty = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 20))
     assert _portfolio_plan(twenty).startswith("1 baseline(s), then the portfolio's first 9 configurations")
     assert _portfolio_plan(twenty).endswith(", then the sampler")
+
+
+def test_a_wall_time_budget_promises_the_portfolios_first_and_as_many_more_as_the_time_allows(tmp_path, sst2_dir,
+                                                                                           tiny_model_dir):
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1h"))
+    text = _portfolio_plan(plan)
+    assert text.startswith("1 baseline(s), then the portfolio's first configuration (to the end), then as many of "
+                           f"its next {plan.portfolio_size - 1} as the time allows")

@@ -197,8 +197,9 @@ def _portfolio_plan(plan: SearchPlan) -> str:
             f"the portfolio's first {plan.portfolio_size} configurations (early stopping halves them; the first " \
             f"trains to the end)"
         return f"{base}{first}" + (", then the sampler" if left > 0 else "")
-    return (f"{base}the portfolio's first configuration (to the end), then as many of its next "
-            f"{plan.portfolio_size - 1} as the time allows (early stopping halves them), then the sampler")
+    rest = f", then as many of its next {plan.portfolio_size - 1} as the time allows (early stopping halves " \
+        f"them)" if plan.portfolio_size > 1 else ""
+    return f"{base}the portfolio's first configuration (to the end){rest}, then the sampler"
 
 
 def _trials(count: int) -> str:
