@@ -93,7 +93,8 @@ def test_the_readme_quickstart_on_the_shared_1000_row_sst2_file_is_refused_in_on
 
 def test_what_was_inferred_is_one_line_and_a_small_dev_split_is_warned_of(sst2_dir, glue_dir):
     small = check_task_data(get_task("sst2"), sst2_dir, "full")
-    assert small.line() == "data: text sentence, label 'label' (2 classes: negative, positive); train 58 · dev 6 · test 32"
+    assert small.line() == ("data: text sentence, label 'label' (2 classes: negative, positive); "
+                            "train 58 · dev 6 · test 32")
     assert small.warning().startswith("warning: the dev split has 6 rows: a dev accuracy has a standard error of up "
                                       "to 0.20")
     rte = check_task_data(get_task("rte"), glue_dir, 100)

@@ -57,8 +57,8 @@ def fit_time_budget(plan, records=()):
         return plan
     if budget < first:
         raise UserError(f"--budget {plan.budget} cannot hold the portfolio's first configuration: a trial takes about "
-                        f"{format_duration(first)} ({estimate.how}); give --budget {_minutes(first + baselines)} or more to "
-                        f"run it and the baseline(s)")
+                        f"{format_duration(first)} ({estimate.how}); give --budget {_minutes(first + baselines)} or "
+                        f"more to run it and the baseline(s)")
     note = (f"budget {plan.budget}: the portfolio's first configuration alone (about {format_duration(first)}, "
             f"{estimate.how}); --budget {_minutes(first + baselines)} runs {', '.join(plan.baselines)} too")
     return dataclasses.replace(plan, baselines=[], fit_note=note)
