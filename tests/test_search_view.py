@@ -22,3 +22,23 @@ def test_swept_baselines_say_what_the_sweeps_cost():
     line = baseline_cost([trial("lora", 40.0, sweep=12.0), trial("adapter", 40.0, sweep=8.0), trial(seconds=20.0)])
     assert line == "baselines: 2 trials, 1m20s (80% of the trial time; 20s of it choosing learning rates) · " \
                    "searched: 1 trial, 20s"
+
+
+def test_the_eta_counts_the_epochs_of_the_first_trial_before_it_ends(monkeypatch):
+    from autopelt.search import view
+    from autopelt.search.budget import TrialBudget
+
+    study = SimpleNamespace(get_trials=lambda deepcopy=False: [])
+    live = view.LiveView(study, SimpleNamespace(budget=TrialBudget(4)), echo=lambda line: None)
+    assert live._eta(10.0) == "?"
+    monkeypatch.setattr(view.LiveView, "_line", lambda self, *args: None)
+    live.on_progress(0, 1, 2, 0.7)  # half of the first trial in 10 s: 3.5 trials left at 20 s a trial
+    assert live._eta(10.0) == "1m10s"
+
+
+def test_a_rate_is_said_swept_only_where_the_trial_swept_rates():
+    from autopelt.search.view import _rate
+
+    swept = SimpleNamespace(learning_rate=3e-3, lr_choice={"how": "sweep", "candidates": {"1e-3": {}, "3e-3": {}}})
+    given = SimpleNamespace(learning_rate=3e-3, lr_choice={"how": "given"})
+    assert _rate(swept) == ", lr 0.003, chosen by a sweep of 2" and _rate(given) == ", lr 0.003"

@@ -85,7 +85,7 @@ def test_ties_break_the_same_way_in_summary_export_report_and_dashboard(old_url,
     """Dev metric, then fewer stored parameters, then the earlier trial (the summary used to keep the earliest)."""
     study = old_study(old_url, name)
     summary = summary_lines(study, plan_of(study, old_url), seconds=1.0)
-    assert f"best: #{TIED} lora r1 (0.101% params): dev accuracy 0.8000, test 0.7900" in summary
+    assert f"best: #{TIED} lora r1 (0.101% params): dev accuracy 0.8000, test accuracy 0.7900" in summary
     assert [t.number for t in pick_trials(study, None, pareto=False)] == [TIED]  # what `autopelt export` writes
     assert collect(study).header.best.number == TIED  # the report's headline
     assert collect(study).top[0].number == TIED

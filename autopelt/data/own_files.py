@@ -39,7 +39,7 @@ def task_from_files(name: str, train_file: str, validation_file: str, given: dic
     text = given.get("text_columns") or infer_text_columns(rows, columns, label, train_file)
     fields = {"text_columns": list(text), "label_column": label,
               "files": {"train": str(train), "validation": str(validation)}}
-    return {**fields, **_labels(rows, label, given)}
+    return {**fields, **_labels(rows, label, given, train_file)}
 
 
 def infer_text_columns(rows: list[dict], columns: list[str], label: str, source: str) -> tuple[str, ...]:
@@ -54,13 +54,16 @@ def infer_text_columns(rows: list[dict], columns: list[str], label: str, source:
     raise UserError(f"{source}: cannot tell the text column(s) among {', '.join(columns)}; pass --text-columns")
 
 
-def _labels(rows: list[dict], label: str, given: dict) -> dict:
+def _labels(rows: list[dict], label: str, given: dict, source: str) -> dict:
     if given.get("regression"):
         return {"regression": True}
     if given.get("label_names") or given.get("num_labels"):
         return {"num_labels": given.get("num_labels"), "label_names": given.get("label_names")}
     values = {row.get(label) for row in rows}
     values.discard(None)
+    if len(values) == 1:
+        raise UserError(f"{source}: the label column {label!r} has a single value, {next(iter(values))!r}; a "
+                        "classifier needs at least two classes (--label-column names another column)")
     if all(_is_number(v) for v in values):
         numbers = {float(v) for v in values}
         if all(n.is_integer() and n >= 0 for n in numbers):

@@ -72,6 +72,7 @@ def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name:
     try:
         for name in ("delta.json", "delta.safetensors"):
             shutil.copy2(delta_dir / name, staging / name)
+        _portable_base_model(staging / "delta.json")
         metrics = _metrics(result, trial, study_name)
         if reseed:
             metrics["reseed"] = reseeded(result["settings"], reseed, staging / "seeds")
@@ -85,6 +86,17 @@ def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def _portable_base_model(header_file: Path) -> None:
+    """The exported delta names its base model by a name that loads elsewhere (models.portable_name), not a folder
+    inside this machine's virtualenv."""
+    from autopelt.models import portable_name
+
+    header = json.loads(header_file.read_text())
+    if header.get("base_model"):
+        header["base_model"] = portable_name(header["base_model"])
+        header_file.write_text(json.dumps(header, indent=2, default=str))
 
 
 def reseeded(settings: dict, seeds: int, work_dir: Path) -> dict:

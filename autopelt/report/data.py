@@ -98,6 +98,8 @@ class Row:
     seconds: float | None
     note: str
     vs_searched: float | None = None  # dev - the best searched trial's dev (baselines only)
+    phase: str = ""  # which step of the search ran it (TrialRecord.phase): "portfolio #1", "baseline lora", …
+    dev_of: str = ""  # what `dev` is when not one seed's: "mean of 2 seeds"
 
 
 def row(trial: TrialRecord, metric: str) -> Row:
@@ -105,7 +107,8 @@ def row(trial: TrialRecord, metric: str) -> Row:
         number=trial.number, name=trial.baseline or "searched", state=trial.state.name,
         summary=trial.summary or "?", dev=trial.dev_value, test=trial.test_value(metric),
         params_pct=trial.params_pct, params_stored=trial.params_stored, fidelity=trial.fidelity_text,
-        seconds=trial.seconds, note=_note(trial) if trial.state in FINISHED else "",
+        seconds=trial.seconds, note=_note(trial) if trial.state in FINISHED else "", phase=trial.phase,
+        dev_of=trial.dev_of,
     )
 
 

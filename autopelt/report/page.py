@@ -114,8 +114,9 @@ def _best_html(header: Header) -> str:
     best = header.best
     if best is None:
         return '<div class="best">No trial has completed at full fidelity yet.</div>'
-    kind = f"baseline {best.name}" if best.name != "searched" else "searched"
-    scores = [f"dev {e(header.dev_label or header.metric)} <b>{_num(best.dev)}</b>"]
+    kind = best.phase or (f"baseline {best.name}" if best.name != "searched" else "searched")
+    of = f" ({e(best.dev_of)})" if best.dev_of else ""
+    scores = [f"dev {e(header.dev_label or header.metric)} <b>{_num(best.dev)}</b>{of}"]
     if best.test is not None:
         scores.append(f"test {e(header.metric)} <b>{_num(best.test)}</b>")
     if best.params_pct is not None:
@@ -135,7 +136,7 @@ def rows_table(rows: list[Row], metric: str, test_metric: str | None = None) -> 
             f"<th class='num'>test {e(test_metric or metric)}</th><th class='num'>epochs</th><th class='num'>seconds</th></tr>")
     body = "".join(
         f"<tr class='{'searched' if r.name == 'searched' else 'baseline'}'><td class='num'>{rank}</td>"
-        f"<td class='num'>#{r.number}</td><td class='kind'>{e(r.name)}</td><td>{e(r.summary)}</td>"
+        f"<td class='num'>#{r.number}</td><td class='kind'>{e(r.phase or r.name)}</td><td>{e(r.summary)}</td>"
         f"<td class='num'>{'' if r.params_pct is None else f'{r.params_pct:.3g}'}</td>"
         f"<td class='num'>{'' if r.params_stored is None else f'{r.params_stored:,}'}</td>"
         f"<td class='num'>{_num(r.dev)}</td><td class='num'>{_num(r.test)}</td><td class='num'>{e(r.fidelity)}</td>"

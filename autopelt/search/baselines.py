@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.delta.presets import PRESETS
 from autopelt.delta.spec import with_pooling
-from autopelt.search.claims import LATE_BASELINE, baseline_covered
+from autopelt.search.claims import LATE_BASELINE, baseline_alive, baseline_covered
 from autopelt.study.record import queued_baseline, read
 
 WALL_SHARE = 0.5  # of a wall-time budget in which baselines may start
@@ -42,11 +42,11 @@ def baseline_hparams(name: str, epochs: int, learned: dict[str, float] | None = 
 
 
 def enqueue_missing(study: optuna.Study, names: list[str], params_of: Callable[[str], dict | None]) -> list[str]:
-    """Queue each baseline no trial stands for yet, with the search space's parameters that draw its preset when
-    the space can (`params_of`), so that the sampler learns from the baselines as from any trial; the names
-    queued."""
+    """Queue each baseline that no trial is queued, running or trained for (one that failed, in an earlier run
+    with a wrong --data-dir say, runs again), with the search space's parameters that draw its preset when the
+    space can (`params_of`), so that the sampler learns from the baselines as from any trial; the names queued."""
     trials = study.get_trials(deepcopy=False)
-    missing = [name for name in names if not baseline_covered(name, trials)]
+    missing = [name for name in names if not baseline_alive(name, trials)]
     for name in missing:
         params = params_of(name)
         study.enqueue_trial(params or {}, user_attrs=queued_baseline(name, drawn=params is not None))

@@ -74,3 +74,9 @@ def covers(trial: FrozenTrial) -> bool:
 def baseline_covered(name: str, trials: Iterable[FrozenTrial], below: int | None = None) -> bool:
     """A trial of baseline `name` (numbered below `below`, if given) covers it: it needs no other."""
     return any(read(t).baseline == name and covers(t) and (below is None or t.number < below) for t in trials)
+
+
+def baseline_alive(name: str, trials: Iterable[FrozenTrial], below: int | None = None) -> bool:
+    """A trial of baseline `name` (numbered below `below`, if given) is queued, running or trained: another would
+    be a duplicate. One that failed, whatever the reason, leaves the baseline to be run again."""
+    return any(t.state in ALIVE and read(t).baseline == name and (below is None or t.number < below) for t in trials)

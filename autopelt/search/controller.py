@@ -161,7 +161,7 @@ class Controller:
             if not finalist and not self._ends_before_room(trial, trials):
                 self._fail(trial, claims.BUDGET_REACHED)
                 continue
-            if baseline and claims.baseline_covered(baseline, trials, below=trial.number):
+            if baseline and claims.baseline_alive(baseline, trials, below=trial.number):
                 self._fail(trial, claims.DUPLICATE_BASELINE)
                 continue
             ticket = self._plan_trial(trial, baseline)
@@ -252,10 +252,11 @@ class Controller:
         """Whether the trial the study asks next can end before the room, with the margin: a queued refinement at
         its own expected time (one that cannot is skipped for the next queued one that can, `_ends_before_room`),
         any other trial at the study's median trial. A baseline always starts (in the first half of the budget,
-        baselines.py): the study is compared with it."""
+        baselines.py): the study is compared with it; so does the portfolio's first configuration."""
         waiting = sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: t.number)
-        if waiting and record.baseline_of(waiting[0]):
-            return True  # what the study asks next (Optuna pops the oldest queued trial)
+        if waiting and (record.baseline_of(waiting[0]) or record.portfolio_of(waiting[0]).get("rank") == 0):
+            return True  # what the study asks next (Optuna pops the oldest queued trial): the portfolio's first
+            #              is the prior's favourite, which the budget was checked to hold (fit.py)
         records = [record.read(t) for t in trials]
         for trial in waiting:
             if not record.is_refinement(trial):

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from autopelt.errors import UserError
-from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
+from autopelt.search.budget import (Budget, ParamLimit, TimeBudget, TrialBudget, parse_budget,
+                                    parse_max_params)
 from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
 from autopelt.train.settings import PRECISIONS, TrialSettings
 
@@ -82,11 +83,18 @@ class SearchPlan:
     gpu_note: str = ""  # how many trials share a GPU, and why, in one line (a local GPU machine without the flag)
     pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
     generation: bool = False  # a generation task: trials train the language model; dev is minus the dev loss
+    fit_note: str = ""  # what a wall-time budget left out of the plan, and why (search/fit.py)
+    data: Any = None  # autopelt.data.check.DataCheck: the splits as every trial reads them (None: a generation task)
 
     @property
     def dev_label(self) -> str:
         """What the study's first objective is, as shown: the dev metric, or `-loss` for a generation task."""
         return "-loss" if self.generation else self.metric
+
+    @property
+    def dev_heading(self) -> str:
+        """The live table's dev column: `dev accuracy`, or `-dev loss` for a generation task."""
+        return "-dev loss" if self.generation else f"dev {self.metric}"
 
     @property
     def num_layers(self) -> int:
@@ -106,7 +114,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     fetched into the hub's cache: its config, and how it is pooled)."""
     from autopelt.data.generation import GenerationTask
     from autopelt.delta.presets import BASELINES
-    from autopelt.models import load_config, own_pooling
+    from autopelt.models import check_model_folder, load_config, load_tokenizer, own_pooling
     from autopelt.search.space import load_space
 
     budget = parse_budget(options.budget)
@@ -130,6 +138,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     check_storage(storage)
     num_labels = 2 if generation else task.num_labels  # a generation trial's model has no task head
     model_config = load_config(model, num_labels)
+    check_model_folder(model)  # weights and a tokenizer: without them every trial fails
+    load_tokenizer(model)
     if generation:
         from autopelt.train.generate import check_generator
 
@@ -146,8 +156,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    if data_dir is None and not generation and not task.files:  # last: the slowest check (online, a download)
-        _check_hub_data(task)
+    # last: the slowest check (the hub: online, a download)
+    data = None if generation else _check_data(task, data_dir, options)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,
         num_labels=num_labels, model=model, model_config=model_config, space=space, budget=budget,
@@ -158,7 +168,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         pooling=_baseline_pooling(own_pooling(model), space),
         finalists=finalists, portfolio=portfolio, portfolio_size=portfolio_size, portfolio_note=portfolio_note,
         gpu_note=gpu_note,
-        generation=generation,
+        generation=generation, data=data,
     )
 
 
@@ -191,7 +201,7 @@ def _task_features(task, data_dir, model: str, k: int | None):
 
 def _portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
     """All its members on a wall-time budget (early stopping sorts them); on a trial budget at most half of it,
-    less the baselines, so that the sampler still draws."""
+    less the baselines, so that the sampler still draws, and at least the first (`baselines_for` leaves it room)."""
     if portfolio is None:
         return 0
     if isinstance(budget, TimeBudget):
@@ -266,19 +276,20 @@ def _model(name: str | None) -> str:
     return str(Path(model).resolve()) if Path(model).exists() else model
 
 
-def _check_hub_data(task) -> None:
-    """Load the task from the hub once, here: offline, that is one clear error before the study exists, not a
-    failure per trial; online, the workers then find the data in the `datasets` cache."""
+def _check_data(task, data_dir: str | None, options: SearchOptions):
+    """The task's data as every trial will read it (`autopelt.data.check`): a file, column, label, K or dev size
+    that would fail every trial is one UserError now, before the study exists. Hub data is loaded once here:
+    offline, that is one clear error; online, the workers then find it in the `datasets` cache."""
     import logging
 
-    from autopelt.data import load_task_splits
+    from autopelt.data.check import check_task_data
 
     loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)  # the hub client logs every retry of an unreachable host
     try:
-        load_task_splits(task, None)
+        return check_task_data(task, data_dir, options.k or "full", seed=options.seed)
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
@@ -392,12 +403,13 @@ def _gpu_bytes() -> int:
 
 def baselines_for(budget: Budget, with_portfolio: bool = False) -> list[str]:
     """The study's baselines: all of them, or on a trial budget at most half of it (the first ones), so that a
-    study always searches. With a portfolio, UniPELT(APL) alone: the single methods at their papers' structure
+    study always searches. With a portfolio, UniPELT(APL) alone (none on a budget of one trial, which the
+    portfolio's first configuration takes): the single methods at their papers' structure
     did not earn their cost across the meta-dataset's tasks (docs/portfolio.md)."""
     from autopelt.delta.presets import BASELINES
 
-    if with_portfolio:
-        return list(BASELINES[:1])
+    if with_portfolio:  # a budget of one trial runs the portfolio's first configuration, the prior's favourite
+        return list(BASELINES[:1]) if not isinstance(budget, TrialBudget) or budget.trials >= 2 else []
     if isinstance(budget, TimeBudget):
         return list(BASELINES)
     return list(BASELINES[: max(1, budget.trials // 2)])
@@ -405,7 +417,9 @@ def baselines_for(budget: Budget, with_portfolio: bool = False) -> list[str]:
 
 def study_name_for(task: str, model: str, space, k: int | None, multi_objective: bool) -> str:
     """`rte-all-MiniLM-L6-v2-default-1a2b3c4d`: same task, model, space file and protocol -> same study."""
-    parts = [task, model_short(model), space.name, str(space.fingerprint)[:8]]
+    from autopelt.models import model_name
+
+    parts = [task, model_short(model_name(model)), space.name, str(space.fingerprint)[:8]]
     if k:
         parts.append(f"k{k}")
     if multi_objective:

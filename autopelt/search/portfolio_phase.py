@@ -9,12 +9,14 @@ from typing import Callable
 
 import optuna
 
+from autopelt.search.claims import ALIVE
 from autopelt.study.record import attrs, portfolio_of
 
 
 def enqueue_missing(study: optuna.Study, members, params_of: Callable) -> list[str]:
-    """Queue each member no trial stands for yet; the names queued."""
-    have = {portfolio_of(t).get("name") for t in study.get_trials(deepcopy=False)}
+    """Queue each member that no trial is queued, running or trained for (one that failed in an earlier run runs
+    again, ahead of the sampler); the names queued."""
+    have = {portfolio_of(t).get("name") for t in study.get_trials(deepcopy=False) if t.state in ALIVE}
     queued = []
     for rank, member in enumerate(members):
         if member.name in have:

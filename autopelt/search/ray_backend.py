@@ -212,6 +212,17 @@ def _tune_environment() -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    tune_log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, NoRestoreHint) for f in tune_log.filters):
+        tune_log.addFilter(NoRestoreHint())
+
+
+class NoRestoreHint(logging.Filter):
+    """Drops Tune's "Resume experiment with: Tuner.restore(...)" after Ctrl-C: an autopelt search resumes by running
+    the same command again (the search says so itself), never through Tune's experiment state."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tuner.restore(" not in record.getMessage()
 
 
 def _trial_name(trial) -> str:

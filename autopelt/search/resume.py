@@ -30,16 +30,21 @@ def study_info(plan: SearchPlan) -> StudyInfo:
     )
 
 
-def check_existing(plan: SearchPlan) -> None:
-    """UserError if the plan's study exists for another task, space, ... Reads only (a missing SQLite file
-    stays missing)."""
+def check_existing(plan: SearchPlan) -> list:
+    """UserError if the plan's study exists for another task, space, ...; else its trials' records (none for a new
+    study). Reads only (a missing SQLite file stays missing)."""
+    from autopelt.study.record import read_all
+
     path = sqlite_path(plan.storage)
     if path is not None and not path.exists():
-        return
+        return []
     storage = _open(plan.storage, write_ahead_log=False)
     try:
-        if plan.study_name in optuna.get_all_study_names(storage):
-            check_same(optuna.load_study(study_name=plan.study_name, storage=storage), plan)
+        if plan.study_name not in optuna.get_all_study_names(storage):
+            return []
+        study = optuna.load_study(study_name=plan.study_name, storage=storage)
+        check_same(study, plan)
+        return read_all(study)
     finally:
         storage.engine.dispose()
 

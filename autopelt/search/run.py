@@ -17,12 +17,13 @@ from typing import Callable
 import optuna
 
 from autopelt.search.controller import Controller, SearchStopped
+from autopelt.search.fit import fit_time_budget
 from autopelt.search.plan import SearchOptions, SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat
 from autopelt.search.resume import check_existing, open_study
 from autopelt.search.view import LiveView, summary_lines
 from autopelt.study import answers
-from autopelt.study.record import TrialRecord, read_all
+from autopelt.study.record import TrialRecord, read_all, write_answer
 
 __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
 
@@ -31,7 +32,8 @@ __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
 class SearchOutcome:
     study: optuna.Study
     plan: SearchPlan
-    best: TrialRecord | None  # the best answer trial (autopelt/study/answers.py)
+    best: TrialRecord | None  # the best answer trial (autopelt/study/answers.py); its dev_value is the value it
+    #                           was ranked by, as the summary, the report and the dashboard show it (dev_of says which)
     pareto: list[TrialRecord]  # multi-objective studies only: the Pareto front, smallest delta first
     recorded: int  # trained trials this process recorded
     rejected: int  # deltas over --max-params this process refused
@@ -44,7 +46,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     search cannot go on (every trial failing, every delta over --max-params)."""
     started = time.monotonic()
     plan = prepare(options)
-    check_existing(plan)
+    plan = fit_time_budget(plan, check_existing(plan))  # before the study: a budget too short is bad input too
     from autopelt.search.ray_backend import ray_session, run_trials  # Ray only once every input is sound
 
     with ray_session(plan):  # before the study: an unreachable cluster is bad input too
@@ -65,15 +67,20 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     if not interrupted:
         from autopelt.search.answer_test import score_answers
 
+        best = answers.best(read_all(study))
+        if best is not None and not best.test:  # a generation task generates for every test input: minutes
+            echo(f"scoring the answer, #{best.number}, on the test split from its saved delta …")
         score_answers(study)  # the answer's test, from its saved delta (its trial trained without it)
+    records = read_all(study)
+    best = answers.best(records)
+    write_answer(study, best, plan.metric)  # the dashboard's copy of the answer the summary prints
     seconds = time.monotonic() - started
     for line in summary_lines(study, plan, seconds, controller.rejected):
         echo(line)
     if controller.error:
         raise SearchStopped(controller.error)
-    records = read_all(study)
     return SearchOutcome(
-        study=study, plan=plan, best=answers.best(records),
+        study=study, plan=plan, best=best,
         pareto=answers.pareto_front(records) if len(study.directions) > 1 else [],
         recorded=len(controller.finished), rejected=controller.rejected, interrupted=interrupted, seconds=seconds,
     )

@@ -19,9 +19,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from optuna.trial import TrialState
-
-from autopelt.numbers import is_finite_number
+from autopelt.study import record
 from autopelt.study.record import TrialRecord
 
 
@@ -49,14 +47,7 @@ def maximizes(study) -> bool:
 def seed_devs(records: Iterable[TrialRecord]) -> dict[int, list[float]]:
     """{trial number: its dev metric and those of its finished confirmations, seed by seed} for every answer trial
     that has at least one (confirm.py); other trials are absent."""
-    records = list(records)
-    again: dict[int, list[float]] = {}
-    for r in records:
-        trial = r.confirms.get("trial")
-        if isinstance(trial, int) and r.state == TrialState.COMPLETE and r.full_fidelity and r.values \
-                and is_finite_number(r.values[0]):
-            again.setdefault(trial, []).append(float(r.values[0]))
-    return {r.number: [float(r.values[0]), *again[r.number]] for r in records if r.is_answer and r.number in again}
+    return record.seed_devs(records)
 
 
 def dev_score(record: TrialRecord, devs: dict[int, list[float]]) -> float:

@@ -71,6 +71,8 @@ class TrialRecord:
     portfolio: dict = field(default_factory=dict)  # {"name", "rank"}: a portfolio member this trial trains
     confirms: dict = field(default_factory=dict)  # {"trial", "seed"}: that trial's delta, rate and batch again
     #                                               with another training seed (confirm.py); never an answer
+    # not an attribute: read from the trials that confirm this one (`read_all`)
+    dev_seeds: tuple[float, ...] = ()  # its dev metric seed by seed, its own first, where it was trained again
 
     @property
     def is_answer(self) -> bool:
@@ -81,10 +83,32 @@ class TrialRecord:
 
     @property
     def dev_value(self) -> float | None:
-        """The dev metric: the first objective when COMPLETE, else the last one reported during training."""
+        """The dev metric the study ranks it by, as every reader shows it: the mean over seeds of a trial trained
+        again (`dev_seeds`), else the first objective when COMPLETE, else the last one reported during training."""
+        if len(self.dev_seeds) > 1:
+            return sum(self.dev_seeds) / len(self.dev_seeds)
         if self.state == TrialState.COMPLETE and self.values and is_finite_number(self.values[0]):
             return float(self.values[0])
         return self.intermediate[max(self.intermediate)] if self.intermediate else None
+
+    @property
+    def dev_of(self) -> str:
+        """What `dev_value` is: "mean of 2 seeds" where it was trained again, else ""."""
+        return f"mean of {len(self.dev_seeds)} seeds" if len(self.dev_seeds) > 1 else ""
+
+    @property
+    def phase(self) -> str:
+        """Which step of the search ran it: "baseline unipelt_apl", "portfolio #1" (its rank, from 1), "refined
+        lora", "finalist #3 again", or "searched" (drawn by the sampler)."""
+        if self.baseline:
+            return f"baseline {self.baseline}"
+        if is_finite_number(self.portfolio.get("rank")):
+            return f"portfolio #{int(self.portfolio['rank']) + 1}"
+        if self.refines.get("baseline"):
+            return f"refined {self.refines['baseline']}"
+        if is_finite_number(self.confirms.get("trial")):
+            return f"#{self.confirms['trial']} again"
+        return "searched"
 
     def test_value(self, metric: str) -> float | None:
         value = self.test.get(metric)
@@ -116,7 +140,7 @@ class TrialRecord:
 
 
 OPTUNA_FIELDS = ("number", "state", "values", "params", "distributions")
-ATTRIBUTES = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - set(OPTUNA_FIELDS)
+ATTRIBUTES = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - set(OPTUNA_FIELDS) - {"dev_seeds"}
 
 
 # -- reading ---------------------------------------------------------------------------------------------------
@@ -186,7 +210,22 @@ def read_all(study) -> list[TrialRecord]:
     later = study.user_attrs.get(LATER_TESTS)
     later = later if isinstance(later, dict) else {}
     records = [read(trial) for trial in study.get_trials(deepcopy=False)]
-    return [_with_later(r, _mapping(later.get(str(r.number)))) if str(r.number) in later else r for r in records]
+    records = [_with_later(r, _mapping(later.get(str(r.number)))) if str(r.number) in later else r for r in records]
+    devs = seed_devs(records)
+    return [dataclasses.replace(r, dev_seeds=tuple(devs[r.number])) if r.number in devs else r for r in records]
+
+
+def seed_devs(records) -> dict[int, list[float]]:
+    """{trial number: its dev metric and those of its finished confirmations, seed by seed} for every answer trial
+    that has at least one (confirm.py); other trials are absent."""
+    records = list(records)
+    again: dict[int, list[float]] = {}
+    for r in records:
+        trial = r.confirms.get("trial")
+        if isinstance(trial, int) and r.state == TrialState.COMPLETE and r.full_fidelity and r.values \
+                and is_finite_number(r.values[0]):
+            again.setdefault(trial, []).append(float(r.values[0]))
+    return {r.number: [float(r.values[0]), *again[r.number]] for r in records if r.is_answer and r.number in again}
 
 
 def _with_later(record: TrialRecord, scores: dict) -> TrialRecord:
@@ -194,6 +233,21 @@ def _with_later(record: TrialRecord, scores: dict) -> TrialRecord:
         return record
     return dataclasses.replace(record, test=_mapping(scores["test"]),
                                extra_tests=_mapping(scores.get("extra_tests")) or record.extra_tests)
+
+
+ANSWER = "answer"  # study attribute: the trial that answers the study, as the search's summary names it
+
+
+def write_answer(study, best: TrialRecord | None, metric: str) -> dict | None:
+    """Record the study's answer as a study attribute, so that the dashboard shows the numbers the summary, the
+    report and the API show: {"trial", "label", "dev" (the value it was ranked by), "dev_of" ("mean of 2 seeds" or
+    "one seed"), "test", "metric"}; None while no trial answers. Returns what it wrote."""
+    answer = None if best is None else {
+        "trial": best.number, "label": best.label, "dev": best.dev_value, "dev_of": best.dev_of or "one seed",
+        "test": best.test_value(metric), "metric": metric,
+    }
+    study.set_user_attr(ANSWER, answer)
+    return answer
 
 
 def add_later_test(study, number: int, test: dict, extra_tests: dict | None = None) -> None:

@@ -1,0 +1,81 @@
+"""Budgets honour the plan: a wall-time budget too short for the portfolio's first configuration is refused before
+any trial, with the time it needs; one that holds it but not the baseline too runs it alone and says so; a trial
+budget names only the portfolio members it runs."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
+
+from autopelt.cli import main
+from autopelt.search import fit
+from autopelt.search.plan import SearchOptions, prepare
+from autopelt.search.view import _portfolio_plan
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def options(tmp_path, sst2_dir, tiny_model_dir, budget) -> SearchOptions:
+    return SearchOptions(task="sst2", budget=budget, model=str(tiny_model_dir), data_dir=str(sst2_dir),
+                         storage=f"sqlite:///{tmp_path}/s.db", out=str(tmp_path / "out"), cpus_per_trial=1)
+
+
+def test_a_budget_a_slow_step_cannot_fill_is_refused_before_any_trial(tmp_path, monkeypatch, capsys, sst2_dir,
+                                                                     tiny_model_dir):
+    monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 30.0)
+    monkeypatch.chdir(tmp_path)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    optuna.create_study(study_name="other", storage=storage)
+    capsys.readouterr()
+    code = main(["search", "--task", "sst2", "--model", str(tiny_model_dir), "--data-dir", str(sst2_dir),
+                 "--budget", "1m", "--storage", storage, "--study-name", "slow"])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    # 58 train rows at the first member's batch of 16: 4 steps an epoch, 3 epochs, and 3 evaluations of the 6 dev
+    # rows at a third of a step: 13 steps of 30 s, and a fifth more (loading, tokenising); the baseline as much again
+    assert "--budget 1m00s cannot hold the portfolio's first configuration: a trial takes about 7m48s (a measured " \
+           "training step: 30 s at batch 16 x" in err[0] and "12 steps); give --budget 16m or more" in err[0], err
+    assert "trial" not in captured.out  # nothing ran
+    assert optuna.get_all_study_names(storage) == ["other"]
+
+
+def test_a_budget_that_holds_the_portfolios_first_alone_runs_it_alone_and_says_so(tmp_path, monkeypatch, sst2_dir,
+                                                                                 tiny_model_dir):
+    monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 3.0)  # 13 x 3 x 1.2: a trial of 47 s
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m"))
+    assert plan.baselines == ["unipelt_apl"] and plan.portfolio is not None
+    fitted = fit.fit_time_budget(plan)
+    assert fitted.baselines == []
+    assert fitted.fit_note.startswith("budget 1m00s: the portfolio's first configuration alone (about 47s, a measured "
+                                      "training step"), fitted.fit_note
+    assert fitted.fit_note.endswith("--budget 2m runs unipelt_apl too")
+    assert fit.fit_time_budget(prepare(options(tmp_path, sst2_dir, tiny_model_dir, "2m"))).baselines == ["unipelt_apl"]
+
+
+def test_a_step_is_measured_on_the_model_itself(tmp_path, sst2_dir, tiny_model_dir):
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1h"))
+    estimate = fit.estimate_trial(plan)
+    assert math.isfinite(estimate.seconds) and 0 < estimate.seconds < 60
+    assert estimate.how.startswith("a measured training step: ")
+
+
+def test_a_trial_budget_names_only_the_portfolio_members_it_runs(tmp_path, sst2_dir, tiny_model_dir):
+    one = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 1))
+    assert one.baselines == [] and one.portfolio_size == 1
+    assert _portfolio_plan(one) == "the portfolio's first configuration"
+    two = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 2))
+    assert _portfolio_plan(two) == "1 baseline(s), then the portfolio's first configuration"
+    twenty = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 20))
+    assert _portfolio_plan(twenty).startswith("1 baseline(s), then the portfolio's first 9 configurations")
+    assert _portfolio_plan(twenty).endswith(", then the sampler")
+
+
+def test_a_wall_time_budget_promises_the_portfolios_first_and_as_many_more_as_the_time_allows(tmp_path, sst2_dir,
+                                                                                           tiny_model_dir):
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1h"))
+    text = _portfolio_plan(plan)
+    assert text.startswith("1 baseline(s), then the portfolio's first configuration (to the end), then as many of "
+                           f"its next {plan.portfolio_size - 1} as the time allows")
