@@ -916,7 +916,7 @@ def test_searched_trials_train_without_test_and_the_answer_is_scored_from_its_sa
     """Test is scored where it is read: a finalist's re-run scores it as it trains (the summary shows it), a
     searched trial does not, and the answer is scored once, after the search, from its saved delta, into its
     result.json and the study (read_all), to what scoring as it trained gives."""
-    from autopelt.search.answer_test import score_answers
+    from autopelt.search.answer_scores import score_answers
     from autopelt.train import run_trial
 
     study, control = make(tmp_path, budget=4, task="sst2", model=str(tiny_model_dir), data_dir=str(sst2_dir),

@@ -26,7 +26,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from autopelt.errors import UserError
-    from autopelt.export.export import export_trial, pick_trials, trial_outputs
+    from autopelt.export.export import export_trial, nothing_learned_note, pick_trials, trial_outputs
     from autopelt.study.storage import load_study, open_existing
 
     if args.reseed < 0:
@@ -40,8 +40,12 @@ def run(args) -> int:
     out = Path(args.out)
     for trial in trials:
         target = out / f"trial-{trial.number}" if args.pareto else out
-        export_trial(trial, target, args.reseed, study.study_name)
+        floors = study.user_attrs.get("floors")
+        export_trial(trial, target, args.reseed, study.study_name, floors)
         print(f"exported trial {trial.number} ({trial.summary or ''}) to {target}")
+        note = nothing_learned_note(floors, trial_outputs(trial)[0])
+        if note:
+            print(note)
     print(f"next: autopelt predict --delta {out / f'trial-{trials[0].number}' if args.pareto else out} --text \"…\"")
     return 0
 

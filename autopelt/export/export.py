@@ -55,12 +55,14 @@ def trial_outputs(trial: TrialRecord) -> tuple[dict, Path]:
     return result, delta_dir
 
 
-def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name: str = "") -> Path:
+def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name: str = "",
+                 floors: dict | None = None) -> Path:
     """Write one trial's export folder (atomically: built beside `out_dir`, then moved into place). A trial
-    trained without its test scores (a search trial) is scored first, from its saved delta."""
+    trained without its test scores (a search trial) is scored first, from its saved delta. `floors`: the study's
+    one-class floors (autopelt/study/floors.py), kept in metrics.json and shown in the model card."""
     result, delta_dir = trial_outputs(trial)
     if not result.get("test") and result.get("status") == "ok":
-        from autopelt.search.answer_test import score_result_dir
+        from autopelt.search.answer_scores import score_result_dir
 
         result["test"], result["extra_tests"] = score_result_dir(trial.result_dir)
     out_dir = Path(out_dir)
@@ -73,7 +75,7 @@ def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name:
         for name in ("delta.json", "delta.safetensors"):
             shutil.copy2(delta_dir / name, staging / name)
         _portable_base_model(staging / "delta.json")
-        metrics = _metrics(result, trial, study_name)
+        metrics = {**_metrics(result, trial, study_name), **({"floors": floors} if floors else {})}
         if reseed:
             metrics["reseed"] = reseeded(result["settings"], reseed, staging / "seeds")
         _write_json(staging / "training.json", {**result["settings"], "score_test": True})
@@ -162,6 +164,13 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
         f"- stored parameters: {params.get('stored', 0):,} ({params.get('stored_pct', 0):.3f}% of the base model)",
         f"- dev: {_fmt(result.get('dev'))}; test (never used for selection): {_fmt(result.get('test'))}",
     ]
+    floors = metrics.get("floors")
+    if floors and floors.get("dev") is not None:
+        lines.append(f"- one-class floor (what learning nothing scores): dev {floors['dev']:.4f}"
+                     + (f", test {floors['test']:.4f}" if floors.get("test") is not None else ""))
+        note = nothing_learned_note(floors, result)
+        if note:
+            lines.append(f"- **{note}**")
     if "reseed" in metrics:
         summary = metrics["reseed"]["summary"]
         lines.append(f"- over {metrics['reseed']['seeds']} seeds: "
@@ -174,6 +183,17 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
     else:
         lines += ["", f"No peft folder: {no_peft}."]
     return "\n".join(lines) + "\n"
+
+
+def nothing_learned_note(floors: dict | None, result: dict) -> str | None:
+    """The nothing-learned line when the trial's dev metric is within noise of the dev floor; else None."""
+    from autopelt.study.floors import Floors, nothing_learned_line
+
+    found = Floors.from_dict(floors)
+    dev = (result.get("dev") or {}).get(result.get("metric") or "")
+    if found is None or found.dev is None or dev is None or found.learned(dev):
+        return None
+    return nothing_learned_line(found, dev, result.get("metric") or "metric")
 
 
 def _fmt(values) -> str:

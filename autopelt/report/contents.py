@@ -36,6 +36,8 @@ class Header:
     best_spec: dict = field(default_factory=dict)  # the delta spec (docs/design.md), to rebuild the best delta
     fail_reasons: list[tuple[str, int]] = field(default_factory=list)  # most common first
     dev_label: str = ""  # what the dev objective is: the metric, or "-loss" in a generation study
+    floors: dict = field(default_factory=dict)  # each split's one-class floor (autopelt/study/floors.py)
+    nothing_learned: str = ""  # the nothing-learned line, when every answer sits at the dev floor
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,19 @@ def header(study: optuna.Study, trials: list[TrialRecord], metric: str, maximize
         best_hparams=dict(best.hparams or best.params) if best else {},
         best_spec=dict(best.spec or {}) if best else {},
         fail_reasons=reasons.most_common(),
+        floors=dict(study.user_attrs.get("floors") or {}),
+        nothing_learned=_nothing_learned(study, trials, metric),
     )
+
+
+def _nothing_learned(study: optuna.Study, trials: list[TrialRecord], metric: str) -> str:
+    from autopelt.study.floors import Floors, nothing_learned_line
+
+    found = Floors.from_dict(study.user_attrs.get("floors"))
+    devs = [t.values[0] for t in trials if t.is_answer and t.values]
+    if found is None or found.dev is None or not devs or any(found.learned(v) for v in devs):
+        return ""
+    return nothing_learned_line(found, max(devs), metric)
 
 
 def protocol_text(protocol) -> str:

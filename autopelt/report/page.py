@@ -119,6 +119,10 @@ def _best_html(header: Header) -> str:
     scores = [f"dev {e(header.dev_label or header.metric)} <b>{_num(best.dev)}</b>{of}"]
     if best.test is not None:
         scores.append(f"test {e(header.metric)} <b>{_num(best.test)}</b>")
+    floors = header.floors
+    if floors.get("dev") is not None:
+        scores.append(f"one-class floor: dev {_num(floors['dev'])}"
+                      + (f", test {_num(floors['test'])}" if floors.get("test") is not None else ""))
     if best.params_pct is not None:
         stored = f" ({best.params_stored:,} stored)" if best.params_stored is not None else ""
         scores.append(f"{best.params_pct:.3g}% params{stored}")
@@ -126,6 +130,7 @@ def _best_html(header: Header) -> str:
     spec = json.dumps(header.best_spec, indent=1) if header.best_spec else ""
     return (f'<div class="best{" baseline" if best.name != "searched" else ""}">Best trial <b>#{best.number}</b> '
             f"({e(kind)}): <b>{e(best.summary)}</b><br>{' · '.join(scores)}"
+            + (f"<br><b>{e(header.nothing_learned)}</b>" if header.nothing_learned else "")
             + (f"<br>hyperparameters: {hparams}" if hparams else "")
             + (f"<details><summary>delta spec</summary><pre>{e(spec)}</pre></details>" if spec else "") + "</div>")
 

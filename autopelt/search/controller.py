@@ -303,7 +303,7 @@ class Controller:
         max_fidelity = int(plan.options.epochs or hparams.get("epochs") or plan.epochs)
         hparams = {**hparams, "epochs": max_fidelity}
         seed = record.confirms(trial).get("seed")
-        # test is scored where it is read (answer_test.py): as it trains for a baseline or a finalist's re-run
+        # test is scored where it is read (answer_scores.py): as it trains for a baseline or a finalist's re-run
         # (the summary sets them beside the answer), after the search for the answer, never for the rest
         settings = self.trial_settings(spec.to_dict(), hparams, plan.out_dir / f"trial-{trial.number:05d}",
                                        seed=seed if isinstance(seed, int) else None,
@@ -352,6 +352,7 @@ class Controller:
             protocol=plan.options.k or "full", seed=plan.options.seed if seed is None else seed,
             data_seed=plan.options.seed,
             precision=plan.options.precision, out_dir=str(out_dir), score_test=score_test,
+            keep_predictions=not plan.generation,  # the ensemble is selected from them (autopelt/ensemble)
             gradient_checkpointing=self._checkpointing(spec),
             **{"backbone_dropout": plan.options.backbone_dropout, **hparams},
         )

@@ -10,6 +10,8 @@ database as it was.
 
 from __future__ import annotations
 
+from autopelt.errors import UserError
+
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -65,7 +67,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
             interrupted = interrupted or bool(controller.running and not _time_up(controller))
             controller.close()
     if not interrupted:
-        from autopelt.search.answer_test import score_answers
+        from autopelt.search.answer_scores import score_answers
 
         best = answers.best(read_all(study))
         if best is not None and not best.test:  # a generation task generates for every test input: minutes
@@ -74,6 +76,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     records = read_all(study)
     best = answers.best(records)
     write_answer(study, best, plan.metric)  # the dashboard's copy of the answer the summary prints
+    record_floors(study, controller)
     seconds = time.monotonic() - started
     for line in summary_lines(study, plan, seconds, controller.rejected):
         echo(line)
@@ -84,6 +87,20 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
         pareto=answers.pareto_front(records) if len(study.directions) > 1 else [],
         recorded=len(controller.finished), rejected=controller.rejected, interrupted=interrupted, seconds=seconds,
     )
+
+
+def record_floors(study, controller: Controller) -> None:
+    """Each split's one-class floor (autopelt/study/floors.py) as the study attribute `floors`, once: the summary,
+    the report and `export` show it beside dev and test. A generation study has none."""
+    from autopelt.study import floors
+
+    if controller.plan.generation or "floors" in study.user_attrs:
+        return
+    settings = controller.trial_settings({"methods": []}, {}, controller.plan.out_dir)
+    try:
+        study.set_user_attr("floors", floors.of_settings(settings).to_dict())
+    except UserError:
+        return
 
 
 def _time_up(controller: Controller) -> bool:

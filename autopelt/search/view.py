@@ -6,6 +6,8 @@ process recorded a trial, and name the same best trial as export and the report 
 
 from __future__ import annotations
 
+from autopelt.errors import UserError
+
 import shlex
 import time
 from typing import Callable
@@ -128,6 +130,7 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     best = answers.best(trials)
     devs = answers.seed_devs(trials)
     lines.append(f"best: {_trial_text(best, plan, devs)}" if best else "best: no trial completed yet")
+    lines += floor_lines(study, trials, best, plan)
     if best is not None and best.portfolio.get("rank") == 0:
         lines.append("  (the portfolio's first configuration: another trial answers only if its dev beats it by more "
                      "than a standard error)")
@@ -143,9 +146,45 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     if baselines:
         lines.append(baseline_cost(trials))
         lines += baselines
+    lines += ensemble_lines(study, plan)
     lines.append("next:")
     lines += [f"  {command}" for command in next_commands(plan, answered=best is not None)]
     return lines
+
+
+def floor_lines(study: optuna.Study, trials: list, best, plan: SearchPlan) -> list[str]:
+    """Each split's one-class floor beside the answer; the nothing-learned line when every finished trial's dev
+    value is within noise of it (autopelt/study/floors.py)."""
+    from autopelt.study.floors import Floors, nothing_learned_line
+
+    found = Floors.from_dict(study.user_attrs.get("floors"))
+    if found is None or found.dev is None or best is None:
+        return []
+    what = "predicting the mean" if plan.metric in ("pearson", "spearman") else "predicting one class"
+    line = f"  one-class floor ({what}): dev {plan.metric} {found.dev:.4f}"
+    line += f", test {plan.metric} {found.test:.4f}" if found.test is not None else ""
+    devs = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values]
+    if devs and not any(found.learned(value) for value in devs):
+        return [line, nothing_learned_line(found, max(devs), plan.metric)]
+    return [line]
+
+
+def ensemble_lines(study: optuna.Study, plan: SearchPlan) -> list[str]:
+    """The ensemble of the study's finished trials (autopelt/ensemble/study.py), beside the single answer."""
+    if plan.generation:
+        return []
+    from autopelt.ensemble.study import study_ensemble
+    from autopelt.export.ensemble import study_trial_dirs
+
+    try:
+        chosen = study_ensemble(study_trial_dirs(study))
+    except UserError:
+        return []
+    if len(chosen.members) < 2:
+        return []
+    hint = (f"  export it: autopelt export --study {shlex.quote(plan.study_name)} --ensemble "
+            f"--out {shlex.quote(plan.study_name)}-ensemble") if chosen.answers else None
+    return chosen.lines() + ([hint] if hint else [])
 
 
 def next_commands(plan: SearchPlan, answered: bool = True) -> list[str]:
