@@ -224,7 +224,8 @@ def train_delta(task: str, spec, *, k: int | None = None, progress: bool = True,
     from autopelt.delta.presets import PRESETS
     from autopelt.train import TrialSettings
     from autopelt.models import read_as_trained
-    from autopelt.train.command import check_inputs, with_progress
+    from autopelt.train.checks import check_inputs
+    from autopelt.train.progress import with_progress
 
     if isinstance(spec, str) and spec in PRESETS:  # as `autopelt train --preset` reads it
         spec = read_as_trained(PRESETS[spec], settings.get("model"))

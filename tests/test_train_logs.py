@@ -14,7 +14,7 @@ import pytest
 from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 
 from autopelt import cli
-from autopelt.train import command
+from autopelt.train import progress as progress_module
 
 STEPS_PER_EPOCH = 15  # 58 training rows of the synthetic SST-2 in batches of 4
 
@@ -32,11 +32,14 @@ def test_off_a_terminal_train_prints_one_line_per_epoch_and_no_bar(tiny_model_di
     output = done.stdout + done.stderr
     assert "\r" not in output and "step/s" not in output  # no progress bar
     lines = output.strip().splitlines()
-    progress = lines[: lines.index("sst2 · lora r2 · seed 0")]
+    before = lines[: lines.index("sst2 · lora r2 · seed 0")]
+    echoed = [line for line in before if not line.startswith("epoch ")]  # what was inferred, a small dev's warning
+    assert [line.split(":")[0] for line in echoed] == ["data", "warning"]
+    progress = [line for line in before if line.startswith("epoch ")]
     assert [line.split(":")[0] for line in progress] == [f"epoch 1 step {STEPS_PER_EPOCH}/{2 * STEPS_PER_EPOCH}",
                                                           f"epoch 2 step {2 * STEPS_PER_EPOCH}/{2 * STEPS_PER_EPOCH}"]
     assert all(": dev accuracy " in line for line in progress)
-    assert len(lines) == len(progress) + 7  # the summary: title, data, training, params, dev, test, time lines
+    assert len(lines) == len(before) + 7  # the summary: title, data, training, params, dev, test, time lines
 
 
 @pytest.mark.slow
@@ -54,7 +57,7 @@ def test_on_a_terminal_train_draws_its_bar(tiny_model_dir, sst2_dir):
 
 
 def test_a_long_epoch_off_a_terminal_says_it_is_alive(tiny_model_dir, sst2_dir, monkeypatch, capsys):
-    monkeypatch.setattr(command, "QUIET_LINE_SECONDS", 0.0)  # every step counts as "a while since the last line"
+    monkeypatch.setattr(progress_module, "QUIET_LINE_SECONDS", 0.0)  # every step counts as "a while since the last line"
     argv = train_argv(tiny_model_dir, sst2_dir)[3:]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out.splitlines()

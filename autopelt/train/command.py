@@ -9,6 +9,8 @@ import time
 
 from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields, task_name
 from autopelt.errors import UserError
+from autopelt.train.checks import check_inputs
+from autopelt.train.progress import epoch_line, metrics_text as _metrics, with_progress  # noqa: F401 (re-exported)
 
 
 def _method_fields() -> dict[str, dataclasses.Field]:
@@ -154,103 +156,6 @@ def _convert(name: str, text: str, field: dataclasses.Field):
     return text
 
 
-def check_inputs(settings):
-    """Fail in one line, before any training, on inputs that cannot work: the task, protocol, model folder and its
-    tokenizer, and the data as the trial will read it (`autopelt.data.check`). Returns the data's DataCheck (None for
-    a generation task)."""
-    from autopelt.data import parse_protocol
-    from autopelt.data.check import check_task_data
-    from autopelt.data.loading import DATA_DIR_ENV, check_hub_data
-    from autopelt.models import check_model_folder, load_tokenizer, resolve_model
-    from autopelt.train.trial_data import resolve_task
-
-    task = resolve_task(settings)
-    parse_protocol(settings.protocol)
-    model = resolve_model(settings.model)
-    if settings.gradient_checkpointing:
-        _check_checkpointing(settings)
-    if settings.custom_task and settings.custom_task.get("target_column"):  # a generation task: torch is needed
-        from autopelt.train.generate import check_generation_inputs
-
-        check_generation_inputs(settings, task)
-        return None
-    if settings.data_dir and not os.path.isdir(settings.data_dir):
-        raise UserError(f"--data-dir {settings.data_dir} is not a folder")
-    if not (task.files or settings.data_dir or os.environ.get(DATA_DIR_ENV)):
-        check_hub_data(task)  # offline: this one line, not a failed trial after seconds of imports
-    check_model_folder(model)
-    load_tokenizer(model)
-    return check_task_data(task, settings.data_dir, settings.protocol, seed=settings.split_seed,
-                           dev_size=settings.dev_size)
-
-
-def _check_checkpointing(settings) -> None:
-    from autopelt.models import load_config, resolve_model
-    from autopelt.train.backbone import checkpointing_refusal
-
-    reason = checkpointing_refusal(load_config(resolve_model(settings.model), 2), settings.spec)
-    if reason:
-        raise UserError(reason)
-
-
-# Off a terminal (a file, nohup, CI, a Ray log) a long epoch still says it is alive, this often.
-QUIET_LINE_SECONDS = 300.0
-
-
-def with_progress(settings, run_trial) -> dict:
-    """A progress bar on a terminal; elsewhere one line per evaluation (each epoch), and one per
-    QUIET_LINE_SECONDS within a long epoch, so a log file holds lines, not a bar's carriage returns."""
-    progress = _Bar() if sys.stderr.isatty() else _Lines()
-    try:
-        return run_trial(settings, report=progress.report, on_step=progress.on_step)
-    finally:
-        progress.close()
-
-
-class _Bar:
-    def __init__(self) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(desc="training", unit="step", dynamic_ncols=True, leave=False)
-
-    def on_step(self, step: int, total: int, loss: float) -> None:
-        self.bar.total = total
-        self.bar.update(1)
-        self.bar.set_postfix(loss=f"{loss:.4f}")
-
-    def report(self, entry: dict) -> None:
-        self.bar.write(epoch_line(entry, self.bar.total or 0))
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-class _Lines:
-    def __init__(self) -> None:
-        self.last_line = time.monotonic()
-        self.total = 0
-
-    def on_step(self, step: int, total: int, loss: float) -> None:
-        self.total = total
-        if time.monotonic() - self.last_line >= QUIET_LINE_SECONDS:
-            self._print(f"step {step}/{total}: loss {loss:.4f}")
-
-    def report(self, entry: dict) -> None:
-        self._print(epoch_line(entry, self.total))
-
-    def _print(self, line: str) -> None:
-        print(line, flush=True)
-        self.last_line = time.monotonic()
-
-    def close(self) -> None:
-        pass
-
-
-def epoch_line(entry: dict, total_steps: int = 0) -> str:
-    steps = f"{entry['step']}/{total_steps}" if total_steps else str(entry["step"])
-    return f"epoch {entry['epoch']} step {steps}: dev {_metrics(entry['dev'])}"
-
-
 def _lr_how(choice: dict | None) -> str:
     if not choice or choice["how"] == "given":
         return ""
@@ -258,10 +163,6 @@ def _lr_how(choice: dict | None) -> str:
     second = " and ".join(choice.get("second") or ())
     on = f", {second} on to the 2nd evaluation (none had learned)" if second else ""
     return f" (swept {rates} to step {choice['steps']}{on}: {choice['seconds']:.1f}s more)"
-
-
-def _metrics(values: dict) -> str:
-    return " ".join(f"{k} {v:.4f}" for k, v in values.items())
 
 
 def summary(result: dict) -> str:

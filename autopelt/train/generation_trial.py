@@ -11,7 +11,7 @@ import torch
 
 from autopelt import delta
 from autopelt.data.generation import PROMPT, load_generation_splits, make_generation_splits
-from autopelt.models import load_language_model, load_tokenizer, resolve_model
+from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.generate import (
     DEFAULT_RATE, MAX_NEW_TOKENS, check_generator, encode, generation_task, score_generation, train_generation,
@@ -36,7 +36,7 @@ def run_generation(settings, result: dict, outcome, report=None, on_step=None) -
         model, tokenizer = _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step)
     result["peak_memory_mb"] = memory.mb
     if settings.out_dir:
-        metadata = {"base_model": model_name, "task": task.name, "generation": {
+        metadata = {"base_model": portable_name(model_name), "task": task.name, "generation": {
             "input_column": task.input_column, "target_column": task.target_column, "prompt": PROMPT}}
         result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
                                                    metadata=metadata))

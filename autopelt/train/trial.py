@@ -16,7 +16,7 @@ from autopelt.data import pad_batch
 from autopelt.data.cache import default_cache_dir
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
-from autopelt.models import load_model, load_tokenizer, resolve_model
+from autopelt.models import load_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate, forward_split
 from autopelt.train.predictions import from_outputs, save as save_predictions
@@ -121,7 +121,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
             if predictions:
                 save_predictions(settings.out_dir, predictions)
             result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                       metadata={"base_model": model_name, **task_metadata(task)}))
+                                                       metadata={"base_model": portable_name(model_name), **task_metadata(task)}))
 
 
 def score_saved(result: dict) -> tuple[dict, dict]:
