@@ -111,10 +111,8 @@ def test_a_step_is_timed_through_every_familys_layers_and_no_weight_gets_a_gradi
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_config(tiny_decoder_config(family)).train()
     embedded = {name for name, module in model.named_modules() if module in backbone.token_embeddings(model)}
-    if family.startswith("t5"):
-        assert embedded == {"transformer.shared", "transformer.encoder.embed_tokens", "transformer.decoder.embed_tokens"}
-    else:
-        assert len(embedded) == 1
+    t5 = {"transformer.shared", "transformer.encoder.embed_tokens", "transformer.decoder.embed_tokens"}
+    assert embedded == t5 if family.startswith("t5") else len(embedded) == 1
     ids = torch.randint(3, 100, (2, 9))
     ids[:, -1] = model.config.eos_token_id  # T5's classifier reads the decoder at each row's one <eos>
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
