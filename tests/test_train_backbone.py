@@ -121,6 +121,14 @@ def test_a_step_is_timed_through_every_familys_layers_and_no_weight_gets_a_gradi
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_a_language_models_head_tied_to_the_token_embeddings_is_not_one_of_them():
+    from decodermodels import tiny_decoder
+
+    model = tiny_decoder("llama", lm=True)  # tie_word_embeddings: lm_head.weight is embed_tokens.weight
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    assert backbone.token_embeddings(model) == [model.get_input_embeddings()]
+
+
 def test_a_model_whose_logits_no_gradient_reaches_is_one_line(monkeypatch):
     monkeypatch.setattr(backbone, "token_embeddings", lambda model: [])
     batch = {"input_ids": torch.randint(3, 100, (2, 9))}
