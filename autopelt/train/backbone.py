@@ -219,9 +219,9 @@ def time_attention(model: nn.Module, batch: dict, device: torch.device, dtype: t
 def token_embeddings(model: nn.Module) -> list[nn.Module]:
     """Every module that embeds tokens with the model's input embedding matrix: `get_input_embeddings()` and the
     embeddings tied to its weight, such as T5's encoder and decoder `embed_tokens` beside its `shared`, which the
-    forward calls instead. Position and relative-bias embeddings are not among them: a delta's backward never
-    reaches their weights, and a bias that required a gradient could steer SDPA to another kernel; nor is a
-    language model's head tied to the same weight."""
+    forward calls instead. Position and relative-bias embeddings are not among them (a trial's backward never
+    reaches their weights: a gradient there would be timed work no trial does), nor a language model's head tied
+    to the same weight."""
     embeddings = model.get_input_embeddings()
     return [module for module in model.modules()
             if module is embeddings or (isinstance(module, nn.Embedding) and module.weight is embeddings.weight)]
