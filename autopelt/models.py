@@ -46,6 +46,18 @@ def resolve_model(name_or_path: str | None) -> str:
     return name_or_path
 
 
+def model_reference(name_or_path: str | None) -> str:
+    """How a trial records its base model (result.json's `model`, a saved delta's `base_model`) so that
+    `resolve_model` finds it again on another machine: a packaged model by its short name (`smollm2-135m`; its
+    folder is this machine's conversion cache), anything else as `resolve_model` gives it. Resolves it as
+    `resolve_model` does, errors included."""
+    from autopelt.packaged import PACKAGED
+
+    resolved = resolve_model(name_or_path)
+    short = (name_or_path or "").lower()
+    return short if short in PACKAGED else resolved
+
+
 def _looks_local(name_or_path: str) -> bool:
     """A hub id is `name` or `org/name`; anything else (./x, /x, ~/x, a/b/c) can only be a folder."""
     return name_or_path.startswith((".", "/", "~")) or name_or_path.rstrip("/").count("/") > 1

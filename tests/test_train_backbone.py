@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from decodermodels import DECODER_FAMILIES, tiny_decoder_config
 from torch import nn
 
 from autopelt import delta
@@ -99,6 +100,40 @@ def test_auto_times_both_on_a_cpu_once_per_shape_and_leaves_the_trial_untouched(
 
 
 backbone_time = backbone.time_attention
+
+
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+def test_a_step_is_timed_through_every_familys_layers_and_no_weight_gets_a_gradient(family):
+    """T5's forward embeds with its encoder's and decoder's `embed_tokens`, tied to `shared` (its
+    `get_input_embeddings()`): all three are the token embeddings, the relative position bias is not."""
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(tiny_decoder_config(family)).train()
+    embedded = {name for name, module in model.named_modules() if module in backbone.token_embeddings(model)}
+    t5 = {"transformer.shared", "transformer.encoder.embed_tokens", "transformer.decoder.embed_tokens"}
+    assert embedded == t5 if family.startswith("t5") else len(embedded) == 1
+    ids = torch.randint(3, 100, (2, 9))
+    ids[:, -1] = model.config.eos_token_id  # T5's classifier reads the decoder at each row's one <eos>
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    seconds = backbone_time(model, batch, torch.device("cpu"), None, rounds=1)
+    assert set(seconds) == {"sdpa", "eager"} and all(0 < s < float("inf") for s in seconds.values())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_language_models_head_tied_to_the_token_embeddings_is_not_one_of_them():
+    from decodermodels import tiny_decoder
+
+    model = tiny_decoder("llama", lm=True)  # tie_word_embeddings: lm_head.weight is embed_tokens.weight
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    assert backbone.token_embeddings(model) == [model.get_input_embeddings()]
+
+
+def test_a_model_whose_logits_no_gradient_reaches_is_one_line(monkeypatch):
+    monkeypatch.setattr(backbone, "token_embeddings", lambda model: [])
+    batch = {"input_ids": torch.randint(3, 100, (2, 9))}
+    with pytest.raises(UserError, match="no gradient reaches a bert model's logits.*pass --attention sdpa or eager"):
+        backbone_time(tiny_bert(), batch, torch.device("cpu"), None)
 
 
 def test_auto_is_sdpa_on_cuda_and_the_environment_decides_untimed(monkeypatch):

@@ -5,9 +5,10 @@ one line and exit 2."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
-from tinymodels import sst2_dir  # noqa: F401  (fixture)
+from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 
 from autopelt import cli
 
@@ -47,6 +48,22 @@ def tiny_t5_dir(tmp_path_factory, minilm_path):
     return folder
 
 
+@pytest.fixture(scope="module")
+def tiny_gpt2_dir(tmp_path_factory, minilm_path):
+    """A random tiny GPT-2 language model with MiniLM's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=256,
+                        pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def train(folder, data_dir, out, *method):
     return cli.main(["train", "--task", "sst2", "--model", str(folder), "--data-dir", str(data_dir), "--out", str(out),
                      "--epochs", "3", "--batch-size", "16", "--lr", "0.01", "--threads", "1", *method])
@@ -67,6 +84,24 @@ def test_a_decoder_classifier_trains_and_predicts(family, method, request, sst2_
     capsys.readouterr()
     assert cli.main(["predict", "--delta", str(tmp_path / "out" / "delta"), "--text", "a good film"]) == 0
     assert json.loads(capsys.readouterr().out.strip())["label"] in (0, 1)
+
+
+@pytest.mark.parametrize("family", ["t5", "llama", "gpt2", "model"])  # "model": the tiny BERT
+def test_the_default_attention_choice_times_every_family_and_trains(family, request, sst2_dir, tmp_path,
+                                                                    monkeypatch):
+    """`--attention auto` as a CPU user gets it: timed (not taken from the tests' environment), then trained."""
+    monkeypatch.delenv("AUTOPELT_ATTENTION", raising=False)
+    monkeypatch.setenv("AUTOPELT_CACHE_DIR", str(tmp_path / "cache"))  # no attention.json from another test
+    folder = request.getfixturevalue(f"tiny_{family}_dir")
+    code = cli.main(["train", "--task", "sst2", "--model", str(folder), "--data-dir", str(sst2_dir),
+                     "--out", str(tmp_path / "out"), "--method", "lora", "--epochs", "1", "--threads", "1"])
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert code == 0, result["reason"]
+    assert result["attention_choice"]["by"] == "measured"
+    assert result["attention"] in ("sdpa", "eager")
+    assert all(math.isfinite(s) and s > 0 for s in result["attention_choice"]["seconds"].values())
+    scores = [result["test"]["accuracy"], result["dev"]["accuracy"], result["history"][-1]["dev_loss"]]
+    assert all(math.isfinite(score) for score in scores)
 
 
 def test_bitfit_on_llama_is_refused_in_one_line(tiny_llama_dir, sst2_dir, tmp_path, capsys):

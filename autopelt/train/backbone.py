@@ -182,14 +182,16 @@ def time_attention(model: nn.Module, batch: dict, device: torch.device, dtype: t
                    rounds: int = 2) -> dict[str, float]:
     """Seconds of one training step (forward and backward through the activations, the weights frozen as a
     delta's backbone is) with each attention implementation: the best of `rounds` interleaved steps after one
-    warm-up step each. Works on a copy; the global random state is put back."""
+    warm-up step each. The backward starts from the outputs of the `token_embeddings`, which are made to require
+    a gradient, as a delta in the first layer makes them: every layer's backward runs, no weight's. Works on a
+    copy; the global random state is put back. UserError where no gradient reaches the logits so."""
     from autopelt.train import device as devices  # device.py imports the settings, which import this module
 
     probe = copy.deepcopy(model).to(device).train()
     probe.requires_grad_(False)
     devices.cast_frozen_weights(probe, dtype)
-    embeddings = probe.get_input_embeddings()
-    hook = embeddings.register_forward_hook(lambda _module, _args, out: out.requires_grad_())
+    hooks = [module.register_forward_hook(lambda _module, _args, out: out.requires_grad_())
+             for module in token_embeddings(probe)]
     inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
     state = devices.rng_state(device)
     best = {name: float("inf") for name in ATTENTIONS}
@@ -200,10 +202,26 @@ def time_attention(model: nn.Module, batch: dict, device: torch.device, dtype: t
                 started = time.perf_counter()
                 with devices.autocast(device, dtype):
                     logits = probe(**inputs).logits
+                if not logits.requires_grad:
+                    raise UserError(f"--attention auto: no gradient reaches a {probe.config.model_type} model's "
+                                    "logits from its token embeddings, so a step cannot be timed; pass --attention "
+                                    f"{' or '.join(ATTENTIONS)}")
                 logits.float().sum().backward()
                 if round_:  # round 0 warms up
                     best[name] = min(best[name], time.perf_counter() - started)
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
         devices.set_rng_state(device, state)
     return best
+
+
+def token_embeddings(model: nn.Module) -> list[nn.Module]:
+    """Every module that embeds tokens with the model's input embedding matrix: `get_input_embeddings()` and the
+    embeddings tied to its weight, such as T5's encoder and decoder `embed_tokens` beside its `shared`, which the
+    forward calls instead. Position and relative-bias embeddings are not among them (a trial's backward never
+    reaches their weights: a gradient there would be timed work no trial does), nor a language model's head tied
+    to the same weight."""
+    embeddings = model.get_input_embeddings()
+    return [module for module in model.modules()
+            if module is embeddings or (isinstance(module, nn.Embedding) and module.weight is embeddings.weight)]
