@@ -171,7 +171,7 @@ def floor_lines(study: optuna.Study, trials: list, best, plan: SearchPlan) -> li
 
 def ensemble_lines(study: optuna.Study, plan: SearchPlan) -> list[str]:
     """The ensemble of the study's finished trials (autopelt/ensemble/study.py), beside the single answer."""
-    if plan.generation:
+    if getattr(plan, "generation", False):
         return []
     from autopelt.ensemble.study import study_ensemble
     from autopelt.export.ensemble import study_trial_dirs
