@@ -16,8 +16,9 @@ Refinements are drawn through the space like any other delta, so the sampler lea
 ends them (a first epoch ranks rates poorly). They are queued once per study, when every baseline has finished or,
 sooner, when a worker comes free after every baseline has begun and BEST of them have finished; each only if no
 running baseline still measures the rate of one of its families (a refinement's rate is its families' rate times a
-scale). They go only where the space can say them: it draws the baselines' presets, its learning rate is `auto`
-with an `lr_scale`, and it draws the batch size, targets, placement or pooling the refinement changes.
+scale: rule 4 of rate_policy.py). They go only where the space can say them: it draws the baselines' presets, its
+learning rate is `auto` with an `lr_scale`, and it draws the batch size, targets, placement or pooling the
+refinement changes.
 
 On a wall-time budget a refinement starts only if it can end before the finalists' room at its own expected time
 (`expected_seconds`), else the next queued one that can (`Controller._ends_before_room`).
