@@ -6,8 +6,8 @@
 
 A member's learning rate is absolute: it was measured on the portfolio's model, and carries over to another model
 untested (the search says so). `layers` "upper_half" is resolved per model, like the design's. `baseline_rates`
-(optional) is the rate a baseline trains at in a study that runs this portfolio, learned with it; a baseline
-without one chooses its rate by a sweep, as without a portfolio.
+(optional) is the rate learned with the portfolio for a baseline of a study that runs it. Which rate a member or a
+baseline trains at is decided in `autopelt.search.rate_policy`.
 """
 
 from __future__ import annotations

@@ -33,12 +33,10 @@ def baseline_spec(name: str, pooling: str) -> dict:
     return with_pooling(PRESETS[name], pooling)
 
 
-def baseline_hparams(name: str, epochs: int, learned: dict[str, float] | None = None) -> dict:
-    """A baseline keeps its paper structure. Its learning rate is the one `learned` with the study's portfolio
-    (across the meta-dataset's tasks and seeds: a short sweep on one task can pick a rate at the edge of stability,
-    which collapses at another seed), else chosen for this task, model and budget by the trial itself (None: a
-    sweep, autopelt.train.lr_sweep); either way recorded with how it was chosen."""
-    return {"learning_rate": (learned or {}).get(name), "epochs": epochs}
+def baseline_hparams(epochs: int) -> dict:
+    """A baseline keeps its paper structure and trains for the study's `epochs`; its learning rate is the one
+    rate_policy gives a baseline (learned with the study's portfolio, else a sweep)."""
+    return {"epochs": epochs}
 
 
 def enqueue_missing(study: optuna.Study, names: list[str], params_of: Callable[[str], dict | None]) -> list[str]:

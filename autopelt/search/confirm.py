@@ -134,8 +134,12 @@ def enqueue(study: optuna.Study, trials: list[FrozenTrial], count: int, seed: in
 
 
 def settings_of(original: TrialRecord) -> tuple[dict, dict]:
-    """(spec, hparams) a finalist trains with again: the trial's own, at the learning rate it trained at (a
-    baseline's sweep is not run twice)."""
+    """(spec, hparams) a finalist trains with again: the trial's own (rate_policy puts it at the rate the trial
+    trained at: a baseline's sweep is not run twice).
+
+    Raises:
+        UserError: the trial recorded no delta or no learning rate.
+    """
     if not original.spec or original.learning_rate is None:
         raise UserError(f"trial {original.number} recorded no delta or learning rate to train again")
-    return original.spec, {**original.hparams, "learning_rate": original.learning_rate}
+    return original.spec, dict(original.hparams)

@@ -23,7 +23,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
-from autopelt.search import baselines, claims, confirm, learning_rates, portfolio_phase, recovery, refine
+from autopelt.search import (baselines, claims, confirm, learning_rates, portfolio_phase, rate_policy, recovery,
+                             refine)
 from autopelt.search.baselines import baseline_hparams, baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
@@ -316,30 +317,34 @@ class Controller:
         return Ticket(trial.number, settings, stoppable=stoppable)
 
     def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
+        """(spec, hparams) of the trial: its delta from its source, at the rate rate_policy decides."""
         again = record.confirms(trial).get("trial")
         if again is not None:
             original = next((t for t in self.study.get_trials(deepcopy=False) if t.number == again), None)
             if original is None:
                 raise UserError(f"trial {again}, queued as a finalist, is not in the study")
-            return confirm.settings_of(record.read(original))
+            original = record.read(original)
+            spec, hparams = confirm.settings_of(original)
+            return spec, rate_policy.trial_rate(hparams, repeats_rate=original.learning_rate).hparams
         member = record.portfolio_of(trial)
         if member:
             if member.get("drawn"):  # queued with the parameters that draw it: record them for the sampler
                 self.plan.space.sample(trial, self.plan.num_layers)
-            return portfolio_phase.spec_and_hparams(self.plan, member)
+            spec, hparams = portfolio_phase.spec_and_hparams(self.plan, member)
+            return spec, rate_policy.trial_rate(hparams, member_rate=hparams["learning_rate"]).hparams
         if baseline:
             if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")
             if record.is_drawn_baseline(trial):  # queued with the parameters that draw it: record them
                 self.plan.space.sample(trial, self.plan.num_layers)
             learned = self.plan.portfolio.baseline_rates if self.plan.portfolio else None
-            return baseline_spec(baseline, self.baseline_pooling), baseline_hparams(baseline, self.plan.epochs,
-                                                                                     learned)
+            rate = rate_policy.trial_rate(baseline_hparams(self.plan.epochs), baseline=baseline, learned=learned)
+            return baseline_spec(baseline, self.baseline_pooling), rate.hparams
         spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
-        hparams, lr_from = learning_rates.resolve(spec, hparams, learning_rates.measured(read_all(self.study)))
-        if lr_from:
-            record.write(trial, record.attrs(lr_from=lr_from))
-        return spec, hparams
+        rate = rate_policy.trial_rate(hparams, spec=spec, measured=learning_rates.measured(read_all(self.study)))
+        if rate.lr_from:
+            record.write(trial, record.attrs(lr_from=rate.lr_from))
+        return spec, rate.hparams
 
     def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None,
                        score_test: bool = True) -> TrialSettings:

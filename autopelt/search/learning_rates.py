@@ -1,10 +1,11 @@
-"""The learning rate of a searched delta, from what the study's baselines learned about this task and budget.
+"""The rates a study has measured for each family, and a drawn delta's rate from them (rule 4 of
+`autopelt.search.rate_policy`, which decides which source of a rate wins).
 
-Each single-method baseline chooses its own rate with a sweep (`autopelt.train.lr_sweep`). A searched delta trains
-at the geometric mean of the rates measured for its methods' families, times the `lr_scale` the space draws; a
-delta none of whose families has a measured rate yet (prompt tuning alone, or drawn before the baselines
-finished) sweeps its own. So the sampler searches a narrow range around rates that learn on this task, model and
-budget, instead of four decades of which most learn nothing.
+A single-method baseline that sweeps (`autopelt.train.lr_sweep`) measures its family's rate. A drawn delta's
+`learning_rate: auto` becomes the geometric mean of the rates measured for its methods' families, times the
+`lr_scale` the space draws; with none measured yet (prompt tuning alone, or drawn before the baselines finished) it
+sweeps its own. So the sampler searches a narrow range around rates that learn on this task, model and budget,
+instead of four decades of which most learn nothing.
 """
 
 from __future__ import annotations

@@ -9,15 +9,17 @@ The refinements, in order, each a trial of its own:
    the rate / sqrt 2;
 3. at FACTOR times the rate the baseline chose.
 
-Whether each earns its place is measured on the tasks the rules were not chosen on (docs/portfolio.md, "The hand
-rules"): half the batch and the FFN help on average there; a higher rate is level.
+Whether each earns its place is measured on the tasks the rules were not chosen on (experiments/portfolio-rules;
+docs/portfolio.md, "Rules judged again"): on the 19 tasks of the 21-task meta-dataset, half the batch (+1.25) and
+a higher rate (+2.51) help; LoRA in the FFN reads -0.60 there (pulled down by the regression).
 
 Refinements are drawn through the space like any other delta, so the sampler learns from them; early stopping never
 ends them (a first epoch ranks rates poorly). They are queued once per study, when every baseline has finished or,
 sooner, when a worker comes free after every baseline has begun and BEST of them have finished; each only if no
 running baseline still measures the rate of one of its families (a refinement's rate is its families' rate times a
-scale). They go only where the space can say them: it draws the baselines' presets, its learning rate is `auto`
-with an `lr_scale`, and it draws the batch size, targets, placement or pooling the refinement changes.
+scale: rule 4 of rate_policy.py). They go only where the space can say them: it draws the baselines' presets, its
+learning rate is `auto` with an `lr_scale`, and it draws the batch size, targets, placement or pooling the
+refinement changes.
 
 On a wall-time budget a refinement starts only if it can end before the finalists' room at its own expected time
 (`expected_seconds`), else the next queued one that can (`Controller._ends_before_room`).
