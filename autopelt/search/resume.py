@@ -1,7 +1,7 @@
 """The study a search writes to: created on the first run, resumed by every later run of the same command.
 
 A resumed study must be about the same thing: its task, space, objectives and protocol are stored as study
-user attributes (docs/design.md; `StudyInfo` of autopelt/study/record.py) and compared before anything is
+user attributes (docs/architecture.md; `StudyInfo` of autopelt/study/record.py) and compared before anything is
 written.
 """
 

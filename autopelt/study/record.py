@@ -1,6 +1,6 @@
 """A study's record: each trial as autopelt writes and reads it, and the study's own attributes.
 
-Optuna keeps a trial as a FrozenTrial; autopelt's data rides in its user attributes (docs/design.md, "A study").
+Optuna keeps a trial as a FrozenTrial; autopelt's data rides in its user attributes (docs/architecture.md, "A study").
 This module alone knows their names. Writers (the controller, recovery, the baselines) build attributes with
 `attrs` and the functions beside it, which refuse a name that is not a field of `TrialRecord`; readers (the
 live view and summary, the report, export, the dashboard) get a `TrialRecord` from `read`: one trial, typed
