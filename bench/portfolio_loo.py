@@ -235,8 +235,8 @@ def targets(results: dict) -> None:
     lines = [
         (f"{default} − tuned LoRA at {TARGET_BUDGET} ≥ {TARGET_VS_LORA}", at[default] - at["tuned-lora"],
          TARGET_VS_LORA),
-        (f"{default} − best single default at {TARGET_BUDGET} ≥ {TARGET_VS_SINGLE}", at[default] - at["best-single"],
-         TARGET_VS_SINGLE),
+        (f"{default} − best single default at {TARGET_BUDGET} ≥ {TARGET_VS_SINGLE}",
+         at[default] - at["best-single"], TARGET_VS_SINGLE),
         (f"{default} − per-task oracle at {TARGET_BUDGET} ≥ -{TARGET_VS_ORACLE}", at[default] - oracle,
          -TARGET_VS_ORACLE),
     ]

@@ -1,4 +1,4 @@
-"""bench/ensemble_loo.py on a small synthetic meta-dataset in the real layout (trials jsonl + predictions/)."""
+"""bench/ensemble_loo.py on a small synthetic meta-dataset in the real layout (the meta-dataset file + predictions/)."""
 
 from __future__ import annotations
 
@@ -45,13 +45,13 @@ def meta(tmp_path_factory):
                 predictions = {"dev": _noisy(rng, dev, classes, 1.2), "test": _noisy(rng, test, classes, 1.2),
                                "dev_labels": dev, "test_labels": test}
                 save(root / "predictions" / task, compact_many(predictions, 16, 10), f"{config}@s{seed}.npz")
-                lines.append(json.dumps({"task": task, "config": config, "seed": seed, "status": "ok"}))
-    (root / "trials.jsonl").write_text("\n".join(lines) + "\n")
+                lines.append({"task": task, "config": config, "seed": seed, "status": "ok"})
+    (root / "meta.json").write_text(json.dumps({"format": "autopelt-meta-dataset", "records": lines}))
     return root
 
 
 def test_the_simulation_writes_every_arm_with_provenance(meta, tmp_path, capsys):
-    assert ensemble_loo.main(["--meta", str(meta / "trials.jsonl"), "--predictions", str(meta / "predictions"),
+    assert ensemble_loo.main(["--meta", str(meta / "meta.json"), "--predictions", str(meta / "predictions"),
                               "--out", str(tmp_path)]) == 0
     record = json.loads(next(tmp_path.glob("ensemble-loo-*.json")).read_text())
     assert record["command"] and record["commit"] and record["hardware"]["cpu"]["cores"]
@@ -69,7 +69,7 @@ def test_the_simulation_writes_every_arm_with_provenance(meta, tmp_path, capsys)
 
 
 def test_the_rule_of_a_task_is_chosen_without_it(meta):
-    data = ensemble_loo.load(meta / "trials.jsonl", meta / "predictions")
+    data = ensemble_loo.load(meta / "meta.json", meta / "predictions")
     before = ensemble_loo.run(data, budgets=(2, 4, 6), echo=lambda line: None)["choices"]["values"]
     for trials in data["values"].values():  # reverse the held-out task's dev and test: its own choice stays
         for trial in trials.values():

@@ -14,6 +14,7 @@ from tinymodels import sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fix
 
 from autopelt import delta
 from autopelt.cli import main
+from autopelt.ensemble.study import DEFAULT_RULE
 from autopelt.errors import UserError
 from autopelt.train import run_trial
 
@@ -62,7 +63,7 @@ def test_cli_export_writes_the_default_rules_ensemble(study_db, tmp_path, capsys
     assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     manifest = json.loads((out / "ensemble.json").read_text())
-    assert manifest["rule"]["max_size"] == 16 and f"ensemble of {len(manifest['members'])} trials" in printed
+    assert manifest["rule"]["max_size"] == DEFAULT_RULE.max_size and f"ensemble of {len(manifest['members'])} trials" in printed
     assert "the single answer's" in printed and f"predict --delta {out}" in printed
 
 

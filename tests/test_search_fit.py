@@ -17,9 +17,24 @@ from autopelt.search.view import _portfolio_plan
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def options(tmp_path, sst2_dir, tiny_model_dir, budget) -> SearchOptions:
+def pinned_portfolio(tmp_path, model):
+    """A portfolio whose first member trains at batch 16 (the shipped one's first depends on the task's prior), with
+    the shipped one's learned UniPELT rate: the estimates below are then fixed numbers."""
+    from autopelt.models import model_name
+    from autopelt.portfolio.portfolio import to_file
+    from metalearning.design import BY_NAME
+
+    path = tmp_path / "pinned.json"
+    if not path.exists():
+        to_file([BY_NAME["lora-r8-qv-ffn-b16@2e-3"], BY_NAME["lora-r8-qv@3e-3"]], model_name(str(model)), {"tasks": []},
+                path, {"unipelt_apl": 1e-3})
+    return str(path)
+
+
+def options(tmp_path, sst2_dir, tiny_model_dir, budget, pinned: bool = False) -> SearchOptions:
     return SearchOptions(task="sst2", budget=budget, model=str(tiny_model_dir), data_dir=str(sst2_dir),
-                         storage=f"sqlite:///{tmp_path}/s.db", out=str(tmp_path / "out"), cpus_per_trial=1)
+                         storage=f"sqlite:///{tmp_path}/s.db", out=str(tmp_path / "out"), cpus_per_trial=1,
+                         portfolio=pinned_portfolio(tmp_path, tiny_model_dir) if pinned else "auto")
 
 
 def test_a_budget_a_slow_step_cannot_fill_is_refused_before_any_trial(tmp_path, monkeypatch, capsys, sst2_dir,
@@ -30,7 +45,8 @@ def test_a_budget_a_slow_step_cannot_fill_is_refused_before_any_trial(tmp_path, 
     optuna.create_study(study_name="other", storage=storage)
     capsys.readouterr()
     code = main(["search", "--task", "sst2", "--model", str(tiny_model_dir), "--data-dir", str(sst2_dir),
-                 "--budget", "1m", "--storage", storage, "--study-name", "slow"])
+                 "--budget", "1m", "--storage", storage, "--study-name", "slow",
+                 "--portfolio", pinned_portfolio(tmp_path, tiny_model_dir)])
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
@@ -45,14 +61,15 @@ def test_a_budget_a_slow_step_cannot_fill_is_refused_before_any_trial(tmp_path, 
 def test_a_budget_that_holds_the_portfolios_first_alone_runs_it_alone_and_says_so(tmp_path, monkeypatch, sst2_dir,
                                                                                  tiny_model_dir):
     monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 3.0)  # 13 x 3 x 1.2: a trial of 47 s
-    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m"))
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m", pinned=True))
     assert plan.baselines == ["unipelt_apl"] and plan.portfolio is not None
     fitted = fit.fit_time_budget(plan)
     assert fitted.baselines == []
     assert fitted.fit_note.startswith("budget 1m00s: the portfolio's first configuration alone (about 47s, a measured "
                                       "training step"), fitted.fit_note
     assert fitted.fit_note.endswith("--budget 2m runs unipelt_apl too")
-    assert fit.fit_time_budget(prepare(options(tmp_path, sst2_dir, tiny_model_dir, "2m"))).baselines == ["unipelt_apl"]
+    assert fit.fit_time_budget(prepare(options(tmp_path, sst2_dir, tiny_model_dir, "2m", pinned=True))).baselines == [
+        "unipelt_apl"]
 
 
 def test_a_step_is_measured_on_the_model_itself(tmp_path, sst2_dir, tiny_model_dir):

@@ -120,8 +120,9 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         with timed(phases, "save"):
             if predictions:
                 save_predictions(settings.out_dir, predictions)
+            metadata = {"base_model": portable_name(model_name), **task_metadata(task)}
             result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                       metadata={"base_model": portable_name(model_name), **task_metadata(task)}))
+                                                       metadata=metadata))
 
 
 def score_saved(result: dict) -> tuple[dict, dict]:
