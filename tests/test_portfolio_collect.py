@@ -93,3 +93,15 @@ def test_a_regression_task_pools_numbers_and_a_small_train_split_shrinks_dev(tmp
                                  "regression": True}
     row = json.loads((tmp_path / "pool" / "score" / "train.jsonl").read_text().splitlines()[0])
     assert isinstance(row["label"], float)
+
+
+def test_the_pipeline_command_lists_the_design_and_refuses_a_missing_pool_in_one_line(tmp_path, capsys):
+    from metalearning.__main__ import main
+    from metalearning.design import DESIGN
+
+    assert main(["design"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [c.name for c in DESIGN]
+    assert main(["collect", "--pool", str(tmp_path), "--results", str(tmp_path / "t.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a meta-dataset pool" in err[0]
+    assert not (tmp_path / "t.jsonl").exists()
