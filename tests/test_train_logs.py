@@ -64,7 +64,8 @@ def test_a_long_epoch_off_a_terminal_says_it_is_alive(tiny_model_dir, sst2_dir, 
     alive = [line for line in out if line.startswith("step ")]
     epochs = [line for line in out if line.startswith("epoch ")]
     assert len(epochs) == 2 and len(alive) == 2 * STEPS_PER_EPOCH
-    assert alive[0].startswith(f"step 1/{2 * STEPS_PER_EPOCH}: loss ")
+    assert alive[0].startswith(f"step 1/{2 * STEPS_PER_EPOCH}: loss ") and alive[0].endswith(" left")
+    assert alive[-1].endswith("about 0s left")  # the last step: nothing left
 
 
 def _read_all(fd: int) -> str:

@@ -6,8 +6,9 @@ import sys
 import time
 
 
-# Off a terminal (a file, nohup, CI, a Ray log) a long epoch still says it is alive, this often.
-QUIET_LINE_SECONDS = 300.0
+# Off a terminal (a file, nohup, CI, a Ray log) a long epoch, or a learning-rate sweep's candidates (their steps
+# count in the same total), still says it is alive and how long is left, this often.
+QUIET_LINE_SECONDS = 60.0
 
 
 def with_progress(settings, run_trial) -> dict:
@@ -40,13 +41,15 @@ class _Bar:
 
 class _Lines:
     def __init__(self) -> None:
-        self.last_line = time.monotonic()
+        self.last_line = self.started = time.monotonic()
         self.total = 0
 
     def on_step(self, step: int, total: int, loss: float) -> None:
         self.total = total
-        if time.monotonic() - self.last_line >= QUIET_LINE_SECONDS:
-            self._print(f"step {step}/{total}: loss {loss:.4f}")
+        now = time.monotonic()
+        if now - self.last_line >= QUIET_LINE_SECONDS:
+            left = (now - self.started) / max(step, 1) * max(total - step, 0)  # at the pace so far
+            self._print(f"step {step}/{total}: loss {loss:.4f}, about {_duration(left)} left")
 
     def report(self, entry: dict) -> None:
         self._print(epoch_line(entry, self.total))
@@ -66,3 +69,8 @@ def epoch_line(entry: dict, total_steps: int = 0) -> str:
 
 def metrics_text(values: dict) -> str:
     return " ".join(f"{k} {v:.4f}" for k, v in values.items())
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
