@@ -99,7 +99,7 @@ def record_floors(study, controller: Controller) -> None:
     settings = controller.trial_settings({"methods": []}, {}, controller.plan.out_dir)
     try:
         study.set_user_attr("floors", floors.of_settings(settings).to_dict())
-    except UserError:
+    except (UserError, OSError, ValueError):  # data that cannot be read again here: the summary goes without it
         return
 
 
