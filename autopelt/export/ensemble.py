@@ -7,7 +7,6 @@ the base model or the label set) leaves nothing written.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -106,26 +105,3 @@ def model_card(manifest: dict) -> str:
     lines += ["", "Run it:", "", "```", "autopelt predict --delta . --text \"…\"", "```", "",
               "The peft folders hold members, not the ensemble: peft has no weighted average of adapters' outputs."]
     return "\n".join(lines) + "\n"
-
-
-def predict_ensemble(args) -> int:
-    """`autopelt predict --delta ENSEMBLE_FOLDER`: one JSON line a row; the inference cost on stderr."""
-    import sys
-
-    from autopelt.ensemble.model import EnsembleModel
-    from autopelt.export.predict import predict, read_rows, text_columns
-    from autopelt.models import load_tokenizer
-
-    model = EnsembleModel(args.delta, args.model)
-    columns = text_columns(model.header)
-    if args.text is not None:
-        if len(columns) == 2 and args.text_pair is None:
-            raise UserError(f"task {model.header.get('task')} takes two texts: add --text-pair")
-        rows = [dict(zip(columns, (args.text, args.text_pair)))]
-    else:
-        rows = read_rows(args.input)
-    print(f"ensemble of {model.forward_passes} members: {model.forward_passes} forward passes an input, one "
-          "backbone load", file=sys.stderr)
-    for row, prediction in zip(rows, predict(model, load_tokenizer(model.header["base_model"]), model.header, rows)):
-        print(json.dumps(prediction) if args.text is None else json.dumps({**row, **prediction}))
-    return 0

@@ -24,15 +24,21 @@ def run(args) -> int:
     from autopelt.export.predict_generation import is_generation_delta
     from autopelt.ensemble.folder import is_ensemble
 
-    if is_ensemble(args.delta):
-        from autopelt.export.ensemble import predict_ensemble
+    if is_ensemble(args.delta):  # an `export --ensemble` folder: its members on one backbone load
+        import sys
 
-        return predict_ensemble(args)
-    if is_generation_delta(args.delta):
+        from autopelt.ensemble.model import EnsembleModel
+
+        model = EnsembleModel(args.delta, args.model)
+        header = model.header
+        print(f"ensemble of {model.forward_passes} members: {model.forward_passes} forward passes an input, one "
+              "backbone load", file=sys.stderr)
+    elif is_generation_delta(args.delta):
         return _generate(args)
-    if args.max_new_tokens != 64:
-        raise UserError("--max-new-tokens is for a generation delta; this delta classifies")
-    model, header = load_delta_model(args.delta, args.model)
+    else:
+        if args.max_new_tokens != 64:
+            raise UserError("--max-new-tokens is for a generation delta; this delta classifies")
+        model, header = load_delta_model(args.delta, args.model)
     columns = text_columns(header)
     if args.text is not None:
         if len(columns) == 2 and args.text_pair is None:
