@@ -125,8 +125,7 @@ def collect(jobs: list[Job], results: str | Path, pool: str, model: str, workers
 def plan(tasks: list[str], configs: list[str], seeds: list[int], first_tasks: list[str] = ()) -> list[Job]:
     """Jobs seed by seed, so that a run cut short holds whole seeds of every configuration; within a seed,
     `first_tasks` whole before the others (the tasks a cut-short run must not miss), configurations in order."""
-    ordered = [*(t for t in tasks if t in first_tasks), *(t for t in tasks if t not in first_tasks)]
-    groups = [ordered[:sum(t in first_tasks for t in tasks)], ordered[sum(t in first_tasks for t in tasks):]]
+    groups = ([t for t in tasks if t in first_tasks], [t for t in tasks if t not in first_tasks])
     return [Job(t, c, s) for s in seeds for group in groups for c in configs for t in group]
 
 

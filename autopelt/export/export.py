@@ -187,13 +187,11 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
 
 def nothing_learned_note(floors: dict | None, result: dict) -> str | None:
     """The nothing-learned line when the trial's dev metric is within noise of the dev floor; else None."""
-    from autopelt.study.floors import Floors, nothing_learned_line
+    from autopelt.study.floors import Floors, nothing_learned
 
-    found = Floors.from_dict(floors)
-    dev = (result.get("dev") or {}).get(result.get("metric") or "")
-    if found is None or found.dev is None or dev is None or found.learned(dev):
-        return None
-    return nothing_learned_line(found, dev, result.get("metric") or "metric")
+    metric = result.get("metric") or ""
+    dev = (result.get("dev") or {}).get(metric)
+    return nothing_learned(Floors.from_dict(floors), [] if dev is None else [dev], metric or "metric")
 
 
 def _fmt(values) -> str:

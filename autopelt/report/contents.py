@@ -93,13 +93,10 @@ def header(study: optuna.Study, trials: list[TrialRecord], metric: str, maximize
 
 
 def _nothing_learned(study: optuna.Study, trials: list[TrialRecord], metric: str) -> str:
-    from autopelt.study.floors import Floors, nothing_learned_line
+    from autopelt.study.floors import Floors, nothing_learned
 
-    found = Floors.from_dict(study.user_attrs.get("floors"))
-    devs = [t.values[0] for t in trials if t.is_answer and t.values]
-    if found is None or found.dev is None or not devs or any(found.learned(v) for v in devs):
-        return ""
-    return nothing_learned_line(found, max(devs), metric)
+    devs = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values]
+    return nothing_learned(Floors.from_dict(study.user_attrs.get("floors")), devs, metric) or ""
 
 
 def protocol_text(protocol) -> str:

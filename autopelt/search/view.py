@@ -155,7 +155,7 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
 def floor_lines(study: optuna.Study, trials: list, best, plan: SearchPlan) -> list[str]:
     """Each split's one-class floor beside the answer; the nothing-learned line when every finished trial's dev
     value is within noise of it (autopelt/study/floors.py)."""
-    from autopelt.study.floors import Floors, nothing_learned_line
+    from autopelt.study.floors import Floors, nothing_learned
 
     found = Floors.from_dict(study.user_attrs.get("floors"))
     if found is None or found.dev is None or best is None:
@@ -164,9 +164,8 @@ def floor_lines(study: optuna.Study, trials: list, best, plan: SearchPlan) -> li
     line = f"  one-class floor ({what}): dev {plan.metric} {found.dev:.4f}"
     line += f", test {plan.metric} {found.test:.4f}" if found.test is not None else ""
     devs = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values]
-    if devs and not any(found.learned(value) for value in devs):
-        return [line, nothing_learned_line(found, max(devs), plan.metric)]
-    return [line]
+    note = nothing_learned(found, devs, plan.metric)
+    return [line, note] if note else [line]
 
 
 def ensemble_lines(study: optuna.Study, plan: SearchPlan) -> list[str]:

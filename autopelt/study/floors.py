@@ -69,6 +69,14 @@ def of_settings(settings) -> Floors:
                   dev_rows=len(splits.dev), metric=task.metric)
 
 
+def nothing_learned(floors: Floors | None, devs: list[float], metric_name: str) -> str | None:
+    """The nothing-learned line when every dev value in `devs` (the finished trials') is within noise of the dev
+    floor; None when one learned, or without floors or values."""
+    if floors is None or floors.dev is None or not devs or any(floors.learned(value) for value in devs):
+        return None
+    return nothing_learned_line(floors, max(devs), metric_name)
+
+
 def nothing_learned_line(floors: Floors, best_dev: float, metric_name: str) -> str:
     """The one line a search, a report and an export show when every finished trial sits at the dev floor."""
     return (f"nothing learned: every finished trial's dev {metric_name} (best {best_dev:.4f}) is within noise of "
