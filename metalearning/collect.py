@@ -157,9 +157,9 @@ def task_features(pool: str | Path, tasks: list[str], model: str | None) -> dict
     """Each task's meta-features (autopelt/portfolio/metafeatures.py) from its pool's train rows, tokens counted by
     the model's tokenizer: what the task-aware prior measures a new task against."""
     from autopelt.models import load_tokenizer, resolve_model
-    from metalearning.prior import task_features as features_of
+    from metalearning import prior
 
-    found = features_of(pool, load_tokenizer(resolve_model(model)))
+    found = prior.task_features(pool, load_tokenizer(resolve_model(model)))
     return {name: found[name].to_dict() for name in tasks}
 
 

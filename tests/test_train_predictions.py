@@ -25,6 +25,7 @@ def test_a_trial_keeps_its_dev_and_test_predictions_beside_its_result(make_setti
     test_accuracy = (saved["test"].argmax(axis=1) == saved["test_labels"]).mean()
     assert test_accuracy == pytest.approx(result["test"]["accuracy"], abs=1e-6)
     assert "predictions" not in json.loads((tmp_path / "trial" / "result.json").read_text())
+    assert "predictions" not in result  # on disk: a search worker sends no arrays back
 
 
 def test_compact_keeps_the_top_classes_and_spreads_the_rest():

@@ -51,8 +51,8 @@ class TrialSettings:
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
     max_new_tokens: int | None = None  # generation tasks: tokens generated per test input; None = 64
-    keep_predictions: bool = False  # keep the dev and test predictions of the kept state (result["predictions"],
-    #                                 and predictions.npz in out_dir): what ensembles are selected from
+    keep_predictions: bool = False  # keep the dev and test predictions of the kept state: predictions.npz in
+    #                                 out_dir, else result["predictions"]; what ensembles are selected from
 
     def __post_init__(self) -> None:
         positive = ("epochs", "batch_size", "eval_batch_size", "max_length")

@@ -118,8 +118,9 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     result["peak_memory_mb"] = memory.mb
     if settings.out_dir:
         with timed(phases, "save"):
-            if predictions:
+            if predictions:  # on disk, not in the result a search worker sends back
                 save_predictions(settings.out_dir, predictions)
+                del result["predictions"]
             metadata = {"base_model": portable_name(model_name), **task_metadata(task)}
             result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
                                                        metadata=metadata))
