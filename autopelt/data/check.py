@@ -67,6 +67,13 @@ def check_task_data(task: Task, data_dir: str | Path | None, protocol: str | int
         UserError: a file or column missing, a label that is not a class or a number, a label column with a single
             value, K or the dev size that the train split cannot hold.
     """
+    return load_and_check(task, data_dir, protocol, seed, dev_size)[0]
+
+
+def load_and_check(task: Task, data_dir: str | Path | None, protocol: str | int, seed: int = 0,
+                   dev_size: int | None = None) -> tuple[DataCheck, dict[str, list[dict]]]:
+    """`check_task_data`, and the splits' rows as loaded (split name -> rows), for a caller that reads them too
+    (the search's meta-features), so that the files are read once."""
     from autopelt.data.loading import load_task_splits
     from autopelt.data.protocols import make_splits
 
@@ -78,7 +85,7 @@ def check_task_data(task: Task, data_dir: str | Path | None, protocol: str | int
     if not splits.dev:
         raise UserError(f"task {task.name!r}: no train rows are left for dev")
     sizes = {"train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test)}
-    return DataCheck(task, sizes, classes, tuple(splits.train[:SAMPLE_ROWS]))
+    return DataCheck(task, sizes, classes, tuple(splits.train[:SAMPLE_ROWS])), loaded
 
 
 def _check_label_values(task: Task, labels: list) -> tuple[str, ...]:

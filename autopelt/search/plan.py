@@ -149,15 +149,16 @@ def prepare(options: SearchOptions) -> SearchPlan:
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn
     gpus_per_trial, gpu_note = _gpus_per_trial(options, model, num_labels, generation, space)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
+    # the slowest check (the hub: online, a download), after the model's; its rows give the task's meta-features
+    data, loaded = (None, {}) if generation else _check_data(task, data_dir, options)
     portfolio, portfolio_note = _generation_portfolio(options.portfolio) if generation else \
-        _portfolio(options.portfolio, model, space, lambda: _task_features(task, data_dir, model, options.k))
+        _portfolio(options.portfolio, model, space,
+                   lambda: _task_features(task, loaded.get(task.train_split), model, options.k))
     baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
     baselines = [name for name in baselines if not cannot_apply_preset(name, model_config)]
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
-    # last: the slowest check (the hub: online, a download)
-    data = None if generation else _check_data(task, data_dir, options)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,
         num_labels=num_labels, model=model, model_config=model_config, space=space, budget=budget,
@@ -183,20 +184,16 @@ def _portfolio(choice: str, model: str, space, features):
     return for_search(choice or "auto", model_name(model), space.name, features())
 
 
-def _task_features(task, data_dir, model: str, k: int | None):
-    """The task's meta-features from its train rows (autopelt/portfolio/metafeatures.py), before any training;
-    None where the rows cannot be read here."""
-    from autopelt.data import load_task_splits
+def _task_features(task, rows: list[dict] | None, model: str, k: int | None):
+    """The task's meta-features from its train rows as the data check loaded them (autopelt/portfolio/
+    metafeatures.py), before any training; None without rows."""
     from autopelt.models import load_tokenizer
     from autopelt.portfolio import metafeatures
 
-    try:
-        rows = load_task_splits(task, data_dir, splits=(task.train_split,))[task.train_split]
-        tokenizer = load_tokenizer(model)
-    except UserError:
+    if not rows:
         return None
     return metafeatures.compute(rows, task.text_columns, task.label_column, task.regression,
-                                train_rows=min(k, len(rows)) if k else len(rows), tokenizer=tokenizer)
+                                train_rows=min(k, len(rows)) if k else len(rows), tokenizer=load_tokenizer(model))
 
 
 def _portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
@@ -279,17 +276,18 @@ def _model(name: str | None) -> str:
 def _check_data(task, data_dir: str | None, options: SearchOptions):
     """The task's data as every trial will read it (`autopelt.data.check`): a file, column, label, K or dev size
     that would fail every trial is one UserError now, before the study exists. Hub data is loaded once here:
-    offline, that is one clear error; online, the workers then find it in the `datasets` cache."""
+    offline, that is one clear error; online, the workers then find it in the `datasets` cache. Returns the
+    DataCheck and the splits' rows as loaded (split name -> rows)."""
     import logging
 
-    from autopelt.data.check import check_task_data
+    from autopelt.data.check import load_and_check
 
     loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)  # the hub client logs every retry of an unreachable host
     try:
-        return check_task_data(task, data_dir, options.k or "full", seed=options.seed)
+        return load_and_check(task, data_dir, options.k or "full", seed=options.seed)
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
