@@ -63,3 +63,31 @@ def test_the_head_trains_at_its_scaled_rate(make_settings, tiny_model_dir):  # n
     with pytest.raises(UserError, match="head_lr_scale"):
         make_settings(head_lr_scale=0)
     assert torch.is_tensor(groups[1]["params"][0])
+
+
+def test_kept_dev_predictions_are_the_kept_evaluations_outputs_with_no_extra_pass(make_settings, tmp_path,  # noqa: F811
+                                                                                  monkeypatch):
+    from autopelt.train import loop, trial
+
+    passes = []
+    real = loop.forward_split
+    counting = lambda model, features, *a, **k: passes.append(len(features.labels)) or real(model, features, *a, **k)  # noqa: E731
+    monkeypatch.setattr(loop, "forward_split", counting)
+    monkeypatch.setattr(trial, "forward_split", counting)
+    result = run_trial(make_settings(epochs=3, keep_predictions=True, out_dir=str(tmp_path / "trial")))
+    assert result["status"] == "ok", result.get("reason")
+    assert len(passes) == 3 + 1  # a dev evaluation an epoch, then test: no pass for the predictions
+    saved = kept.load(tmp_path / "trial")
+    dev_accuracy = (saved["dev"].argmax(axis=1) == saved["dev_labels"]).mean()
+    assert dev_accuracy == pytest.approx(result["dev_metric"], abs=1e-6)  # the kept (best) evaluation's
+    # and what the saved delta predicts on dev, loaded again
+    import autopelt
+    from autopelt.train import TrialSettings
+    from autopelt.train.trial_data import prepare_data, resolve_task
+
+    settings = TrialSettings.from_dict(result["settings"])
+    task = resolve_task(settings)
+    data = prepare_data(settings, autopelt.models.load_tokenizer(result["model"]), task)
+    model = autopelt.load(result["model"], result["delta_dir"])
+    fresh = kept.from_outputs(real(model, data.dev, settings, torch.device("cpu")), regression=False)
+    np.testing.assert_allclose(saved["dev"].astype(np.float32), fresh.astype(np.float32), atol=2e-3)

@@ -34,6 +34,7 @@ class TrainOutcome:
     history: list[dict] = field(default_factory=list)
     best: dict | None = None  # the history entry whose state was kept
     gates: dict | None = None  # mean gate values per layer in that evaluation (gated deltas)
+    best_dev_outputs: torch.Tensor | None = None  # that evaluation's dev outputs (kept with keep_predictions)
     steps: int = 0
     fidelity: float = 0.0  # epochs of data seen
     train_seconds: float = 0.0
@@ -90,11 +91,15 @@ def forward_split(model: nn.Module, features: Features, settings: TrialSettings,
 
 
 def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSettings, device,
-             dtype=None, gates: bool = False, loss: bool = False) -> tuple[dict, dict | None]:
+             dtype=None, gates: bool = False, loss: bool = False,
+             outputs_to: list | None = None) -> tuple[dict, dict | None]:
     """Metrics on a split (batched, length-sorted, no autograd), and the mean gate values per layer if asked.
-    `loss` adds the mean task loss to the metrics as "loss" (lower is better, unlike the metrics)."""
+    `loss` adds the mean task loss to the metrics as "loss" (lower is better, unlike the metrics); `outputs_to`, a
+    list, receives the float32 outputs the metrics were computed from (in the split's row order)."""
     with (recording_gates(model) if gates else contextlib.nullcontext({})) as totals:
         outputs = forward_split(model, features, settings, device, dtype)
+    if outputs_to is not None:
+        outputs_to.append(outputs)
     with torch.inference_mode():
         metrics = task.compute_metrics(outputs, features.labels)
         if loss:
@@ -208,8 +213,9 @@ class Training:
         """Evaluate on dev, keep the best state; True when training should stop."""
         outcome, task = self.outcome, self.data.task
         started = time.perf_counter()
+        outputs = [] if self.settings.keep_predictions else None
         dev, gates = evaluate(self.model, self.data.dev, task, self.settings, self.device, self.dtype,
-                              gates=self.gated, loss=True)
+                              gates=self.gated, loss=True, outputs_to=outputs)
         outcome.eval_seconds += time.perf_counter() - started
         dev_loss = dev.pop("loss", None)
         entry = {"epoch": self.epoch, "step": outcome.steps, "fidelity": round(outcome.fidelity, 4),
@@ -217,6 +223,7 @@ class Training:
         outcome.history.append(entry)
         if outcome.best is None or entry["dev_metric"] > outcome.best["dev_metric"]:
             outcome.best, outcome.gates, self.waited = entry, gates, 0
+            outcome.best_dev_outputs = outputs[0] if outputs else None
             self.best_state = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         else:
             self.waited += 1

@@ -101,9 +101,11 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         result.update(dev=best["dev"], dev_metric=best["dev_metric"])
 
         result["gates"] = trained.gates  # recorded in the dev evaluation whose state was kept: no extra pass
-        if settings.keep_predictions:
+        if settings.keep_predictions:  # the outputs of the dev evaluation whose state was kept: no extra pass
             with timed(phases, "predictions"):
-                dev_outputs = forward_split(model, data.dev, settings, device, dtype)
+                dev_outputs = trained.best_dev_outputs
+                if dev_outputs is None:
+                    dev_outputs = forward_split(model, data.dev, settings, device, dtype)
                 predictions.update(dev=from_outputs(dev_outputs, task.regression), dev_labels=data.dev.labels)
         with timed(phases, "test"):
             if settings.score_test and settings.keep_predictions:
