@@ -24,6 +24,7 @@ were not chosen on, the paired change against all rules, the candidates trained,
     python experiments/sweep-rules/sweep_rules_loo.py judge --pool POOL --ladder experiments/sweep-rules/sweep-ladder/lora.jsonl
     python experiments/sweep-rules/sweep_rules_loo.py collect --method prefix --pool POOL --out experiments/sweep-rules/sweep-ladder/prefix.jsonl
     python experiments/sweep-rules/sweep_rules_loo.py judge --pool POOL --ladder experiments/sweep-rules/sweep-ladder/prefix.jsonl
+    python experiments/sweep-rules/sweep_rules_loo.py judge --pool POOL --ladder experiments/sweep-rules/sweep-ladder/lora-21.jsonl --name sweep-rules-loo-21
     python experiments/sweep-rules/sweep_rules_loo.py collect --method unipelt_apl --pool POOL --out experiments/sweep-rules/sweep-ladder/unipelt_apl.jsonl
 """
 
@@ -222,7 +223,8 @@ def judge(args) -> None:
         print(f"| {task} | " + " | ".join(str(row["rates"][task]) for row in rows[:1] + rows[-2:])
               + f" | {len(by_task[task])} |")
     grid = sorted({rate for rates in by_task.values() for rate in rates})
-    write_results("sweep-rules-loo" + ("" if method == "lora" else f"-{method}"), rows, columns, settings={
+    write_results(args.name or "sweep-rules-loo" + ("" if method == "lora" else f"-{method}"), rows, columns,
+                  out_dir=Path(__file__).parent, settings={
         "ladder": str(args.ladder), "tasks": tasks, "chosen_on": list(CHOSEN_ON), "grid": grid,
         "delta": METHODS[method][1], "seed": 0},
         notes="test in points; means over the tasks where every arm has an answer (a replay that needs a rate "
@@ -245,6 +247,7 @@ def main() -> None:
     replayed = sub.add_parser("judge", help="replay the sweep with and without each rule on the collected grid")
     replayed.add_argument("--pool", required=True)
     replayed.add_argument("--ladder", required=True)
+    replayed.add_argument("--name", help="the results' name (default sweep-rules-loo[-METHOD])")
     replayed.add_argument("--fixed", type=float, action="append",
                           help="also score this rate on every task (repeatable), e.g. a portfolio's learned rate")
     args = parser.parse_args()
