@@ -236,7 +236,7 @@ def test_autopelt_search_on_a_generation_task_end_to_end_then_export(lm_dir, dat
     """The command as a user runs it (Ray, one worker), then the export of its answer with its test scores."""
     assert cli.main(search_args(lm_dir, data_dir, tmp_path, "--budget", "4", "--epochs", "1")) == 0
     out = capsys.readouterr().out
-    assert "dev -loss" in out and "no learning-rate sweep" in out and "best: #" in out
+    assert "dev -loss" in out and "sweep of dev loss" in out and "best: #" in out
     name = next(line.split()[1] for line in out.splitlines() if line.startswith("study "))
     assert cli.main(["export", "--study", name, "--storage", f"sqlite:///{tmp_path / 'study.db'}",
                      "--out", str(tmp_path / "export")]) == 0

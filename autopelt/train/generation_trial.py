@@ -14,7 +14,7 @@ from autopelt.data.generation import PROMPT, load_generation_splits, make_genera
 from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.generate import (
-    DEFAULT_RATE, MAX_NEW_TOKENS, check_generator, encode, generation_task, score_generation, train_generation,
+    MAX_NEW_TOKENS, check_generator, encode, generation_task, score_generation, train_generation,
 )
 
 
@@ -28,7 +28,7 @@ def run_generation(settings, result: dict, outcome, report=None, on_step=None) -
     k = settings.protocol if isinstance(settings.protocol, int) else None
     splits = make_generation_splits(loaded, task, k, settings.split_seed, settings.dev_size)
     result.update(model=model_name, metric="bleu", spec=spec.to_dict(), summary=spec.summary(),
-                  protocol=splits.info, learning_rate=settings.learning_rate or DEFAULT_RATE)
+                  protocol=splits.info)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
@@ -58,6 +58,7 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
     trained = train_generation(model, rows(splits.train), rows(splits.dev), settings, tokenizer.pad_token_id,
                                device, dtype, on_step, report)
     best = trained["best"]
+    result.update(learning_rate=trained["lr_choice"]["rate"], lr_choice=trained["lr_choice"])
     result.update(dev=best["dev"], dev_metric=best["dev_metric"])
     outcome.history, outcome.best, outcome.steps = trained["history"], best, trained["steps"]
     outcome.train_seconds, outcome.fidelity = trained["train_seconds"], trained["history"][-1]["epoch"]
