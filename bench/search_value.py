@@ -16,10 +16,14 @@ runs, each as `autopelt search` in a subprocess as a user would:
                 ASHA, no baselines): the recipe a user reaches for with an HPO tool around peft. It gets the
                 whole budget.
   4. the baselines, as study 1 ran them (each its paper structure at the learning rate it swept).
+  5. autopelt's ensemble: study 1's trials combined as the search's summary combines them (autopelt/ensemble,
+     greedy selection with replacement on dev predictions), the same members and weights at every re-run seed.
 
-Then every strategy's pick and every baseline is trained again with seeds 1..S (--seed + 1 to --seed + S) on the
-same rows (the study's data seed) at the learning rate it trained with, and the script prints one table: test mean
-± std over those seeds, stored params %, and the paired difference to autopelt's pick (mean ± std over seeds).
+Then every strategy's pick, every baseline and every member of autopelt's ensemble is trained again with seeds 1..S
+(--seed + 1 to --seed + S) on the same rows (the study's data seed) at the learning rate it trained with, keeping
+its predictions; at each seed the ensemble averages its members' re-runs with the study's weights. The script prints
+one table: test mean ± std over those seeds, stored params %, and the paired difference to autopelt's pick (mean ±
+std over seeds).
 --seed (default 0) sets every study's rows and training seed: another seed is another draw of K rows. It also prints
 the best dev metric against cumulative training seconds for strategies 1 and 2, and the targets of issue 10.
 
@@ -115,7 +119,13 @@ def main() -> None:
 
     studies = {name: finished_trials(storage, study_name(args, name)) for name in STRATEGIES}
     picks = pick_and_baselines(studies, args.rerun_baselines)
-    reruns = rerun_all(picks, args, work, Path(args.copy_reruns).resolve() if args.copy_reruns else source)
+    members, ensemble_dev = ensemble_members(storage, study_name(args, "autopelt"), studies["autopelt"])
+    reruns = rerun_all({**picks, **{label: record for label, record, _ in members}}, args, work,
+                       Path(args.copy_reruns).resolve() if args.copy_reruns else source)
+    if len(members) > 1:  # one member is the single answer again
+        picks[ENSEMBLE] = EnsembleRow(members, ensemble_dev)
+        reruns[ENSEMBLE] = ensemble_reruns(members, {**picks, **{label: r for label, r, _ in members}}, work,
+                                           rerun_seeds(args))
     budgets, table = print_report(args, metric_of(storage, study_name(args, "autopelt")), studies, picks, reruns,
                                   full, start_up)
     save_results(args, budgets, table)
@@ -346,7 +356,7 @@ def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict
 
     jobs, same = [], {}  # same: label -> the first label of the same trial
     for label, record in picks.items():
-        first = next((other for other, seen in picks.items() if seen.result_dir == record.result_dir), label)
+        first = owner(label, picks)
         if first != label:
             same[label] = first
             continue
@@ -355,10 +365,10 @@ def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict
         split_seed = settings.get("data_seed")
         split_seed = settings["seed"] if split_seed is None else split_seed
         for seed in rerun_seeds(args):
-            out = work / "reruns" / label.replace(" ", "-") / f"seed-{seed}"
+            out = rerun_dir(work, label, seed)
             jobs.append((label, seed, {**settings, "seed": seed, "data_seed": split_seed,
                                        "learning_rate": result["learning_rate"], "threads": args.cpus_per_trial,
-                                       "score_test": True, "out_dir": str(out)}))
+                                       "score_test": True, "keep_predictions": True, "out_dir": str(out)}))
             if source is not None:
                 copy_same_run(jobs[-1][2], source, work)
     reruns: dict = {label: {} for label in picks}
@@ -368,6 +378,67 @@ def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict
     for label, first in same.items():
         reruns[label] = reruns[first]
     return reruns
+
+
+def owner(label: str, picks: dict) -> str:
+    """The first label of `picks` naming the same trial as `label`: the one whose re-runs are trained."""
+    return next((other for other, seen in picks.items() if seen.result_dir == picks[label].result_dir), label)
+
+
+def rerun_dir(work: Path, label: str, seed: int) -> Path:
+    return work / "reruns" / label.replace(" ", "-") / f"seed-{seed}"
+
+
+ENSEMBLE = "autopelt ensemble"
+
+
+class EnsembleRow:
+    """The ensemble as a row of the report: what it is, and no single rate or size of its own."""
+
+    def __init__(self, members: list, dev: float):
+        self.members, self.dev = members, dev  # dev: the ensemble's on the study's dev set, where it was selected
+        self.summary = f"{len(members)} members: " + ", ".join(f"{w:.2f} × {r.summary}" for _, r, w in members)
+        self.learning_rate, self.result_dir = None, None
+        self.params_pct = sum(r.params_pct or 0.0 for _, r, _ in members)  # every member's delta is stored
+
+
+def ensemble_members(storage: str, name: str, trials: list) -> tuple[list[tuple[str, object, float]], float | None]:
+    """([(label, TrialRecord, weight)], its dev metric) of the ensemble the search's summary shows for study `name`
+    (autopelt/ensemble/study.py's default rule), heaviest first; ([], None) when no trial has predictions."""
+    import optuna
+
+    from autopelt.ensemble.study import study_ensemble
+    from autopelt.errors import UserError
+    from autopelt.export.ensemble import study_trial_dirs
+    from autopelt.study.record import read
+
+    try:
+        chosen = study_ensemble(study_trial_dirs(optuna.load_study(study_name=name, storage=storage)))
+    except UserError:
+        return [], None
+    by_folder = {str(Path(r.result_dir)): r for r in map(read, trials) if r.result_dir}
+    return [(f"ensemble member {i}", by_folder[str(member.folder)], weight)
+            for i, (member, weight) in enumerate(zip(chosen.members, chosen.weights))], chosen.dev
+
+
+def ensemble_reruns(members: list, picks: dict, work: Path, seeds: list[int]) -> dict:
+    """{seed: (dev, test)} of the ensemble at each re-run seed: its members' re-runs at that seed (their kept
+    predictions), averaged with the study's weights, scored by the task's metric."""
+    from autopelt.ensemble.select import combine
+    from autopelt.ensemble.study import metric_of
+    from autopelt.train.predictions import dense, load
+
+    out = {}
+    for seed in seeds:
+        runs = [rerun_dir(work, owner(label, picks), seed) for label, _, _ in members]
+        kept = [load(run) for run in runs]
+        result = json.loads((runs[0] / "result.json").read_text())
+        regression = dense(kept[0], "dev").ndim == 1
+        metric = metric_of(result["task"], result["metric"], regression)
+        weights = [weight for _, _, weight in members]
+        out[seed] = tuple(metric(combine([dense(k, split) for k in kept], weights), kept[0][f"{split}_labels"])
+                          for split in ("dev", "test"))
+    return out
 
 
 def run_key(settings: dict) -> dict:
@@ -469,6 +540,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     means = {}
     for label, record in picks.items():
+        dev = record.dev if label == ENSEMBLE else study_dev(record, studies[study_of(label)])
         tests = [reruns[label][s][1] for s in sorted(reruns[label])]
         means[label] = statistics.fmean(tests)
         diffs = [reruns[label][s][1] - reference[s][1] for s in sorted(reruns[label]) if s in reference]
@@ -476,10 +548,10 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
                                                                   f"{100 * _std(diffs):.1f}"
         print(f"| {label} | {record.summary or '–'} | {record.learning_rate or float('nan'):.2g} | "
               f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
-              f"{100 * study_dev(record, studies[study_of(label)]):.1f} | {100 * means[label]:.1f} ± "
+              f"{100 * dev:.1f} | {100 * means[label]:.1f} ± "
               f"{100 * _std(tests):.1f} | {100 * min(tests):.1f} | {delta} |")
         table.append({"delta": label, "what": record.summary, "lr": record.learning_rate,
-                      "params_pct": record.params_pct, "study_dev": study_dev(record, studies[study_of(label)]),
+                      "params_pct": record.params_pct, "study_dev": dev,
                       "tests": {str(s): reruns[label][s][1] for s in sorted(reruns[label])},
                       "test_mean": means[label], "test_std": _std(tests), "test_min": min(tests),
                       "paired_delta": statistics.fmean(diffs) if diffs and label != "autopelt pick" else None})

@@ -72,6 +72,9 @@ def test_the_search_value_benchmark_runs_end_to_end_on_a_tiny_model(tmp_path, ti
     row = next(line for line in out.splitlines() if line.startswith("| tuned-lora pick |"))
     assert f"{100 * pick['test_mean']:.1f} ± {100 * pick['test_std']:.1f} | {100 * min(tests_of_pick):.1f} |" in row
     assert pick["test_min"] == min(tests_of_pick)
+    assert (tmp_path / "work" / "reruns" / "tuned-lora-pick" / "seed-1" / "predictions.npz").is_file()
+    if "autopelt ensemble" in table:  # study 1's trials combined: its members' re-runs at each seed
+        assert sorted(table["autopelt ensemble"]["tests"]) == ["1", "2"] and "| autopelt ensemble |" in out
 
     # a re-run trained again reproduces its recorded test metric to the last digit (CPU, same settings)
     from autopelt.train import TrialSettings, run_trial
@@ -276,3 +279,33 @@ def test_the_summary_is_a_row_per_task_and_the_mean_of_each_paired_difference(tm
     assert rows[1]["Δ vs tuned LoRA"] == -2.0 and rows[2] == {"task": "mean", "Δ vs tuned LoRA": 1.5}
     with pytest.raises(SystemExit, match="search-value-c"):
         bench.summary(["c"], folder=tmp_path)
+
+
+def test_the_ensemble_arm_averages_its_members_reruns_with_the_studys_weights(tmp_path):
+    """At each re-run seed the ensemble's outputs are its members' re-run predictions averaged with the weights the
+    study chose; a member that is also a pick is read from the pick's re-runs (trained once)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from autopelt.train.predictions import save
+
+    bench = load_bench()
+    labels = np.array([0, 1, 1, 0])
+    outputs = {"autopelt pick": np.array([[0.9, 0.1], [0.4, 0.6], [0.2, 0.8], [0.45, 0.55]]),  # each 3 of 4 right,
+               "ensemble member 1": np.array([[0.6, 0.4], [0.45, 0.55], [0.6, 0.4], [0.9, 0.1]])}  # their mean 4
+    for label, probabilities in outputs.items():
+        run = bench.rerun_dir(tmp_path, label, 1)
+        run.mkdir(parents=True)
+        (run / "result.json").write_text(json.dumps({"task": "t", "metric": "accuracy"}))
+        save(run, {"dev": probabilities.astype(np.float16), "dev_labels": labels,
+                   "test": probabilities.astype(np.float16), "test_labels": labels})
+    pick = SimpleNamespace(result_dir="/study/trial-3")
+    members = [("ensemble member 0", SimpleNamespace(result_dir="/study/trial-3"), 0.5),
+               ("ensemble member 1", SimpleNamespace(result_dir="/study/trial-7"), 0.5)]
+    picks = {"autopelt pick": pick, **{label: record for label, record, _ in members}}
+    scores = bench.ensemble_reruns(members, picks, tmp_path, [1])
+    averaged = (outputs["autopelt pick"] + outputs["ensemble member 1"]) / 2
+    expected = float((averaged.argmax(axis=1) == labels).mean())
+    assert scores == {1: (pytest.approx(expected), pytest.approx(expected))}
+    assert expected == 1.0 and all((o.argmax(axis=1) == labels).mean() == 0.75 for o in outputs.values())
