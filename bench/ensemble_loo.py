@@ -16,7 +16,7 @@ all B candidates at seed 1):
                ensemble has members, averaged, as far as the meta-dataset has seeds (2 at most, and 2 only on the
                nine tasks collected at seed 1: elsewhere this is one run, so the comparison flatters the ensemble)
   soup         n/a: the meta-dataset keeps predictions, not weights, and a soup's outputs are not an average of its
-               members' outputs (autopelt/ensemble/soup.py)
+               members' outputs (autopelt/ensemble/soup.py); bench/soup.py measures it on trained deltas
 The rule (max size, stop rule, bagging) and the margin are chosen for each held-out task on the other tasks'
 dev only: their dev rows split in two halves, the ensemble and the single answer selected on one half and scored
 on the other, both ways, at every budget; the rule of the highest mean over tasks and budgets wins. Test is only
