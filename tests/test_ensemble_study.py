@@ -45,3 +45,26 @@ def test_the_study_ensemble_beats_its_single_answer_and_says_so(tmp_path):
 def test_no_usable_trial_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match="no finished trial with dev predictions"):
         study_ensemble([_trial(tmp_path / "x", None, np.array([1]), None, status="failed")])
+
+
+def test_the_ensemble_is_set_beside_the_studys_answer_and_what_was_left_out_is_one_line(tmp_path):
+    """The study answers with its own rule (the portfolio's favourite within a standard error, a finalist's mean
+    over seeds), not always the best dev: the ensemble line compares with that trial, on its predictions."""
+    labels = np.array([1, 1, 1, 1])
+    best = [[0.1, 0.9], [0.1, 0.9], [0.4, 0.6], [0.9, 0.1]]  # 3 of 4
+    other = [[0.55, 0.45], [0.55, 0.45], [0.55, 0.45], [0.05, 0.95]]  # 1 of 4; with `best`, 4 of 4
+    answer = [[0.1, 0.9], [0.1, 0.9], [0.9, 0.1], [0.9, 0.1]]  # 2 of 4: the study's answer nonetheless
+    dirs = [_trial(tmp_path / "best", best, labels, 0.75), _trial(tmp_path / "other", other, labels, 0.25),
+            _trial(tmp_path / "answer", answer, labels, 0.5)]
+    dirs += [tmp_path / f"stopped-{i}" for i in range(3)]  # stopped early: no result.json
+    plain = study_ensemble(dirs, rule=Rule(max_size=3), margin=0.3)
+    beside = study_ensemble(dirs, rule=Rule(max_size=3), margin=0.3, answer_dir=str(tmp_path / "answer"))
+    assert plain.single.folder.name == "best" and plain.single_dev == 0.75
+    assert beside.single.folder.name == "answer" and beside.single_dev == 0.5
+    assert beside.dev == plain.dev == 1.0 and len(beside.members) == 2
+    assert beside.answers and not plain.answers  # 1.0 beats 0.5 by more than the margin, not 0.75
+    lines = beside.lines()
+    assert "0.5000 on the same run's predictions (answer)" in lines[0]
+    left = [line for line in lines if "left out" in line]
+    assert left == [next(line for line in lines if line.startswith("  left out: 3 trial(s) ("))]
+    assert "… 1 more" in left[0]

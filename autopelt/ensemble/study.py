@@ -11,6 +11,7 @@ other tasks' dev halves: Caruana's best-prefix climb up to 32 picks, no margin (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,11 +62,15 @@ class StudyEnsemble:
                    f"the single answer stays (the ensemble's dev gain {100 * (self.dev - self.single_dev):+.2f} "
                    f"is not above the margin {100 * self.margin:.2f})")
         out = [f"ensemble of {len(self.members)} trials (greedy selection with replacement, Caruana et al. 2004): "
-               f"dev {self.metric} {self.dev:.4f} vs the single answer's {self.single_dev:.4f} "
-               f"({self.single.summary}); {verdict}; inference: {self.forward_passes} forward passes an input"]
+               f"dev {self.metric} {self.dev:.4f} vs the single answer's {self.single_dev:.4f} on the same run's "
+               f"predictions ({self.single.summary}); {verdict}; inference: {self.forward_passes} forward passes an "
+               f"input"]
         out += [f"  {weight:.3f} × {member.summary} (dev {member.dev:.4f}) {member.folder}"
                 for member, weight in zip(self.members, self.weights)]
-        out += [f"  left out: {reason}" for reason in self.left_out]
+        if self.left_out:
+            shown = "; ".join(self.left_out[:2]) + (f"; … {len(self.left_out) - 2} more" if len(self.left_out) > 2
+                                                    else "")
+            out.append(f"  left out: {len(self.left_out)} trial(s) ({shown})")
         return out
 
     def to_dict(self) -> dict:
@@ -78,7 +83,7 @@ class StudyEnsemble:
 
 
 def study_ensemble(trial_dirs: list, rule: Rule = DEFAULT_RULE, margin: float = DEFAULT_MARGIN,
-                   max_members: int | None = None) -> StudyEnsemble:
+                   max_members: int | None = None, answer_dir=None) -> StudyEnsemble:
     """The ensemble of the finished trials in `trial_dirs` (each a folder with result.json and predictions.npz).
 
     Args:
@@ -87,6 +92,9 @@ def study_ensemble(trial_dirs: list, rule: Rule = DEFAULT_RULE, margin: float = 
         rule: size, stopping rule and bagging of the selection (select.Rule).
         margin: the ensemble answers only when its dev metric is more than this above the single answer's.
         max_members: keep only the heaviest k members (k forward passes at inference).
+        answer_dir: the folder of the trial the study answers with (its answer rule: the portfolio's favourite
+            within a standard error, a finalist's mean over seeds); the ensemble is set beside it. None, or a
+            folder that is no candidate: beside the candidate of the best dev.
 
     Returns:
         The StudyEnsemble; with one usable trial, that trial alone (answers False).
@@ -107,6 +115,10 @@ def study_ensemble(trial_dirs: list, rule: Rule = DEFAULT_RULE, margin: float = 
     chosen: Ensemble = select([c[1]["dev"] for c in candidates], labels, rule, regression, metric)
     if max_members is not None:
         chosen = selection.limit(chosen, [c[1]["dev"] for c in candidates], labels, max_members, regression, metric)
+    answer = next((i for i, c in enumerate(candidates) if answer_dir is not None
+                   and Path(c[0].folder).resolve() == Path(answer_dir).resolve()), None)
+    if answer is not None:  # its dev on these predictions, as the ensemble's is measured
+        chosen = dataclasses.replace(chosen, single=answer, single_dev=metric(candidates[answer][1]["dev"], labels))
     members = [candidates[i][0] for i in chosen.members]
     return StudyEnsemble(members=members, weights=[float(chosen.weights[i]) for i in chosen.members],
                          dev=chosen.dev, single=candidates[chosen.single][0], single_dev=chosen.single_dev,

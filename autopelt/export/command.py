@@ -56,7 +56,12 @@ def _ensemble(args, study) -> int:
 
     if args.reseed or (args.max_members is not None and args.max_members < 1):
         raise UserError("--ensemble takes --max-members K ≥ 1 and no --reseed")
-    out, chosen = export_ensemble(study_trial_dirs(study), args.out, args.max_members, study.study_name)
+    from autopelt.study import answers
+    from autopelt.study.record import read_all
+
+    found = answers.best(read_all(study))
+    out, chosen = export_ensemble(study_trial_dirs(study), args.out, args.max_members, study.study_name,
+                                  answer_dir=found.result_dir if found else None)
     print("\n".join(chosen.lines()))
     print(f"exported the ensemble ({chosen.forward_passes} forward passes an input) to {out}")
     print(f"next: autopelt predict --delta {out} --text \"…\"")

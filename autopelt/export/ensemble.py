@@ -28,9 +28,10 @@ def study_trial_dirs(study) -> list[Path]:
 
 
 def export_ensemble(trial_dirs: list, out_dir, max_members: int | None = None, study_name: str = "",
-                    rule=None) -> tuple:
+                    rule=None, answer_dir=None) -> tuple:
     """Select the ensemble of `trial_dirs` and write it to the new folder `out_dir`; returns (folder, StudyEnsemble).
-    `rule`: the selection's select.Rule (default: study.DEFAULT_RULE).
+    `rule`: the selection's select.Rule (default: study.DEFAULT_RULE); `answer_dir`: the study's answer's folder,
+    which the ensemble is set beside (study_ensemble).
 
     Raises:
         UserError: `out_dir` exists and is not empty, no trial has dev predictions, a member has no saved delta,
@@ -43,7 +44,7 @@ def export_ensemble(trial_dirs: list, out_dir, max_members: int | None = None, s
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} exists and is not empty; choose a new folder")
-    chosen = study_ensemble(trial_dirs, rule=rule or DEFAULT_RULE, max_members=max_members)
+    chosen = study_ensemble(trial_dirs, rule=rule or DEFAULT_RULE, max_members=max_members, answer_dir=answer_dir)
     headers = []
     for member in chosen.members:
         if not (member.folder / "delta" / "delta.safetensors").is_file():

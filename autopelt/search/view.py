@@ -176,7 +176,8 @@ def ensemble_lines(study: optuna.Study, plan: SearchPlan) -> list[str]:
     from autopelt.export.ensemble import study_trial_dirs
 
     try:
-        chosen = study_ensemble(study_trial_dirs(study))
+        found = answers.best(read_all(study))
+        chosen = study_ensemble(study_trial_dirs(study), answer_dir=found.result_dir if found else None)
     except UserError:
         return []
     if len(chosen.members) < 2:
