@@ -47,17 +47,9 @@ def features_of(meta: metadata.MetaDataset) -> dict[str, MetaFeatures]:
 
 
 def scores(meta: metadata.MetaDataset, tasks: list[str]) -> dict[str, dict[str, float]]:
-    """task -> configuration -> dev at full fidelity, the mean over the seeds collected for it."""
-    out = {}
-    for task in tasks:
-        row = {}
-        for config in meta.configs(seed=0):
-            devs = [metadata.answer(meta.trial(task, config, s)).dev for s in meta.seeds
-                    if meta.trial(task, config, s) and metadata.answer(meta.trial(task, config, s))]
-            if devs:
-                row[config] = statistics.mean(devs)
-        out[task] = row
-    return out
+    """task -> configuration -> dev at full fidelity: the global portfolio's scores (MetaDataset.dev_scores, the
+    mean over the selection seeds), so that the prior over every task is the global portfolio."""
+    return meta.dev_scores(tasks, meta.candidates())
 
 
 def build(meta: metadata.MetaDataset, features: dict[str, MetaFeatures], k: int,
@@ -65,7 +57,7 @@ def build(meta: metadata.MetaDataset, features: dict[str, MetaFeatures], k: int,
     """The prior over `tasks` (default: every task of the meta-dataset); k >= len(tasks) is the global one."""
     tasks = tasks or meta.tasks
     chosen = {t: features[t] for t in tasks}
-    configs = {c: config_named(c) for c in meta.configs(seed=0)}
+    configs = {c: config_named(c) for c in meta.candidates()}
     return Prior(k=min(k, len(tasks)), tasks=chosen, scores=scores(meta, tasks), configs=configs,
                  unlike=unlike_threshold(chosen))
 
