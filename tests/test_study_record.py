@@ -156,3 +156,11 @@ def test_an_interrupted_finalist_runs_again_as_a_finalist():
     frozen.number = 7
     assert record.requeued(frozen) == {"retry_of": 7, "confirms": {"trial": 3, "seed": 1000}}
     assert record.read(frozen).confirms == {"trial": 3, "seed": 1000} and not record.read(frozen).is_answer
+
+
+def test_an_interrupted_portfolio_member_runs_again_as_that_member():
+    """Its retry trains the member at the member's rate, and the portfolio is not queued a second copy of it."""
+    tag = {"name": "pfeiffer-48@3e-3", "rank": 1, "drawn": True}
+    frozen = create_trial(state=TrialState.FAIL, user_attrs={"portfolio": tag, "fail_reason": "interrupted"})
+    frozen.number = 2
+    assert record.requeued(frozen) == {"retry_of": 2, "portfolio": tag}

@@ -371,13 +371,13 @@ def queued_baseline(name: str, drawn: bool = False) -> dict:
 
 
 def requeued(trial: FrozenTrial) -> dict:
-    """A queued re-run of an interrupted trial: which one it replaces, and its baseline if it was one."""
+    """A queued re-run of an interrupted trial: which one it replaces, and what it was queued as (a baseline, a
+    portfolio member, a refinement, a confirmation), so that it trains the same delta at the same rate."""
     old = read(trial)
     values = attrs(retry_of=trial.number)
-    if old.refines:
-        values["refines"] = old.refines
-    if old.confirms:
-        values["confirms"] = old.confirms
+    for key in ("refines", "confirms", "portfolio"):
+        if getattr(old, key):
+            values[key] = getattr(old, key)
     return {**values, **queued_baseline(old.baseline, old.baseline_drawn)} if old.baseline else values
 
 
