@@ -26,7 +26,26 @@ def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict
     built_from = {"meta_dataset": meta_path, "tasks": tasks, "selection": f"greedy, mean dev over seeds {seeds}",
                   "mean_regret": round(select.mean_regret(scores, chosen), 4)}
     return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
-                   baseline_rates(meta, tasks), DESIGN_VERSION)
+                   baseline_rates(meta, tasks), DESIGN_VERSION, calibration=calibration(meta, tasks))
+
+
+def calibration(meta, tasks: list[str]) -> dict[str, float]:
+    """Task -> the rate LoRA's sweep chooses there (simulate.tuned_lora on the design's ladder; the geometric mean
+    over the selection seeds): the portfolio's calibration (autopelt/portfolio/portfolio.py). Empty where the
+    meta-dataset holds no LoRA ladder."""
+    import math
+
+    from metalearning import simulate
+
+    out = {}
+    for task in tasks:
+        try:
+            rates = [simulate.tuned_lora(simulate.Task(meta, task, seed=s)).config.partition("@")[2]
+                     for s in meta.selection_seeds]
+        except (ValueError, TypeError, AttributeError):  # no ladder (or no reference trial) at some seed
+            return {}
+        out[task] = float(f"{math.exp(sum(math.log(float(r)) for r in rates) / len(rates)):.3g}")
+    return out
 
 
 SEARCHED_BASELINES = ("unipelt_apl",)  # the baselines a search with a portfolio still trains
@@ -91,4 +110,4 @@ def with_prior(meta_path: str, size: int, out: str, say=print) -> dict:
                   "prior_k_by_loo": {str(key): round(100 * value, 2) for key, value in means.items()}}
     return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
                    baseline_rates(meta, meta.tasks), DESIGN_VERSION,
-                   extra={"prior": prior.build(meta, features, k).to_dict()})
+                   extra={"prior": prior.build(meta, features, k).to_dict()}, calibration=calibration(meta, meta.tasks))

@@ -31,10 +31,11 @@ def pinned_portfolio(tmp_path, model):
     return str(path)
 
 
-def options(tmp_path, sst2_dir, tiny_model_dir, budget, pinned: bool = False) -> SearchOptions:
+def options(tmp_path, sst2_dir, tiny_model_dir, budget, pinned: bool = False, rates: str = "absolute") -> SearchOptions:
+    """The shipped portfolio (or a pinned one) at its recorded rates, unless `rates` says otherwise."""
     return SearchOptions(task="sst2", budget=budget, model=str(tiny_model_dir), data_dir=str(sst2_dir),
                          storage=f"sqlite:///{tmp_path}/s.db", out=str(tmp_path / "out"), cpus_per_trial=1,
-                         portfolio=pinned_portfolio(tmp_path, tiny_model_dir) if pinned else "auto")
+                         portfolio=pinned_portfolio(tmp_path, tiny_model_dir) if pinned else "auto", rates=rates)
 
 
 def test_a_budget_a_slow_step_cannot_fill_is_refused_before_any_trial(tmp_path, monkeypatch, capsys, sst2_dir,
@@ -72,6 +73,17 @@ def test_a_budget_that_holds_the_portfolios_first_alone_runs_it_alone_and_says_s
         "unipelt_apl"]
 
 
+def test_a_budget_with_no_room_for_the_baselines_drops_the_calibration_with_them(tmp_path, monkeypatch, sst2_dir,
+                                                                                    tiny_model_dir):
+    monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 3.0)
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m", rates="auto"))  # the shipped one, calibrated
+    assert plan.portfolio.calibrate and plan.baselines == ["lora", "unipelt_apl"]
+    fitted = fit.fit_time_budget(plan)
+    assert fitted.baselines == [] and not fitted.portfolio.calibrate
+    assert fitted.fit_note.endswith("the portfolio's rates as measured on all-MiniLM-L6-v2 (no time for LoRA's "
+                                    "calibration)"), fitted.fit_note
+
+
 def test_a_step_is_measured_on_the_model_itself(tmp_path, sst2_dir, tiny_model_dir):
     plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1h"))
     estimate = fit.estimate_trial(plan)
@@ -88,6 +100,18 @@ def test_a_trial_budget_names_only_the_portfolio_members_it_runs(tmp_path, sst2_
     twenty = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 20))
     assert _portfolio_plan(twenty).startswith("1 baseline(s), then the portfolio's first 9 configurations")
     assert _portfolio_plan(twenty).endswith(", then the sampler")
+
+
+def test_a_calibrated_portfolio_gives_loras_sweep_a_trial_of_the_budget_and_none_at_one(tmp_path, sst2_dir,
+                                                                                      tiny_model_dir):
+    auto = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 20, rates="auto"))  # the shipped one, another model
+    assert auto.portfolio.calibrate and auto.baselines == ["lora", "unipelt_apl"]
+    assert _portfolio_plan(auto).startswith("2 baseline(s), then the portfolio's first 8 configurations")
+    two = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 2, rates="auto"))
+    assert two.baselines == ["lora"] and two.portfolio_size == 1 and two.portfolio.calibrate
+    one = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 1, rates="auto"))
+    assert one.baselines == [] and not one.portfolio.calibrate
+    assert "rates: absolute: measured on all-MiniLM-L6-v2; a budget of one trial has no room" in one.portfolio_note
 
 
 def test_a_wall_time_budget_promises_the_portfolios_first_and_as_many_more_as_the_time_allows(tmp_path, sst2_dir,

@@ -8,12 +8,13 @@ import json
 from autopelt.errors import UserError
 from autopelt.portfolio import select
 from autopelt.portfolio.config import Config, rate_text
-from autopelt.portfolio.portfolio import to_file
+from autopelt.portfolio.portfolio import CALIBRATION_BASELINE, to_file
 
 
 def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -> dict:
     """One task per finished study: the configurations (delta, rate, batch, backbone dropout) every study trained
-    to full fidelity, chosen greedily on their dev metric."""
+    to full fidelity, chosen greedily on their dev metric; its calibration (portfolio.py) from the studies whose LoRA
+    baseline swept its rate (every study, or none: a partial one would skew the reference)."""
     import optuna
 
     from autopelt.study.record import read_all
@@ -21,7 +22,7 @@ def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -
     names = studies or [s.study_name for s in optuna.get_all_study_summaries(storage)]
     if len(names) < 2:
         raise UserError(f"{storage} holds {len(names)} study; a portfolio learns from two or more (one per task)")
-    scores, found, models = {}, {}, set()
+    scores, found, models, calibration = {}, {}, set(), {}
     for name in names:
         try:
             study = optuna.load_study(study_name=name, storage=storage)
@@ -30,6 +31,9 @@ def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -
         models.add(study.user_attrs.get("model"))
         row = {}
         for trial in read_all(study):
+            if trial.baseline == CALIBRATION_BASELINE and trial.is_answer and trial.learning_rate \
+                    and trial.lr_choice.get("how") == "sweep":
+                calibration[name] = trial.learning_rate
             if not trial.full_fidelity or not trial.values or trial.spec is None or not trial.learning_rate:
                 continue
             config = _config(trial)
@@ -46,7 +50,8 @@ def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -
     if model is None:
         raise UserError("the studies were run on different models; build one portfolio per model")
     built_from = {"storage": storage.split("@")[-1], "tasks": list(scores), "selection": "greedy, dev metric"}
-    return to_file([found[c] for c in chosen], model, built_from, out)
+    return to_file([found[c] for c in chosen], model, built_from, out,
+                   calibration=calibration if set(calibration) == set(scores) else None)
 
 
 def _config(trial) -> Config:

@@ -2,17 +2,24 @@
 
     {"format": "autopelt-portfolio", "version": 1, "model": "all-MiniLM-L6-v2", "space": "default",
      "design_version": 1, "built_from": {...}, "members": [{"name", "methods", "learning_rate", "batch_size",
-     "pooling", "layers", "backbone_dropout"}, ...], "baseline_rates": {"unipelt_apl": 0.001}}
+     "pooling", "layers", "backbone_dropout"}, ...], "baseline_rates": {"unipelt_apl": 0.001},
+     "calibration": {"baseline": "lora", "rates": {"sst2": 0.003, ...}}}
 
-A member's learning rate is absolute: it was measured on the portfolio's model, and carries over to another model
-untested (the search says so). `layers` "upper_half" is resolved per model, like the design's. `baseline_rates`
-(optional) is the rate learned with the portfolio for a baseline of a study that runs it. Which rate a member or a
-baseline trains at is decided in `autopelt.search.rate_policy`.
+A member's learning rate was measured on the portfolio's model. `calibration` (optional) holds the rate LoRA's
+learning-rate sweep chose on each task the portfolio learned from, on that model: the calibration a study measures
+again on its own model and task (its LoRA baseline's sweep), so that a member trains at its recorded rate times
+the study's LoRA rate over the reference (the geometric mean of `calibration` over the tasks its members were chosen
+from): its rate *relative* to LoRA's carries to another model, where the absolute one need not (a rate right for
+MiniLM is far too high for a billion-parameter decoder). Whether a study calibrates is `Portfolio.calibrate`
+(`for_search`). `layers` "upper_half" is resolved per model, like the design's. `baseline_rates` (optional) is the
+rate learned with the portfolio for a baseline of a study that runs it. Which rate a member or a baseline trains at
+is decided in `autopelt.search.rate_policy`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,6 +32,8 @@ FORMAT, VERSION = "autopelt-portfolio", 1
 SPACE = "default"  # the search space whose studies a portfolio opens
 SIZE = 16
 SHIPPED = Path(__file__).parent / "data" / "portfolio-all-MiniLM-L6-v2.json"
+RATES = ("auto", "absolute", "calibrated")  # --rates: calibrated on another model than the portfolio's (auto)
+CALIBRATION_BASELINE = "lora"  # the baseline whose sweep measures a study's calibration
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,27 @@ class Portfolio:
     built_from: dict
     baseline_rates: dict[str, float] = field(default_factory=dict)  # preset name -> learned rate
     prior: Prior | None = None  # the task-aware prior (prior.py): members chosen for the task at hand
+    calibration: dict[str, float] = field(default_factory=dict)  # task -> LoRA's swept rate on the portfolio's model
+    reference_tasks: tuple[str, ...] = ()  # the tasks its members were chosen from (the prior's nearest); () all
+    calibrate: bool = False  # a study trains members at rates relative to its own LoRA rate (for_search decides)
+
+    @property
+    def reference_rate(self) -> float | None:
+        """LoRA's rate on the tasks the members were chosen from, on the portfolio's model: the geometric mean of
+        `calibration` over them (over every task it holds where it holds none of them); None without one."""
+        rates = [self.calibration[t] for t in self.reference_tasks if t in self.calibration] \
+            or list(self.calibration.values())
+        return math.exp(sum(map(math.log, rates)) / len(rates)) if rates else None
+
+    def calibrated_rate(self, rate: float, lora_rate: float | None) -> tuple[float, dict]:
+        """(the rate a member or learned baseline rate `rate` trains at in a study whose LoRA baseline swept to
+        `lora_rate`, its account): `rate` x lora_rate / reference; `rate` itself where the study does not
+        calibrate, or has no LoRA rate (its LoRA baseline failed or ran out of time)."""
+        reference = self.reference_rate
+        if not self.calibrate or reference is None or not lora_rate:
+            return rate, {}
+        return rate * lora_rate / reference, {"how": "calibrated", "recorded": rate, "reference": reference,
+                                              "calibration": lora_rate, "scale": rate / reference}
 
     def for_task(self, features: MetaFeatures | None) -> tuple[Portfolio, str]:
         """This portfolio with its members chosen for a task of `features` by its prior, and one line saying from
@@ -50,7 +80,7 @@ class Portfolio:
             line = (f"this task ({features.describe()}) is unlike all {len(self.prior.tasks)} tasks of the prior "
                     f"(nearest {nearest[0][0]} at {nearest[0][1]:.1f}, past {self.prior.unlike:.1f}): the portfolio "
                     "learned from every task answers")
-        return replace(self, members=tuple(members)), line
+        return replace(self, members=tuple(members), reference_tasks=tuple(name for name, _ in nearest)), line
 
     def hparams(self, index: int, epochs: int) -> dict:
         member = self.members[index]
@@ -61,14 +91,17 @@ class Portfolio:
 
 def to_file(members: list[Config], model: str, built_from: dict, out: str | Path,
             baseline_rates: dict[str, float] | None = None, design_version: int | None = None,
-            extra: dict | None = None) -> dict:
+            extra: dict | None = None, calibration: dict[str, float] | None = None) -> dict:
     """Write a portfolio file (atomically); `design_version`: the meta-dataset design its members are named in
-    (None for members learned from a user's studies); `extra`: more top-level fields (the task-aware prior)."""
+    (None for members learned from a user's studies); `extra`: more top-level fields (the task-aware prior);
+    `calibration`: task -> LoRA's swept rate there, on `model`."""
     from autopelt.files import write_atomic
 
     data = {"format": FORMAT, "version": VERSION, "model": model, "space": SPACE, "design_version": design_version,
             "built_from": built_from, "members": [m.to_dict() for m in members],
-            **({"baseline_rates": baseline_rates} if baseline_rates else {}), **(extra or {})}
+            **({"baseline_rates": baseline_rates} if baseline_rates else {}),
+            **({"calibration": {"baseline": CALIBRATION_BASELINE, "rates": calibration}} if calibration else {}),
+            **(extra or {})}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(Path(out), json.dumps(data, indent=1))
     return data
@@ -104,7 +137,19 @@ def load(path: str | Path, model: str | None = None) -> Portfolio:
     except (KeyError, TypeError, ValueError) as error:
         raise UserError(f"--portfolio {path}: its prior is malformed ({error!r})") from None
     return Portfolio(data["model"], members, str(path), data.get("built_from") or {},
-                     _baseline_rates(path, data.get("baseline_rates") or {}), prior)
+                     _baseline_rates(path, data.get("baseline_rates") or {}), prior,
+                     _calibration(path, data.get("calibration")))
+
+
+def _calibration(path: Path, entry) -> dict[str, float]:
+    if entry is None:
+        return {}
+    rates = entry.get("rates") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict) or entry.get("baseline") != CALIBRATION_BASELINE or not isinstance(rates, dict) \
+            or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 for r in rates.values()):
+        raise UserError(f"--portfolio {path}: calibration must be {{\"baseline\": \"{CALIBRATION_BASELINE}\", "
+                        "\"rates\": {task: positive learning rate}}")
+    return {str(task): float(rate) for task, rate in rates.items()}
 
 
 def _baseline_rates(path: Path, rates) -> dict[str, float]:
@@ -136,8 +181,8 @@ def _member(entry: dict) -> Config:
     return config
 
 
-def for_search(choice: str, model_name: str, space_name: str,
-               features: MetaFeatures | None = None) -> tuple[Portfolio | None, str]:
+def for_search(choice: str, model_name: str, space_name: str, features: MetaFeatures | None = None,
+               rates: str = "auto") -> tuple[Portfolio | None, str]:
     """The portfolio a search runs first, and the line(s) saying which and why.
 
     Args:
@@ -146,27 +191,54 @@ def for_search(choice: str, model_name: str, space_name: str,
         model_name: the model's recorded name.
         space_name: the search space's name.
         features: the task's meta-features; with a portfolio that carries a prior, its members are chosen for them.
+        rates: how its members' rates are read (RATES): "absolute" as recorded, "calibrated" relative to the LoRA
+            rate the study sweeps on its own model and task, "auto" calibrated on a model other than the
+            portfolio's (its own model's rates were measured on it).
 
     Returns:
         (the portfolio or None, a line for the console; a second line names the tasks the prior judged similar).
 
     Raises:
-        UserError: a portfolio file that is missing, malformed or learned on another model.
+        UserError: a portfolio file that is missing, malformed or learned on another model; `rates` calibrated for a
+            portfolio without a calibration.
     """
+    if rates not in RATES:
+        raise UserError(f"--rates must be one of {', '.join(RATES)}, not {rates!r}")
     if choice == "none":
         return None, "no portfolio (--portfolio none)"
     if choice != "auto":
         portfolio, similar = load(choice, model_name).for_task(features)
         line = f"portfolio {choice} ({len(portfolio.members)} configurations learned on {portfolio.model})"
-        return portfolio, line + (f"\n{similar}" if similar else "")
-    if space_name != SPACE:
+    elif space_name != SPACE:
         return None, f"no portfolio: the shipped one opens the {SPACE!r} space, and this search draws from {space_name!r}"
-    portfolio, similar = load(SHIPPED).for_task(features)
-    learned = portfolio.built_from.get("tasks", [])
-    source = "the tasks most like this one (below)" if similar else f"{len(learned)} tasks"
-    line = f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} from {source}, run first"
+    else:
+        portfolio, similar = load(SHIPPED).for_task(features)
+        learned = portfolio.built_from.get("tasks", [])
+        source = "the tasks most like this one (below)" if similar else f"{len(learned)} tasks"
+        line = f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} from {source}, run first"
+    portfolio, rates_line = _rates(portfolio, model_name, rates)
     if portfolio.baseline_rates:
         line += "; " + ", ".join(f"{name} at its learned rate {rate:g}" for name, rate in portfolio.baseline_rates.items())
+    return portfolio, line + (f"\n{rates_line}" if rates_line else "") + (f"\nprior: {similar}" if similar else "")
+
+
+def _rates(portfolio: Portfolio, model_name: str, rates: str) -> tuple[Portfolio, str]:
+    """The portfolio set to calibrate or not (`rates`, see for_search), and the line that says which rates it
+    trains at ("" on its own model at its recorded rates: the portfolio's line names the model they came from)."""
+    if rates == "calibrated" and not portfolio.calibration:
+        raise UserError(f"--rates calibrated: portfolio {portfolio.source} records no LoRA rates to calibrate "
+                        "against (built before calibration, or from studies without a LoRA baseline); pass --rates "
+                        "absolute")
+    calibrate = rates == "calibrated" or (rates == "auto" and model_name != portfolio.model
+                                          and bool(portfolio.calibration))
+    if calibrate:
+        return replace(portfolio, calibrate=True), (
+            f"rates: calibrated: members train at their rate on {portfolio.model} times this study's LoRA rate "
+            f"(its baseline's sweep, run first) over {portfolio.reference_rate:.2g}, LoRA's rate on the tasks they "
+            "were learned from")
     if model_name != portfolio.model:
-        line += f"; its learning rates were measured on {portfolio.model} and carry over to {model_name} untested"
-    return portfolio, line + (f"\nprior: {similar}" if similar else "")
+        return portfolio, (f"rates: absolute: measured on {portfolio.model}; they carry over to {model_name} untested "
+                           "(the portfolio records no LoRA rates to calibrate against)" if not portfolio.calibration
+                           else f"rates: absolute (--rates absolute): measured on {portfolio.model}; they carry over "
+                                f"to {model_name} untested")
+    return portfolio, ""  # on its own model: the first line says where its rates were measured

@@ -34,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--portfolio", default="auto",
                       help="configurations run first, learned across tasks: auto (default: the shipped portfolio, "
                            "for the default space), none, or a file from `autopelt portfolio build`")
+    what.add_argument("--rates", choices=("auto", "absolute", "calibrated"), default="auto",
+                      help="the portfolio's learning rates: as measured on its model (absolute), or relative to "
+                           "the LoRA rate this study's LoRA baseline sweeps first (calibrated); auto (default): "
+                           "calibrated on a model other than the portfolio's")
     what.add_argument("--gradient-checkpointing", action="store_true",
                       help="every trial recomputes the model's activations in the backward pass: less memory, "
                            "more time")
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         max_params=args.max_params, multi_objective=args.multi_objective, baselines=args.baselines, k=args.k,
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
         precision=args.precision, custom_task=custom_task_fields(args), finalists=args.finalists,
-        portfolio=args.portfolio, backbone_dropout=args.backbone_dropout,
+        portfolio=args.portfolio, rates=args.rates, backbone_dropout=args.backbone_dropout,
         gradient_checkpointing=args.gradient_checkpointing,
     )
     try:

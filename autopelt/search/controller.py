@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
+from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
 from autopelt.search import (baselines, claims, confirm, learning_rates, portfolio_phase, rate_policy, recovery,
                              refine)
 from autopelt.search.baselines import baseline_hparams, baseline_spec, enqueue_missing
@@ -97,6 +98,9 @@ class Controller:
         self._finalists_queued = False  # seen queued (by this process or another)
         self._superseded: set[int] = set()  # trials stopped to free their worker for the finalists
         self._left_after_baselines: float | None = None  # seconds of a wall-time budget the baselines left
+        # a portfolio whose rates are calibrated: its members are queued once the study's LoRA rate is known
+        self._members_held = plan.portfolio is not None and plan.portfolio.calibrate \
+            and CALIBRATION_BASELINE in plan.baselines
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -108,9 +112,21 @@ class Controller:
                                  lambda name: plan.space.params_for(baseline_spec(name, self.baseline_pooling),
                                                                     plan.num_layers))
         if plan.portfolio is not None:
-            members = plan.portfolio.members[: plan.portfolio_size]
-            self.portfolio_queued = portfolio_phase.enqueue_missing(self.study, members, self._member_params)
+            self._queue_members()
         return queued
+
+    def _queue_members(self) -> str | None:
+        """Queue the portfolio's members not queued yet, unless they wait for the study's LoRA rate (a calibrated
+        portfolio); then WAIT while nothing else is queued to run first, so that no worker draws ahead of them."""
+        if self._members_held:
+            trials = self.study.get_trials(deepcopy=False)
+            settled, _ = portfolio_phase.calibration(trials)
+            if not settled:
+                return WAIT if not any(t.state == TrialState.WAITING for t in trials) else None
+            self._members_held = False
+        members = self.plan.portfolio.members[: self.plan.portfolio_size]
+        self.portfolio_queued += portfolio_phase.enqueue_missing(self.study, members, self._member_params)
+        return None
 
     def _member_params(self, member) -> dict | None:
         """The space's parameters that draw a portfolio member (so the sampler learns from it), or None."""
@@ -145,6 +161,8 @@ class Controller:
             final = self._finalists(budget)
             if final in (WAIT, DONE):
                 return final
+            if self._members_held and self._queue_members() == WAIT:
+                return WAIT
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
             finalist = bool(record.confirms(trial))
@@ -331,13 +349,16 @@ class Controller:
             if member.get("drawn"):  # queued with the parameters that draw it: record them for the sampler
                 self.plan.space.sample(trial, self.plan.num_layers)
             spec, hparams = portfolio_phase.spec_and_hparams(self.plan, member)
-            return spec, rate_policy.trial_rate(hparams, member_rate=hparams["learning_rate"]).hparams
+            rate, calibrated = self.plan.portfolio.calibrated_rate(hparams["learning_rate"], self._lora_rate())
+            if calibrated:
+                record.write(trial, record.attrs(lr_from=calibrated))
+            return spec, rate_policy.trial_rate(hparams, member_rate=rate).hparams
         if baseline:
             if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")
             if record.is_drawn_baseline(trial):  # queued with the parameters that draw it: record them
                 self.plan.space.sample(trial, self.plan.num_layers)
-            learned = self.plan.portfolio.baseline_rates if self.plan.portfolio else None
+            learned = self._learned_rates()
             rate = rate_policy.trial_rate(baseline_hparams(self.plan.epochs), baseline=baseline, learned=learned)
             return baseline_spec(baseline, self.baseline_pooling), rate.hparams
         spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
@@ -345,6 +366,24 @@ class Controller:
         if rate.lr_from:
             record.write(trial, record.attrs(lr_from=rate.lr_from))
         return spec, rate.hparams
+
+    def _lora_rate(self) -> float | None:
+        """The study's LoRA rate (its calibration), where its portfolio calibrates and the LoRA baseline has one."""
+        if self.plan.portfolio is None or not self.plan.portfolio.calibrate:
+            return None
+        return portfolio_phase.calibration(self.study.get_trials(deepcopy=False))[1]
+
+    def _learned_rates(self) -> dict[str, float] | None:
+        """The baselines' rates learned with the portfolio (calibrated as its members are; a calibrated portfolio's
+        baseline started before the study's LoRA rate is known sweeps its own); None without a portfolio."""
+        portfolio = self.plan.portfolio
+        if portfolio is None:
+            return None
+        if not portfolio.calibrate:
+            return portfolio.baseline_rates
+        lora = self._lora_rate()
+        return {name: portfolio.calibrated_rate(rate, lora)[0] for name, rate in portfolio.baseline_rates.items()} \
+            if lora else {}
 
     def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None,
                        score_test: bool = True) -> TrialSettings:

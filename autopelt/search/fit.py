@@ -61,7 +61,10 @@ def fit_time_budget(plan, records=()):
                         f"more to run it and the baseline(s)")
     note = (f"budget {plan.budget}: the portfolio's first configuration alone (about {format_duration(first)}, "
             f"{estimate.how}); --budget {_minutes(first + baselines)} runs {', '.join(plan.baselines)} too")
-    return dataclasses.replace(plan, baselines=[], fit_note=note)
+    if plan.portfolio.calibrate:  # its calibration is a baseline: the members train at their recorded rates
+        note += f"; the portfolio's rates as measured on {plan.portfolio.model} (no time for LoRA's calibration)"
+    return dataclasses.replace(plan, baselines=[], fit_note=note,
+                               portfolio=dataclasses.replace(plan.portfolio, calibrate=False))
 
 
 def estimate_trial(plan, records=()) -> Estimate:

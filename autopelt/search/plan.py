@@ -6,6 +6,7 @@ input, before any study, database file or Ray process exists.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ class SearchOptions:
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
     finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
     backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
+    rates: str = "auto"  # the portfolio's rates: absolute, calibrated (to the study's LoRA rate), auto (portfolio.py)
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
     gradient_checkpointing: bool = False  # of every trial whose delta can take it (TrialSettings')
 
@@ -153,8 +155,10 @@ def prepare(options: SearchOptions) -> SearchPlan:
     data, loaded = (None, {}) if generation else _check_data(task, data_dir, options)
     portfolio, portfolio_note = _generation_portfolio(options.portfolio) if generation else \
         _portfolio(options.portfolio, model, space,
-                   lambda: _task_features(task, loaded.get(task.train_split), model, options.k))
+                   lambda: _task_features(task, loaded.get(task.train_split), model, options.k), options.rates)
     baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
+    if portfolio is not None and portfolio.calibrate:
+        portfolio, portfolio_note, baselines = _calibration(portfolio, portfolio_note, baselines, budget)
     baselines = [name for name in baselines if not cannot_apply_preset(name, model_config)]
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
@@ -173,15 +177,31 @@ def prepare(options: SearchOptions) -> SearchPlan:
     )
 
 
-def _portfolio(choice: str, model: str, space, features):
+def _portfolio(choice: str, model: str, space, features, rates: str = "auto"):
     """The portfolio and its line(s); `features()` gives the task's meta-features (None where they cannot be read:
-    the portfolio learned from every task answers)."""
+    the portfolio learned from every task answers); `rates` how its members' rates are read (portfolio.RATES)."""
     from autopelt.models import model_name
     from autopelt.portfolio.portfolio import for_search
 
     if choice == "none":
-        return for_search("none", model_name(model), space.name)
-    return for_search(choice or "auto", model_name(model), space.name, features())
+        return for_search("none", model_name(model), space.name, rates=rates)
+    return for_search(choice or "auto", model_name(model), space.name, features(), rates)
+
+
+def _calibration(portfolio, note: str, baselines: list[str], budget: Budget):
+    """A calibrated portfolio's plan: its calibration (LoRA's sweep) the first baseline, the members waiting for
+    its rate; on a budget of two trials it and the portfolio's first alone; on one, no calibration (the portfolio's
+    first at its recorded rate, which the line says)."""
+    from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
+
+    if isinstance(budget, TrialBudget) and budget.trials < 2:
+        line = (f"rates: absolute: measured on {portfolio.model}; a budget of one trial has no room for LoRA's "
+                "calibration")
+        note = "\n".join(line if old.startswith("rates: ") else old for old in note.split("\n"))
+        return dataclasses.replace(portfolio, calibrate=False), note, baselines
+    if isinstance(budget, TrialBudget) and budget.trials == 2:
+        return portfolio, note, [CALIBRATION_BASELINE]
+    return portfolio, note, [CALIBRATION_BASELINE, *(name for name in baselines if name != CALIBRATION_BASELINE)]
 
 
 def _task_features(task, rows: list[dict] | None, model: str, k: int | None):

@@ -220,6 +220,10 @@ def _baseline_rates(plan: SearchPlan, names: list[str]) -> str:
     if plan.generation:
         return "chooses its learning rate by a sweep of dev loss after one epoch, about 1.5-2 trials of compute"
     learned = plan.portfolio.baseline_rates if plan.portfolio is not None else {}
+    if plan.portfolio is not None and plan.portfolio.calibrate:
+        return ("lora sweeps its learning rate, about 1.5-2 trials of compute: the calibration" +
+                (", the others train at the rate learned with the portfolio, calibrated like its members"
+                 if any(name in (learned or {}) for name in names) else ""))
     if names and all(name in (learned or {}) for name in names):
         return "trains at the rate learned with the portfolio"
     return "chooses its learning rate by a sweep, about 1.5-2 trials of compute"
