@@ -115,3 +115,33 @@ def test_a_gpu_share_measures_a_t5_classifier_whose_eos_is_among_the_random_ids(
     from autopelt.search import gpu_share
 
     assert gpu_share.measure_trial_bytes(str(tiny_t5_dir), 2, False, 8, 32, "fp32", device="cpu") > 2**20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "t5"])
+def test_a_decoder_search_runs_the_shipped_portfolio_calibrated_and_no_trial_fails(family, request, sst2_dir,
+                                                                                   tmp_path, monkeypatch, capsys):
+    """The default search on another family than the portfolio's: LoRA's sweep first (the calibration), then the
+    portfolio's first member reading the one token the family's classifier reads, at its calibrated rate."""
+    import optuna
+    from support import serial_cli
+
+    from autopelt.portfolio.portfolio import SHIPPED, load
+    from autopelt.study.record import read_all
+
+    serial_cli.serial(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    folder = request.getfixturevalue(f"tiny_{family}_dir")
+    storage = f"sqlite:///{tmp_path}/s.db"
+    code = cli.main(["search", "--task", "sst2", "--model", str(folder), "--data-dir", str(sst2_dir), "--budget",
+                     "3", "--epochs", "1", "--finalists", "0", "--storage", storage, "--study-name", "d",
+                     "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0 and "rates: calibrated" in out and "portfolio on this model: its members read the last" in out
+    records = read_all(optuna.load_study(study_name="d", storage=storage))
+    assert not [r.fail_reason for r in records if r.state.name == "FAIL"]
+    lora = next(r for r in records if r.baseline == "lora")
+    member = next(r for r in records if r.portfolio)
+    assert member.spec.get("pooling", "cls") == "cls" and member.lr_from["how"] == "calibrated"
+    first = next(m for m in load(SHIPPED).members if m.name == member.portfolio["name"])
+    assert math.isclose(member.learning_rate, first.learning_rate * lora.learning_rate / member.lr_from["reference"])

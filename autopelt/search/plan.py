@@ -156,6 +156,11 @@ def prepare(options: SearchOptions) -> SearchPlan:
     portfolio, portfolio_note = _generation_portfolio(options.portfolio) if generation else \
         _portfolio(options.portfolio, model, space,
                    lambda: _task_features(task, loaded.get(task.train_split), model, options.k), options.rates)
+    if portfolio is not None:
+        from autopelt.search.space_models import portfolio_for_model
+
+        portfolio, said = portfolio_for_model(portfolio, model_config)
+        portfolio_note += f"\n{said}" if said else ""
     baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
     if portfolio is not None and portfolio.calibrate:
         portfolio, portfolio_note, baselines = _calibration(portfolio, portfolio_note, baselines, budget)

@@ -1,6 +1,7 @@
 """A search space as one model family can take it: the methods it cannot apply (BitFit on Llama, which has no
 biases) are left out of the space for that model, so no trial is drawn only to fail; on a decoder the head reads
-the last token and T5's the last </s> (no mean pooling)."""
+the last token and T5's the last </s> (no mean pooling). A portfolio learned on an encoder is taken the same way:
+its members read the one token there, and a member the family cannot take is left out."""
 
 from __future__ import annotations
 
@@ -48,3 +49,31 @@ def cannot_apply_preset(name: str, config) -> str | None:
         if reason:
             return reason
     return None
+
+
+def portfolio_for_model(portfolio, config) -> tuple[object, str]:
+    """`portfolio` as a model of `config`'s family can run it: on a decoder or T5 its mean-pooled members read the
+    one token the family's classifier reads, and members with a method the family cannot take are left out; and a
+    line saying what changed ("" when nothing did). A one-line error when no member is left."""
+    from autopelt.delta.spec import AdaMixConfig, parse_spec
+
+    arch = architecture_of(config)
+    kept, dropped = [], []
+    for member in portfolio.members:
+        spec = parse_spec(member.spec(int(config.num_hidden_layers)))
+        if any(why_not(m.delta if isinstance(m, AdaMixConfig) else m, arch) for m in spec.methods):
+            dropped.append(member.name)
+            continue
+        kept.append(dataclasses.replace(member, pooling="cls")
+                    if arch.reads_one_token and member.pooling != "cls" else member)
+    if not kept:
+        raise UserError(f"no member of portfolio {portfolio.source} applies to a {arch.family} model; pass "
+                        "--portfolio none")
+    said = []
+    if arch.reads_one_token and any(m.pooling != "cls" for m in portfolio.members):
+        said.append(f"its members read the last {'</s>' if arch.family == 't5' else 'token'}, as a {arch.family} "
+                    "classifier does (they were learned reading the mean)")
+    if dropped:
+        said.append(f"left out, as a {arch.family} model cannot take them: {', '.join(dropped)}")
+    return dataclasses.replace(portfolio, members=tuple(kept)), ("portfolio on this model: " + "; ".join(said)
+                                                                 if said else "")
