@@ -1,9 +1,10 @@
 """Which learning rate a trial of a search trains at: the one place that decides, in this order.
 
 1. A finalist trains at the rate the trial it repeats trained at (its sweep is not run twice; confirm.py).
-2. A portfolio member trains at the rate recorded with it (`Portfolio.hparams`; portfolio/portfolio.py).
-3. A baseline trains at the rate learned for it with the study's portfolio (`Portfolio.baseline_rates`), else it
-   sweeps its own (`SWEEP`).
+2. A portfolio member trains at the rate recorded with it (`Portfolio.hparams`; portfolio/portfolio.py), which a
+   study that calibrates has scaled by its LoRA rate first (`Portfolio.calibrated_rate`).
+3. A baseline trains at the rate learned for it with the study's portfolio (`Portfolio.baseline_rates`, calibrated
+   alike), else it sweeps its own (`SWEEP`).
 4. A delta the space draws with `learning_rate: auto` trains at the measured rate of its families times the drawn
    `lr_scale` (learning_rates.resolve); a refinement is such a delta, whose `lr_scale` refine.py chose to put it at
    a factor of its baseline's rate. A rate the space draws itself (a number) stays as drawn.
