@@ -44,17 +44,20 @@ def test_the_reference_is_loras_rate_on_the_tasks_the_members_came_from(tmp_path
     assert portfolio.calibrated_rate(3e-3, lora_rate=5e-4) == (3e-3, {})  # a study that does not calibrate
 
 
-def test_auto_calibrates_on_another_model_and_says_so_in_one_line(tmp_path):
+def test_rates_stay_as_measured_unless_calibrated_is_asked_for_and_one_line_says_which(tmp_path):
     path = str(_portfolio(tmp_path / "p.json", model="my-model"))
     same, line = for_search(path, "my-model", "default")
     assert not same.calibrate and "rates:" not in line and "learned on my-model" in line
     forced, line = for_search(path, "my-model", "default", rates="calibrated")
     assert forced.calibrate and "rates: calibrated" in line
     shipped, line = for_search("auto", "SmolLM2-135M-Instruct", "default")  # the shipped one, on another model
-    assert shipped.calibrate and shipped.calibration and "rates: calibrated" in line
-    assert "times this study's LoRA rate" in line
-    absolute, line = for_search("auto", "SmolLM2-135M-Instruct", "default", rates="absolute")
-    assert not absolute.calibrate and "carry over to SmolLM2-135M-Instruct untested" in line
+    assert not shipped.calibrate and shipped.calibration
+    assert "rates: as measured on all-MiniLM-L6-v2; on SmolLM2-135M-Instruct they beat" in line
+    assert line.endswith("--rates calibrated tries those")
+    calibrated, line = for_search("auto", "SmolLM2-135M-Instruct", "default", rates="calibrated")
+    assert calibrated.calibrate and "times this study's LoRA rate" in line
+    with pytest.raises(UserError, match="--rates must be one of absolute, calibrated"):
+        for_search("auto", "SmolLM2-135M-Instruct", "default", rates="auto")
 
 
 def test_calibrating_a_portfolio_without_a_calibration_is_one_line(tmp_path):

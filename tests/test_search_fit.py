@@ -76,7 +76,7 @@ def test_a_budget_that_holds_the_portfolios_first_alone_runs_it_alone_and_says_s
 def test_a_budget_with_no_room_for_the_baselines_drops_the_calibration_with_them(tmp_path, monkeypatch, sst2_dir,
                                                                                     tiny_model_dir):
     monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 3.0)
-    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m", rates="auto"))  # the shipped one, calibrated
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m", rates="calibrated"))  # the shipped one, calibrated
     assert plan.portfolio.calibrate and plan.baselines == ["lora", "unipelt_apl"]
     fitted = fit.fit_time_budget(plan)
     assert fitted.baselines == [] and not fitted.portfolio.calibrate
@@ -104,12 +104,12 @@ def test_a_trial_budget_names_only_the_portfolio_members_it_runs(tmp_path, sst2_
 
 def test_a_calibrated_portfolio_gives_loras_sweep_a_trial_of_the_budget_and_none_at_one(tmp_path, sst2_dir,
                                                                                       tiny_model_dir):
-    auto = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 20, rates="auto"))  # the shipped one, another model
-    assert auto.portfolio.calibrate and auto.baselines == ["lora", "unipelt_apl"]
-    assert _portfolio_plan(auto).startswith("2 baseline(s), then the portfolio's first 8 configurations")
-    two = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 2, rates="auto"))
+    calibrated = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 20, rates="calibrated"))  # the shipped one
+    assert calibrated.portfolio.calibrate and calibrated.baselines == ["lora", "unipelt_apl"]
+    assert _portfolio_plan(calibrated).startswith("2 baseline(s), then the portfolio's first 8 configurations")
+    two = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 2, rates="calibrated"))
     assert two.baselines == ["lora"] and two.portfolio_size == 1 and two.portfolio.calibrate
-    one = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 1, rates="auto"))
+    one = prepare(options(tmp_path, sst2_dir, tiny_model_dir, 1, rates="calibrated"))
     assert one.baselines == [] and not one.portfolio.calibrate
     assert "rates: absolute: measured on all-MiniLM-L6-v2; a budget of one trial has no room" in one.portfolio_note
 

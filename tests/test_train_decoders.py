@@ -121,8 +121,8 @@ def test_a_gpu_share_measures_a_t5_classifier_whose_eos_is_among_the_random_ids(
 @pytest.mark.parametrize("family", ["llama", "t5"])
 def test_a_decoder_search_runs_the_shipped_portfolio_calibrated_and_no_trial_fails(family, request, sst2_dir,
                                                                                    tmp_path, monkeypatch, capsys):
-    """The default search on another family than the portfolio's: LoRA's sweep first (the calibration), then the
-    portfolio's first member reading the one token the family's classifier reads, at its calibrated rate."""
+    """A search with the shipped portfolio on another family than its own, rates calibrated: LoRA's sweep first,
+    then the portfolio's first member reading the one token the family's classifier reads, at its calibrated rate."""
     import optuna
     from support import serial_cli
 
@@ -134,7 +134,7 @@ def test_a_decoder_search_runs_the_shipped_portfolio_calibrated_and_no_trial_fai
     folder = request.getfixturevalue(f"tiny_{family}_dir")
     storage = f"sqlite:///{tmp_path}/s.db"
     code = cli.main(["search", "--task", "sst2", "--model", str(folder), "--data-dir", str(sst2_dir), "--budget",
-                     "3", "--epochs", "1", "--finalists", "0", "--storage", storage, "--study-name", "d",
+                     "3", "--epochs", "1", "--finalists", "0", "--rates", "calibrated", "--storage", storage, "--study-name", "d",
                      "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert code == 0 and "rates: calibrated" in out and "portfolio on this model: its members read the last" in out

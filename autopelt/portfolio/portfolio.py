@@ -9,9 +9,8 @@ A member's learning rate was measured on the portfolio's model. `calibration` (o
 learning-rate sweep chose on each task the portfolio learned from, on that model: the calibration a study measures
 again on its own model and task (its LoRA baseline's sweep), so that a member trains at its recorded rate times
 the study's LoRA rate over the reference (the geometric mean of `calibration` over the tasks its members were chosen
-from): its rate *relative* to LoRA's carries to another model, where the absolute one need not (a rate right for
-MiniLM is far too high for a billion-parameter decoder). Whether a study calibrates is `Portfolio.calibrate`
-(`for_search`). `layers` "upper_half" is resolved per model, like the design's. `baseline_rates` (optional) is the
+from): its rate *relative* to LoRA's, which may carry to another model where the absolute one does not. Whether a
+study calibrates is `Portfolio.calibrate` (`for_search`: `--rates calibrated`). `layers` "upper_half" is resolved per model, like the design's. `baseline_rates` (optional) is the
 rate learned with the portfolio for a baseline of a study that runs it. Which rate a member or a baseline trains at
 is decided in `autopelt.search.rate_policy`.
 """
@@ -32,7 +31,7 @@ FORMAT, VERSION = "autopelt-portfolio", 1
 SPACE = "default"  # the search space whose studies a portfolio opens
 SIZE = 16
 SHIPPED = Path(__file__).parent / "data" / "portfolio-all-MiniLM-L6-v2.json"
-RATES = ("auto", "absolute", "calibrated")  # --rates: calibrated on another model than the portfolio's (auto)
+RATES = ("absolute", "calibrated")  # --rates (docs/learning-rates.md: absolute won where both were measured)
 CALIBRATION_BASELINE = "lora"  # the baseline whose sweep measures a study's calibration
 
 
@@ -182,7 +181,7 @@ def _member(entry: dict) -> Config:
 
 
 def for_search(choice: str, model_name: str, space_name: str, features: MetaFeatures | None = None,
-               rates: str = "auto") -> tuple[Portfolio | None, str]:
+               rates: str = "absolute") -> tuple[Portfolio | None, str]:
     """The portfolio a search runs first, and the line(s) saying which and why.
 
     Args:
@@ -191,9 +190,8 @@ def for_search(choice: str, model_name: str, space_name: str, features: MetaFeat
         model_name: the model's recorded name.
         space_name: the search space's name.
         features: the task's meta-features; with a portfolio that carries a prior, its members are chosen for them.
-        rates: how its members' rates are read (RATES): "absolute" as recorded, "calibrated" relative to the LoRA
-            rate the study sweeps on its own model and task, "auto" calibrated on a model other than the
-            portfolio's (its own model's rates were measured on it).
+        rates: how its members' rates are read (RATES): "absolute" as recorded (the default), "calibrated"
+            relative to the LoRA rate the study sweeps on its own model and task.
 
     Returns:
         (the portfolio or None, a line for the console; a second line names the tasks the prior judged similar).
@@ -229,16 +227,13 @@ def _rates(portfolio: Portfolio, model_name: str, rates: str) -> tuple[Portfolio
         raise UserError(f"--rates calibrated: portfolio {portfolio.source} records no LoRA rates to calibrate "
                         "against (built before calibration, or from studies without a LoRA baseline); pass --rates "
                         "absolute")
-    calibrate = rates == "calibrated" or (rates == "auto" and model_name != portfolio.model
-                                          and bool(portfolio.calibration))
-    if calibrate:
+    if rates == "calibrated":
         return replace(portfolio, calibrate=True), (
             f"rates: calibrated: members train at their rate on {portfolio.model} times this study's LoRA rate "
             f"(its baseline's sweep, run first) over {portfolio.reference_rate:.2g}, LoRA's rate on the tasks they "
             "were learned from")
     if model_name != portfolio.model:
-        return portfolio, (f"rates: absolute: measured on {portfolio.model}; they carry over to {model_name} untested "
-                           "(the portfolio records no LoRA rates to calibrate against)" if not portfolio.calibration
-                           else f"rates: absolute (--rates absolute): measured on {portfolio.model}; they carry over "
-                                f"to {model_name} untested")
+        return portfolio, (f"rates: as measured on {portfolio.model}; on {model_name} they beat rates calibrated to "
+                           "its LoRA sweep where both were measured (SmolLM2-135M, docs/learning-rates.md)"
+                           + ("; --rates calibrated tries those" if portfolio.calibration else ""))
     return portfolio, ""  # on its own model: the first line says where its rates were measured

@@ -34,10 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--portfolio", default="auto",
                       help="configurations run first, learned across tasks: auto (default: the shipped portfolio, "
                            "for the default space), none, or a file from `autopelt portfolio build`")
-    what.add_argument("--rates", choices=("auto", "absolute", "calibrated"), default="auto",
-                      help="the portfolio's learning rates: as measured on its model (absolute), or relative to "
-                           "the LoRA rate this study's LoRA baseline sweeps first (calibrated); auto (default): "
-                           "calibrated on a model other than the portfolio's")
+    what.add_argument("--rates", choices=("absolute", "calibrated"), default="absolute",
+                      help="the portfolio's learning rates: as measured on its model (absolute, default), or "
+                           "relative to the LoRA rate this study's LoRA baseline sweeps first (calibrated)")
     what.add_argument("--gradient-checkpointing", action="store_true",
                       help="every trial recomputes the model's activations in the backward pass: less memory, "
                            "more time")

@@ -51,7 +51,7 @@ class SearchOptions:
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
     finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
     backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
-    rates: str = "auto"  # the portfolio's rates: absolute, calibrated (to the study's LoRA rate), auto (portfolio.py)
+    rates: str = "absolute"  # the portfolio's rates: absolute, or calibrated to the study's LoRA rate (portfolio.py)
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
     gradient_checkpointing: bool = False  # of every trial whose delta can take it (TrialSettings')
 
@@ -182,7 +182,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     )
 
 
-def _portfolio(choice: str, model: str, space, features, rates: str = "auto"):
+def _portfolio(choice: str, model: str, space, features, rates: str = "absolute"):
     """The portfolio and its line(s); `features()` gives the task's meta-features (None where they cannot be read:
     the portfolio learned from every task answers); `rates` how its members' rates are read (portfolio.RATES)."""
     from autopelt.models import model_name

@@ -29,8 +29,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TRIALS = HERE / "smollm2-trials.jsonl"
 MODEL = "smollm2-135m"
-K, DEV, EPOCHS, MAX_LENGTH = 500, 500, 3, 64
-MEMBERS = 3  # the shipped portfolio's first members (its global order)
+K, DEV, EPOCHS, MAX_LENGTH = 200, 300, 3, 64
+MEMBERS = 2  # the shipped portfolio's first members (its global order): a LoRA and an adapter
 
 
 def _settings(pool: str, task: str, seed: int, spec: dict, rate: float | None, batch: int, head: float,
@@ -70,9 +70,12 @@ def run(args) -> None:
     from autopelt.search.baselines import baseline_spec
     from transformers import AutoConfig
 
-    portfolio = load(SHIPPED)
+    from autopelt.search.space_models import portfolio_for_model
+
+    model_config = AutoConfig.from_pretrained(resolve_model(MODEL))
+    portfolio, _ = portfolio_for_model(load(SHIPPED), model_config)  # as a search takes it: the last token read
     reference = portfolio.reference_rate
-    layers = AutoConfig.from_pretrained(resolve_model(MODEL)).num_hidden_layers
+    layers = model_config.num_hidden_layers
     done = _done()
     scratch = Path(args.scratch)
     for seed in map(int, args.seeds.split(",")):
