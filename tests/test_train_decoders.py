@@ -138,6 +138,7 @@ def test_a_decoder_search_runs_the_shipped_portfolio_calibrated_and_no_trial_fai
                      "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert code == 0 and "rates: calibrated" in out and "portfolio on this model: its members read the last" in out
+    assert "configuration(s) queued once the lora baseline's rate is known" in out
     records = read_all(optuna.load_study(study_name="d", storage=storage))
     assert not [r.fail_reason for r in records if r.state.name == "FAIL"]
     lora = next(r for r in records if r.baseline == "lora")

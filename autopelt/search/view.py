@@ -59,6 +59,9 @@ class LiveView:
         if queued_portfolio:
             self.echo(f"portfolio queued: {', '.join(queued_portfolio)} — each at the rate, batch and backbone dropout "
                       f"it was measured with")
+        elif plan.portfolio is not None and plan.portfolio.calibrate and plan.portfolio_size:
+            self.echo(f"portfolio: its first {plan.portfolio_size} configuration(s) queued once the lora baseline's "
+                      "rate is known (their rates are calibrated to it)")
         if plan.fit_note:
             self.echo(plan.fit_note)
         if plan.portfolio is not None:
