@@ -10,9 +10,9 @@ learning-rate sweep chose on each task the portfolio learned from, on that model
 again on its own model and task (its LoRA baseline's sweep), so that a member trains at its recorded rate times
 the study's LoRA rate over the reference (the geometric mean of `calibration` over the tasks its members were chosen
 from): its rate *relative* to LoRA's, which may carry to another model where the absolute one does not. Whether a
-study calibrates is `Portfolio.calibrate` (`for_search`: `--rates calibrated`). `layers` "upper_half" is resolved per model, like the design's. `baseline_rates` (optional) is the
-rate learned with the portfolio for a baseline of a study that runs it. Which rate a member or a baseline trains at
-is decided in `autopelt.search.rate_policy`.
+study calibrates is `Portfolio.calibrate` (`for_search`: `--rates calibrated`). `layers` "upper_half" is resolved
+per model, like the design's. `baseline_rates` (optional) is the rate learned with the portfolio for a baseline of
+a study that runs it. Which rate a member or a baseline trains at is decided in `autopelt.search.rate_policy`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ FORMAT, VERSION = "autopelt-portfolio", 1
 SPACE = "default"  # the search space whose studies a portfolio opens
 SIZE = 16
 SHIPPED = Path(__file__).parent / "data" / "portfolio-all-MiniLM-L6-v2.json"
-RATES = ("absolute", "calibrated")  # --rates (docs/learning-rates.md: absolute won where both were measured)
+RATES = ("absolute", "calibrated")  # --rates; docs/learning-rates.md says why absolute is the default
 CALIBRATION_BASELINE = "lora"  # the baseline whose sweep measures a study's calibration
 
 

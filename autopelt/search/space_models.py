@@ -41,27 +41,29 @@ def for_model(space, config):
 def cannot_apply_preset(name: str, config) -> str | None:
     """Why a baseline preset cannot apply to models of `config`'s family (its first method that cannot)."""
     from autopelt.delta.presets import PRESETS
-    from autopelt.delta.spec import AdaMixConfig, parse_spec
+    from autopelt.delta.spec import parse_spec
 
-    arch = architecture_of(config)
-    for method in parse_spec(PRESETS[name]).methods:
-        reason = why_not(method.delta if isinstance(method, AdaMixConfig) else method, arch)
-        if reason:
-            return reason
-    return None
+    return _refusal(parse_spec(PRESETS[name]), architecture_of(config))
+
+
+def _refusal(spec, arch) -> str | None:
+    """Why a parsed spec's first method that `arch` cannot take cannot (AdaMix: its inner delta); None if none."""
+    from autopelt.delta.spec import AdaMixConfig
+
+    return next((reason for method in spec.methods
+                 if (reason := why_not(method.delta if isinstance(method, AdaMixConfig) else method, arch))), None)
 
 
 def portfolio_for_model(portfolio, config) -> tuple[object, str]:
     """`portfolio` as a model of `config`'s family can run it: on a decoder or T5 its mean-pooled members read the
     one token the family's classifier reads, and members with a method the family cannot take are left out; and a
     line saying what changed ("" when nothing did). A one-line error when no member is left."""
-    from autopelt.delta.spec import AdaMixConfig, parse_spec
+    from autopelt.delta.spec import parse_spec
 
     arch = architecture_of(config)
     kept, dropped = [], []
     for member in portfolio.members:
-        spec = parse_spec(member.spec(int(config.num_hidden_layers)))
-        if any(why_not(m.delta if isinstance(m, AdaMixConfig) else m, arch) for m in spec.methods):
+        if _refusal(parse_spec(member.spec(int(config.num_hidden_layers))), arch):
             dropped.append(member.name)
             continue
         kept.append(dataclasses.replace(member, pooling="cls")
