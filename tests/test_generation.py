@@ -90,6 +90,33 @@ def test_train_a_generation_delta_and_predict_with_it(lm_dir, data_dir, tmp_path
     assert printed["mr"] == "name[Aromi], food[French]" and isinstance(printed["text"], str)
 
 
+def test_exporting_a_generation_lora_writes_a_peft_folder_with_the_same_logits(lm_dir, data_dir, tmp_path):
+    """A generation delta peft can hold is exported with its peft folder, built on the language model (no task
+    head): PeftModel on the causal LM gives the logits of our merged delta."""
+    import optuna
+    import torch
+    from peft import PeftModel
+
+    from autopelt.export.predict_generation import load_generation_model
+    from autopelt.models import load_language_model, load_tokenizer
+
+    assert cli.main(train_args(lm_dir, data_dir, tmp_path / "out", "--method", "lora", "--rank", "4")) == 0
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="gen", storage=url, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=result["dev_metric"], user_attrs={
+        "result_dir": str(tmp_path / "out"), "full_fidelity": True, "summary": result["summary"],
+        "params_pct": result["params"]["stored_pct"]}))
+    out = tmp_path / "export"
+    assert cli.main(["export", "--study", "gen", "--storage", url, "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["peft"] == "peft/"
+    ours, _ = load_generation_model(out, str(lm_dir))
+    theirs = PeftModel.from_pretrained(load_language_model(str(lm_dir)), str(out / "peft")).eval()
+    batch = load_tokenizer(str(lm_dir))(["name [ Aromi ] Text :"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(**batch).logits, ours(**batch).logits, rtol=1e-4, atol=1e-5)
+
+
 def test_gradient_checkpointing_trains_the_same_generation_delta_and_is_recorded(lm_dir, data_dir, tmp_path):
     """`--gradient-checkpointing` recomputes activations in the backward pass: the same training to the last digit
     that matters (dropout off), recorded in the settings; a decoder prefix with it is one line, exit 2."""

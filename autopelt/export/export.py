@@ -145,8 +145,10 @@ def _maybe_peft(folder: Path, result: dict) -> str | None:
         return "peft is not installed (pip install peft, then export again)"
     from autopelt.delta.peft_export import export_peft
     from autopelt.export.predict import load_delta_model
+    from autopelt.export.predict_generation import load_generation_model
 
-    model, _ = load_delta_model(folder, result.get("model"))
+    load = load_generation_model if "generation" in header else load_delta_model  # a language model: no head
+    model, _ = load(folder, result.get("model"))
     export_peft(model, header["spec"], folder / "peft", base_model_name=result.get("model"))
     return None
 
