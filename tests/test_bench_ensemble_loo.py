@@ -34,19 +34,29 @@ def _noisy(rng, labels, classes, noise):
 
 @pytest.fixture(scope="module")
 def meta(tmp_path_factory):
-    """3 tasks (2-way, 20-way stored top-10, a regression), 6 configurations, seed 0 everywhere, seed 1 on one task."""
+    """3 tasks (2-way, 20-way stored top-10, a regression), 6 configurations, seed 0 everywhere, seed 1 on one task;
+    there, seeds 2 and 3 of the first configuration of its held-out order alone (the equal-cost baseline's)."""
     root = tmp_path_factory.mktemp("meta")
     rng = np.random.default_rng(0)
     lines = []
+
+    def write(task, config, seed, classes, dev, test):
+        predictions = {"dev": _noisy(rng, dev, classes, 1.2), "test": _noisy(rng, test, classes, 1.2),
+                       "dev_labels": dev, "test_labels": test}
+        save(root / "predictions" / task, compact_many(predictions, 16, 10), f"{config}@s{seed}.npz")
+        lines.append({"task": task, "config": config, "seed": seed, "status": "ok"})
+        (root / "meta.json").write_text(json.dumps({"format": "autopelt-meta-dataset", "records": lines}))
+
+    rows = {}
     for task, classes in (("two", 2), ("many", 20), ("values", 0)):
-        dev, test = _task(rng, classes), _task(rng, classes)
+        rows[task] = classes, _task(rng, classes), _task(rng, classes)
         for seed in (0, 1) if task == "two" else (0,):
             for config in CONFIGS:
-                predictions = {"dev": _noisy(rng, dev, classes, 1.2), "test": _noisy(rng, test, classes, 1.2),
-                               "dev_labels": dev, "test_labels": test}
-                save(root / "predictions" / task, compact_many(predictions, 16, 10), f"{config}@s{seed}.npz")
-                lines.append({"task": task, "config": config, "seed": seed, "status": "ok"})
-    (root / "meta.json").write_text(json.dumps({"format": "autopelt-meta-dataset", "records": lines}))
+                write(task, config, seed, *rows[task])
+    data = ensemble_loo.load(root / "meta.json", root / "predictions")
+    first = ensemble_loo.held_out_order(data, "two", CONFIGS)[0]
+    for seed in (2, 3):
+        write("two", first, seed, *rows["two"])
     return root
 
 
@@ -59,8 +69,11 @@ def test_the_simulation_writes_every_arm_with_provenance(meta, tmp_path, capsys)
     assert budgets == [b for b in ensemble_loo.BUDGETS if b <= len(CONFIGS)]
     per_task = record["settings"]["per_task"]
     assert {r["task"] for r in per_task} == {"two", "many", "values"}
-    assert all(r["seed_members"] <= 2 and r["seed_members"] <= r["members"] for r in per_task)
+    assert all(r["seed_members"] <= 4 and r["seed_members"] <= r["members"] for r in per_task)
     assert all(r["seed_members"] == 1 for r in per_task if r["task"] != "two")  # only one seed exists there
+    two = [r for r in per_task if r["task"] == "two"]
+    assert {r["seed"] for r in two} == {0, 1}  # seeds 2 and 3 hold one configuration: no world of their own
+    assert max(r["seed_members"] for r in two) > 2  # ... but they widen the seed ensemble
     one = [r for r in per_task if r["budget"] == 1]
     assert all(r["ensemble"] == r["single"] and r["members"] == 1 for r in one)  # one candidate: itself
     six = [r for r in per_task if r["budget"] == 6]
