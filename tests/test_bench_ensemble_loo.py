@@ -88,3 +88,14 @@ def test_the_rule_of_a_task_is_chosen_without_it(meta):
         for trial in trials.values():
             trial["dev"], trial["test"] = -trial["dev"], -trial["test"]
     assert ensemble_loo.run(data, budgets=(2, 4, 6), echo=lambda line: None)["choices"]["values"] == before
+
+
+def test_the_worst_seed_check_is_not_called_met_without_a_task_of_two_seeds():
+    row = {"budget": 8, "single": 70.0, "ensemble": 71.0, "answer": 71.0, "ensemble-k4": 70.5, "default": 70.0,
+           "seeds": 70.4, "members": 4, "seed_members": 1, "answered": True}
+    one_world = [{**row, "task": task, "seed": 0} for task in ("a", "b")]
+    checks = ensemble_loo.verdict(ensemble_loo.summarise(one_world, (8,)))
+    assert all("worst seed not measured" in check and "met; over" not in check for check in checks)
+    two_worlds = one_world + [{**row, "task": "a", "seed": 1, "ensemble": 68.0, "answer": 68.0}]
+    checks = ensemble_loo.verdict(ensemble_loo.summarise(two_worlds, (8,)))
+    assert "worst seed 1.50 below its mean (target ≤ 1.0: missed; over the 1 tasks with two seeds)" in checks[0]
