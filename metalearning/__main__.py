@@ -87,7 +87,7 @@ def _pool(args) -> int:
 
 def _collect(args) -> int:
     from autopelt.models import resolve_model
-    from metalearning.collect import collect, plan
+    from metalearning.collect import collect, for_model, plan
     from metalearning.design import DESIGN, config_named
     from metalearning.tasks import read_pool
 
@@ -99,14 +99,19 @@ def _collect(args) -> int:
     configs = args.configs.split(",") if args.configs else [c.name for c in DESIGN]
     for name in configs:
         config_named(name)
+    model = resolve_model(args.model)
+    adapted, said = for_model(configs, model)  # a decoder's or T5's head reads one token; BitFit not on Llama
+    if said:
+        print(f"on {model}: {said}")
+    configs = [name for name in configs if name in adapted]
     seeds = [int(s) for s in args.seeds.split(",")]
     deadline = time.time() + 60 * args.minutes if args.minutes else args.deadline
     first = args.first_tasks.split(",") if args.first_tasks else []
     later = configs[:args.first_configs] if args.first_configs else configs
     jobs = plan(tasks, configs, seeds[:1], first) + plan(tasks, later, seeds[1:], first)
-    collect(jobs, args.results, args.pool, resolve_model(args.model),
-            workers=args.workers, device=args.device, precision=args.precision, threads=args.threads,
-            cache_dir=args.cache_dir, deadline=deadline, predictions_dir=args.predictions)
+    collect(jobs, args.results, args.pool, model, workers=args.workers, device=args.device,
+            precision=args.precision, threads=args.threads, cache_dir=args.cache_dir, deadline=deadline,
+            configs=adapted, predictions_dir=args.predictions)
     return 0
 
 

@@ -122,6 +122,29 @@ def collect(jobs: list[Job], results: str | Path, pool: str, model: str, workers
     return ran
 
 
+def for_model(names: list[str], model: str) -> tuple[dict, str]:
+    """({name: design.Config as `model`'s family runs it} for the configurations it can take, a line saying what
+    changed or "" when nothing did): on a decoder or T5 the head reads the family's one token instead of the mean,
+    and a configuration with a method the family cannot take (BitFit on Llama) is left out. The names stay: a
+    meta-dataset is one model's."""
+    from transformers import AutoConfig
+
+    from autopelt.search.space_models import configuration_for_model
+
+    model_config = AutoConfig.from_pretrained(model)
+    adapted = {name: configuration_for_model(config_named(name), model_config) for name in names}
+    left_out = [name for name, config in adapted.items() if config is None]
+    kept = {name: config for name, config in adapted.items() if config is not None}
+    if not kept:
+        raise UserError(f"no configuration of those given applies to a {model_config.model_type} model")
+    said = []
+    if any(config.pooling != config_named(name).pooling for name, config in kept.items()):
+        said.append(f"the head reads the {model_config.model_type} classifier's one token, not the mean")
+    if left_out:
+        said.append(f"left out, as a {model_config.model_type} model cannot take them: {', '.join(left_out)}")
+    return kept, "; ".join(said)
+
+
 def plan(tasks: list[str], configs: list[str], seeds: list[int], first_tasks: list[str] = ()) -> list[Job]:
     """Jobs seed by seed, so that a run cut short holds whole seeds of every configuration; within a seed,
     `first_tasks` whole before the others (the tasks a cut-short run must not miss), configurations in order."""

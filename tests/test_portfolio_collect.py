@@ -105,3 +105,27 @@ def test_the_pipeline_command_lists_the_design_and_refuses_a_missing_pool_in_one
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a meta-dataset pool" in err[0]
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_decoder_collects_the_design_as_its_classifier_runs_it(pool, tiny_model_dir, tmp_path, capsys):  # noqa: F811
+    """On a Llama the head reads the last token (the design's mean pooling is for encoders) and a configuration
+    it cannot take (BitFit: Llama has no biases) is left out in one line, not trained to fail."""
+    from generationdata import make_tiny_lm_folder
+
+    from metalearning.__main__ import main
+
+    model = make_tiny_lm_folder(tmp_path / "llama")
+    results = tmp_path / "trials.jsonl"
+    assert main(["collect", "--pool", str(pool), "--results", str(results), "--model", str(model),
+                 "--configs", "lora-r8-qv@3e-3,bitfit@3e-3", "--device", "cpu", "--precision", "fp32",
+                 "--threads", "1", "--predictions", str(tmp_path / "predictions")]) == 0
+    said = capsys.readouterr().out
+    assert "reads the llama classifier's one token" in said and "left out" in said and "bitfit@3e-3" in said
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["config"], r["status"]) for r in records] == [("lora-r8-qv@3e-3", "ok")], records
+    kept = load_predictions(tmp_path / "predictions" / "toy", "lora-r8-qv@3e-3@s0.npz")
+    assert kept["dev"].shape == (1000, 2)
+    adapted, _ = collector.for_model(["lora-r8-qv@3e-3"], str(model))
+    assert adapted["lora-r8-qv@3e-3"].pooling == "cls"
+    on_encoder, said = collector.for_model(["lora-r8-qv@3e-3", "bitfit@3e-3"], str(tiny_model_dir))
+    assert said == "" and on_encoder["lora-r8-qv@3e-3"].pooling == "mean" and "bitfit@3e-3" in on_encoder

@@ -54,20 +54,29 @@ def _refusal(spec, arch) -> str | None:
                  if (reason := why_not(method.delta if isinstance(method, AdaMixConfig) else method, arch))), None)
 
 
-def portfolio_for_model(portfolio, config) -> tuple[object, str]:
-    """`portfolio` as a model of `config`'s family can run it: on a decoder or T5 its mean-pooled members read the
-    one token the family's classifier reads, and members with a method the family cannot take are left out; and a
-    line saying what changed ("" when nothing did). A one-line error when no member is left."""
+def configuration_for_model(member, config):
+    """A portfolio configuration (portfolio.config.Config) as a model of `config`'s family runs it: on a decoder or
+    T5 it reads the one token the family's classifier reads; None when the family cannot take one of its methods."""
     from autopelt.delta.spec import parse_spec
 
     arch = architecture_of(config)
+    if _refusal(parse_spec(member.spec(int(config.num_hidden_layers))), arch):
+        return None
+    return dataclasses.replace(member, pooling="cls") if arch.reads_one_token and member.pooling != "cls" else member
+
+
+def portfolio_for_model(portfolio, config) -> tuple[object, str]:
+    """`portfolio` as a model of `config`'s family can run it (`configuration_for_model`: members read the family's
+    one token, members with a method the family cannot take are left out); and a line saying what changed ("" when
+    nothing did). A one-line error when no member is left."""
+    arch = architecture_of(config)
     kept, dropped = [], []
     for member in portfolio.members:
-        if _refusal(parse_spec(member.spec(int(config.num_hidden_layers))), arch):
+        adapted = configuration_for_model(member, config)
+        if adapted is None:
             dropped.append(member.name)
-            continue
-        kept.append(dataclasses.replace(member, pooling="cls")
-                    if arch.reads_one_token and member.pooling != "cls" else member)
+        else:
+            kept.append(adapted)
     if not kept:
         raise UserError(f"no member of portfolio {portfolio.source} applies to a {arch.family} model; pass "
                         "--portfolio none")
