@@ -43,6 +43,10 @@ def add_arguments(parser) -> None:
     collect.add_argument("--deadline", type=float, help="start no trial after this time (seconds since the epoch)")
     collect.add_argument("--predictions", help="folder for every trial's dev and test predictions (one file a trial)")
     collect.add_argument("--first-tasks", help="comma-separated tasks to run first within each seed")
+    collect.add_argument("--calibrated-members", type=int, default=0, metavar="N",
+                         help="after each seed's design, the shipped portfolio's first N members on each task at the "
+                              "rates --rates calibrated gives them there (metalearning/calibrated.py; needs the "
+                              "design's LoRA ladder)")
     collect.add_argument("--first-configs", type=int, help="with several seeds: the later seeds run only the "
                          "design's first N configurations")
 
@@ -109,9 +113,19 @@ def _collect(args) -> int:
     first = args.first_tasks.split(",") if args.first_tasks else []
     later = configs[:args.first_configs] if args.first_configs else configs
     jobs = plan(tasks, configs, seeds[:1], first) + plan(tasks, later, seeds[1:], first)
-    collect(jobs, args.results, args.pool, model, workers=args.workers, device=args.device,
-            precision=args.precision, threads=args.threads, cache_dir=args.cache_dir, deadline=deadline,
-            configs=adapted, predictions_dir=args.predictions)
+    run = dict(workers=args.workers, device=args.device, precision=args.precision, threads=args.threads,
+               cache_dir=args.cache_dir, deadline=deadline, predictions_dir=args.predictions)
+    if not args.calibrated_members:
+        collect(jobs, args.results, args.pool, model, configs=adapted, **run)
+        return 0
+    from metalearning import calibrated
+
+    for seed in seeds:  # a seed's calibrated members need that seed's LoRA ladder, collected with its design
+        collect([job for job in jobs if job.seed == seed], args.results, args.pool, model, configs=adapted, **run)
+        more, configs, skipped = calibrated.jobs(args.results, args.pool, model, tasks, seed, args.calibrated_members)
+        if skipped:
+            print(f"seed {seed}: no calibrated members on {', '.join(skipped)} (no LoRA ladder collected there)")
+        collect(more, args.results, args.pool, model, configs=configs, **run)
     return 0
 
 

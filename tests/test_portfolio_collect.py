@@ -129,3 +129,36 @@ def test_a_decoder_collects_the_design_as_its_classifier_runs_it(pool, tiny_mode
     assert adapted["lora-r8-qv@3e-3"].pooling == "cls"
     on_encoder, said = collector.for_model(["lora-r8-qv@3e-3", "bitfit@3e-3"], str(tiny_model_dir))
     assert said == "" and on_encoder["lora-r8-qv@3e-3"].pooling == "mean" and "bitfit@3e-3" in on_encoder
+
+
+def test_calibrated_members_train_at_their_rate_times_the_swept_lora_rate_over_the_reference(pool, tmp_path):
+    """`--calibrated-members`: after a seed's design, the first members the shipped portfolio runs on the task, each
+    at its recorded rate x the rate LoRA's sweep chooses on that task's ladder / the portfolio's reference rate, on a
+    decoder as its classifier reads; a seed without a ladder gets none."""
+    from generationdata import make_tiny_lm_folder
+
+    from autopelt.models import load_tokenizer
+    from autopelt.portfolio.portfolio import SHIPPED
+    from autopelt.portfolio.portfolio import load as load_portfolio
+    from metalearning import calibrated, prior
+    from metalearning.__main__ import main
+
+    model = make_tiny_lm_folder(tmp_path / "llama")
+    results = tmp_path / "trials.jsonl"
+    ladder = "lora-r8-qv@1e-3,lora-r8-qv@3e-3,lora-r8-qv@1e-2"
+    assert main(["collect", "--pool", str(pool), "--results", str(results), "--model", str(model), "--configs",
+                 ladder, "--calibrated-members", "1", "--device", "cpu", "--precision", "fp32", "--threads", "1"]) == 0
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    swept = calibrated.lora_rate(records, "toy", 0)
+    assert swept in (1e-3, 3e-3, 1e-2)
+    portfolio = load_portfolio(SHIPPED)
+    features = prior.task_features(pool, load_tokenizer(str(model)))["toy"]
+    first = portfolio.for_task(features)[0].members[0]
+    expected = first.learning_rate * swept / portfolio.reference_rate
+    assert [r["config"] for r in records[3:]] == [calibrated.calibrated_name(first.name, expected)]
+    assert records[3]["status"] == "ok" and calibrated.member_of(records[3]["config"]) == first.name
+    jobs, configs, skipped = calibrated.jobs(results, pool, str(model), ["toy"], 0, 2)
+    assert [j.config for j in jobs][:1] == [records[3]["config"]] and not skipped
+    assert all(c.pooling == "cls" for c in configs.values())
+    assert configs[records[3]["config"]].learning_rate == pytest.approx(expected)
+    assert calibrated.jobs(results, pool, str(model), ["toy"], 1, 2)[2] == ["toy"]  # seed 1: no ladder yet
