@@ -109,7 +109,7 @@ def _collect(args) -> int:
         print(f"on {model}: {said}")
     configs = [name for name in configs if name in adapted]
     seeds = [int(s) for s in args.seeds.split(",")]
-    deadline = time.time() + 60 * args.minutes if args.minutes else args.deadline
+    deadline = time.time() + 60 * args.minutes if args.minutes is not None else args.deadline
     first = args.first_tasks.split(",") if args.first_tasks else []
     later = configs[:args.first_configs] if args.first_configs else configs
     jobs = plan(tasks, configs, seeds[:1], first) + plan(tasks, later, seeds[1:], first)
