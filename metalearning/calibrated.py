@@ -3,11 +3,12 @@ trains there, collected beside the design, so that leave-one-task-out on that mo
 with MiniLM's at calibrated and at absolute rates.
 
 On each task and seed, LoRA's rate is the one its sweep chooses on the design's LoRA ladder collected there
-(`simulate.tuned_lora`, as `build.calibration` reads it for the portfolio file). Each of the first N members the
-shipped portfolio runs on that task (its prior given the task's meta-features, measured with the model's tokenizer)
-trains at its recorded rate x that LoRA rate / the portfolio's reference rate (`Portfolio.calibrated_rate`), read
-as the model's family reads it (`space_models.configuration_for_model`). A configuration is named
-`MEMBER~cal@RATE` (the rate to 3 significant digits): each task and seed has its own.
+(`simulate.tuned_lora`, as `build.calibration` reads it for the portfolio file). The members are MiniLM's: the first
+N that the shipped prior (its k) built from MiniLM's meta-dataset without that task chooses for the task's
+meta-features, measured with the model's tokenizer (`minilm_members`: MiniLM's portfolio held out as the other
+model's own is). Each trains at its recorded rate x that LoRA rate / the shipped portfolio's reference rate
+(`Portfolio.calibrated_rate`), read as the model's family reads it (`space_models.configuration_for_model`). A
+configuration is named `MEMBER~cal@RATE` (the rate to 3 significant digits): each task and seed has its own.
 """
 
 from __future__ import annotations
@@ -42,10 +43,24 @@ def lora_rate(records: list[dict], task: str, seed: int) -> float | None:
     return float(chosen.partition("@")[2])
 
 
+def minilm_members(task: str, features, size: int) -> list:
+    """The first `size` members (portfolio.config.Config) MiniLM's prior chooses for a task of `features`, built as
+    the shipped one (its k) from MiniLM's meta-dataset without `task`."""
+    from autopelt.portfolio.portfolio import SHIPPED
+    from autopelt.portfolio.portfolio import load as load_portfolio
+    from metalearning import metadata, prior
+
+    meta = metadata.shipped()
+    shipped = load_portfolio(SHIPPED)
+    others = [t for t in meta.tasks if t != task]
+    k = shipped.prior.k if shipped.prior else len(others)
+    return prior.build(meta, prior.features_of(meta), k, others).portfolio(features, size)[0]
+
+
 def jobs(results: str | Path, pool: str | Path, model: str, tasks: list[str], seed: int,
          members: int) -> tuple[list, dict, list[str]]:
     """(collect.Job list, {name: Config} of the calibrated members, the tasks skipped for want of a LoRA ladder) at
-    `seed`: the first `members` members the shipped portfolio runs on each task, at their calibrated rates."""
+    `seed`: MiniLM's first `members` members on each task (`minilm_members`), at their calibrated rates."""
     from transformers import AutoConfig
 
     from autopelt.models import load_tokenizer
@@ -66,8 +81,7 @@ def jobs(results: str | Path, pool: str | Path, model: str, tasks: list[str], se
         if rate is None:
             skipped.append(task)
             continue
-        chosen, _ = portfolio.for_task(features[task])
-        for member in chosen.members[:members]:
+        for member in minilm_members(task, features[task], members):
             calibrated, _ = portfolio.calibrated_rate(member.learning_rate, rate)
             name = calibrated_name(member.name, calibrated)
             config = configuration_for_model(dataclasses.replace(member, name=name, learning_rate=calibrated),

@@ -153,7 +153,9 @@ def test_calibrated_members_train_at_their_rate_times_the_swept_lora_rate_over_t
     assert swept in (1e-3, 3e-3, 1e-2)
     portfolio = load_portfolio(SHIPPED)
     features = prior.task_features(pool, load_tokenizer(str(model)))["toy"]
-    first = portfolio.for_task(features)[0].members[0]
+    first = calibrated.minilm_members("toy", features, 1)[0]
+    assert [m.name for m in calibrated.minilm_members("toy", features, 3)] == \
+        [m.name for m in portfolio.for_task(features)[0].members[:3]]  # toy is no MiniLM task: the shipped prior
     expected = first.learning_rate * swept / portfolio.reference_rate
     assert [r["config"] for r in records[3:]] == [calibrated.calibrated_name(first.name, expected)]
     assert records[3]["status"] == "ok" and calibrated.member_of(records[3]["config"]) == first.name
