@@ -7,6 +7,8 @@ built from it. Run from the repository root (an editable install makes `metalear
     python -m metalearning prior --out autopelt/portfolio/data/portfolio-all-MiniLM-L6-v2.json
     python -m metalearning build --meta FILE --out portfolio.json [--leave-out TASKS]   (one global portfolio)
     python -m metalearning design
+    python -m metalearning generation-collect --data-dir ../shared/data/gen --results gen.jsonl [--model M]
+    python -m metalearning generation-build --results gen.jsonl --out portfolio-generation-M.json
 
 A lent GPU machine collects the whole design in minutes (metalearning/gpu_collect.sh).
 """
@@ -73,10 +75,61 @@ def add_arguments(parser) -> None:
 
     sub.add_parser("design", help="list the design's configurations")
 
+    gen = sub.add_parser("generation-collect", help="train the generation design on a generation task (resumable)")
+    gen.add_argument("--data-dir", required=True, help="folder holding TASK/train.jsonl and TASK/validation.jsonl")
+    gen.add_argument("--task", default="e2e")
+    gen.add_argument("--input-column", default="mr")
+    gen.add_argument("--target-column", default="ref")
+    gen.add_argument("--k", type=int, default=1000, help="training rows (default 1000)")
+    gen.add_argument("--results", required=True, help="JSON Lines file the trials are appended to")
+    gen.add_argument("--model", default="smollm2-135m")
+    gen.add_argument("--configs", help="comma-separated (default: the whole generation design)")
+    gen.add_argument("--seeds", default="0,1")
+    gen.add_argument("--workers", type=int, default=1)
+    gen.add_argument("--threads", type=int)
+    gen.add_argument("--device")
+    gen.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"))
+    gen.add_argument("--minutes", type=float, help="start no trial after this many minutes")
+
+    gen_build = sub.add_parser("generation-build", help="the generation portfolio: the design ranked by dev loss")
+    gen_build.add_argument("--results", required=True)
+    gen_build.add_argument("--out", required=True)
+    gen_build.add_argument("--model", default="smollm2-135m", help="the model the trials trained")
+    gen_build.add_argument("--size", type=int, default=8)
+
 
 def run(args) -> int:
     return {"pool": _pool, "collect": _collect, "finish": _finish, "build": _build, "prior": _prior,
-            "design": _design}[args.action](args)
+            "design": _design, "generation-collect": _generation_collect,
+            "generation-build": _generation_build}[args.action](args)
+
+
+def _generation_collect(args) -> int:
+    from autopelt.data.generation import GenerationTask, load_generation_splits
+    from autopelt.models import resolve_model
+    from metalearning import generation
+
+    task = GenerationTask(args.task, args.input_column, args.target_column)
+    load_generation_splits(task, args.data_dir)  # a missing folder or column: one line before any worker starts
+    configs = args.configs.split(",") if args.configs else [c.name for c in generation.DESIGN]
+    deadline = time.time() + 60 * args.minutes if args.minutes is not None else None
+    generation.collect({"task": args.task, "data_dir": args.data_dir, "input_column": args.input_column,
+                        "target_column": args.target_column, "k": args.k}, args.results, resolve_model(args.model),
+                       configs, [int(s) for s in args.seeds.split(",")], workers=args.workers, device=args.device,
+                       precision=args.precision, threads=args.threads, deadline=deadline)
+    return 0
+
+
+def _generation_build(args) -> int:
+    from autopelt.models import model_name, resolve_model
+    from autopelt.portfolio.command import print_portfolio
+    from metalearning import generation
+
+    if args.size < 1:
+        raise UserError("--size must be at least 1")
+    print_portfolio(args.out, generation.build(args.results, args.out, model_name(resolve_model(args.model)),
+                                               args.size))
+    return 0
 
 
 def _pool(args) -> int:

@@ -28,6 +28,7 @@ from autopelt.portfolio.metafeatures import MetaFeatures
 from autopelt.portfolio.prior import Prior
 
 FORMAT, VERSION = "autopelt-portfolio", 1
+TASK_KINDS = ("classification", "generation")
 SPACE = "default"  # the search space whose studies a portfolio opens
 SIZE = 16
 SHIPPED = Path(__file__).parent / "data" / "portfolio-all-MiniLM-L6-v2.json"
@@ -46,6 +47,7 @@ class Portfolio:
     calibration: dict[str, float] = field(default_factory=dict)  # task -> LoRA's swept rate on the portfolio's model
     reference_tasks: tuple[str, ...] = ()  # the tasks its members were chosen from (the prior's nearest); () all
     calibrate: bool = False  # a study trains members at rates relative to its own LoRA rate (for_search decides)
+    task_kind: str = "classification"  # or "generation": the tasks it was learned on, the searches it opens
 
     @property
     def reference_rate(self) -> float | None:
@@ -131,13 +133,16 @@ def load(path: str | Path, model: str | None = None) -> Portfolio:
         raise UserError(f"--portfolio {path}: a member is malformed ({error!r})") from None
     if not members:
         raise UserError(f"--portfolio {path} has no members")
+    task_kind = data.get("task_kind", "classification")
+    if task_kind not in TASK_KINDS:
+        raise UserError(f"--portfolio {path}: task_kind must be one of {', '.join(TASK_KINDS)}, not {task_kind!r}")
     try:
         prior = Prior.from_dict(data["prior"], _member) if data.get("prior") else None
     except (KeyError, TypeError, ValueError) as error:
         raise UserError(f"--portfolio {path}: its prior is malformed ({error!r})") from None
     return Portfolio(data["model"], members, str(path), data.get("built_from") or {},
                      _baseline_rates(path, data.get("baseline_rates") or {}), prior,
-                     _calibration(path, data.get("calibration")))
+                     _calibration(path, data.get("calibration")), task_kind=task_kind)
 
 
 def _calibration(path: Path, entry) -> dict[str, float]:
@@ -206,6 +211,9 @@ def for_search(choice: str, model_name: str, space_name: str, features: MetaFeat
         return None, "no portfolio (--portfolio none)"
     if choice != "auto":
         portfolio, similar = load(choice, model_name).for_task(features)
+        if portfolio.task_kind != "classification":
+            raise UserError(f"--portfolio {choice} was learned on {portfolio.task_kind} tasks; this search "
+                            "classifies: pass a portfolio learned on classification, or --portfolio none")
         line = f"portfolio {choice} ({len(portfolio.members)} configurations learned on {portfolio.model})"
     elif space_name != SPACE:
         return None, f"no portfolio: the shipped one opens the {SPACE!r} space, and this search draws from {space_name!r}"
@@ -218,6 +226,33 @@ def for_search(choice: str, model_name: str, space_name: str, features: MetaFeat
     if portfolio.baseline_rates:
         line += "; " + ", ".join(f"{name} at its learned rate {rate:g}" for name, rate in portfolio.baseline_rates.items())
     return portfolio, line + (f"\n{rates_line}" if rates_line else "") + (f"\nprior: {similar}" if similar else "")
+
+
+def generation_shipped(model_name: str) -> Path:
+    """Where the portfolio a generation search on `model_name` starts from ships (none may be there yet)."""
+    return SHIPPED.with_name(f"portfolio-generation-{model_name}.json")
+
+
+def for_generation(choice: str, model_name: str) -> tuple[Portfolio | None, str]:
+    """The portfolio a generation search runs first, and the line saying which: "auto" the one shipped for the
+    model, where one was measured (`generation_shipped`); a file of kind "generation" learned on the model; "none".
+
+    Raises:
+        UserError: a file that is missing, malformed, learned on another model or on classification tasks.
+    """
+    if choice == "none":
+        return None, "no portfolio (--portfolio none)"
+    path = generation_shipped(model_name) if choice in ("auto", "", None) else Path(choice)
+    if choice in ("auto", "", None) and not path.is_file():
+        return None, (f"no portfolio: none has been measured for generation on {model_name} (the shipped one was "
+                      "learned on classification)")
+    portfolio = load(path, model_name)
+    if portfolio.task_kind != "generation":
+        raise UserError(f"--portfolio {choice} was learned on {portfolio.task_kind} tasks; a generation task takes "
+                        "a generation portfolio, or --portfolio none")
+    tasks = ", ".join(portfolio.built_from.get("tasks", [])) or "its tasks"
+    return portfolio, (f"portfolio: {len(portfolio.members)} configurations measured on {portfolio.model} for "
+                       f"generation ({tasks}), run first")
 
 
 def _rates(portfolio: Portfolio, model_name: str, rates: str) -> tuple[Portfolio, str]:

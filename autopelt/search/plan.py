@@ -153,7 +153,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     # the slowest check (the hub: online, a download), after the model's; its rows give the task's meta-features
     data, loaded = (None, {}) if generation else _check_data(task, data_dir, options)
-    portfolio, portfolio_note = _generation_portfolio(options.portfolio) if generation else \
+    portfolio, portfolio_note = _generation_portfolio(options.portfolio, model) if generation else \
         _portfolio(options.portfolio, model, space,
                    lambda: _task_features(task, loaded.get(task.train_split), model, options.k), options.rates)
     if portfolio is not None:
@@ -282,12 +282,12 @@ def _generation_data_dir(given: str | None, task) -> str:
     return str(folder)
 
 
-def _generation_portfolio(choice: str):
-    """No portfolio for a generation task: the shipped one was learned on classification tasks."""
-    if choice not in ("auto", "none", "", None):
-        raise UserError("--portfolio: portfolios are learned on classification tasks; a generation task searches "
-                        "without one (--portfolio none)")
-    return None, "no portfolio: the shipped one was learned on classification tasks, not generation"
+def _generation_portfolio(choice: str, model: str):
+    """A generation task's portfolio: one measured for generation on the model (portfolio.for_generation)."""
+    from autopelt.models import model_name
+    from autopelt.portfolio.portfolio import for_generation
+
+    return for_generation(choice or "auto", model_name(model))
 
 
 def _model(name: str | None) -> str:
