@@ -23,6 +23,8 @@
 # the sum, converts the file as autopelt does a packaged model (autopelt/packaged.py) and collects.
 # ML_CALIBRATED=N adds, after each seed's design, the shipped portfolio's first N members at calibrated rates
 # (metalearning/calibrated.py); ML_CONFIGS limits the design; ML_TASKS the tasks.
+# ML_GENERATION=1 collects the generation design instead (metalearning/generation.py) on E2E, carried as
+# .gpu*/e2e.tgz (`tar czf e2e.tgz -C ../shared/data/gen e2e`), seeds SEEDS, K=1000; trials.jsonl as above.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 started=$(date +%s)
@@ -30,6 +32,8 @@ mkdir -p /tmp/ml/parts
 stage() {
     for part in .gpu*/gguf-*; do [ -e "$part" ] && cp "$part" /tmp/ml/parts/; done
     for pool in .gpu*/pool.tgz; do [ -e "$pool" ] && [ ! -d /tmp/ml/pool ] && tar xzf "$pool" -C /tmp/ml; done
+    for e2e in .gpu*/e2e.tgz; do [ -e "$e2e" ] && [ ! -d /tmp/ml/gen/e2e ] && mkdir -p /tmp/ml/gen \
+        && tar xzf "$e2e" -C /tmp/ml/gen; done
 }
 stage
 if [ -n "${ML_STAGE:-}" ]; then
@@ -42,7 +46,11 @@ if [ -d .whl ]; then
         || exit 1
     export PYTHONPATH=$PWD:/tmp/site
 fi
-[ -d /tmp/ml/pool ] || { echo "no pool: carry .gpu/pool.tgz"; exit 1; }
+if [ -n "${ML_GENERATION:-}" ]; then
+    [ -d /tmp/ml/gen/e2e ] || { echo "no E2E rows: carry .gpu/e2e.tgz"; exit 1; }
+else
+    [ -d /tmp/ml/pool ] || { echo "no pool: carry .gpu/pool.tgz"; exit 1; }
+fi
 name=${ML_NAME:-all-MiniLM-L6-v2}
 if [ -n "${ML_GGUF:-}" ]; then
     mkdir -p /tmp/ml/gguf && cat /tmp/ml/parts/gguf-* > "/tmp/ml/gguf/$ML_GGUF"
@@ -71,11 +79,17 @@ PY
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/smi.csv" 2>/dev/null &
 smi=$!
 new=trec_fine,sst5,clinc150,hwu64,snips,bbc_news,go_emotions,paws,emobank_valence
+if [ -n "${ML_GENERATION:-}" ]; then
+    timeout $(python3 -c "print(int($minutes * 60 + 75))") python3 -m metalearning generation-collect \
+        --data-dir /tmp/ml/gen --results "$OUT/trials.jsonl" --model "/tmp/ml/$name" --seeds "$seeds" \
+        --workers "$workers" --threads 1 --minutes "$minutes" ${ML_CONFIGS:+--configs $ML_CONFIGS} > "$OUT/log" 2>&1
+else
 timeout $(python3 -c "print(int($minutes * 60 + 75))") python3 -m metalearning collect --pool /tmp/ml/pool \
     --results "$OUT/trials.jsonl" --model "/tmp/ml/$name" --seeds "$seeds" --first-configs "$first_configs" \
     --first-tasks "$new" --workers "$workers" --threads 1 --predictions /tmp/ml/preds --cache-dir /tmp/ml/cache \
     --minutes "$minutes" ${ML_TASKS:+--tasks $ML_TASKS} ${ML_CONFIGS:+--configs $ML_CONFIGS} \
     ${ML_CALIBRATED:+--calibrated-members $ML_CALIBRATED} > "$OUT/log" 2>&1
+fi
 echo "collect exit $? after $(( $(date +%s) - started ))s"
 kill $smi 2>/dev/null
 tail -3 "$OUT/log"; touch "$OUT/trials.jsonl"; wc -l "$OUT/trials.jsonl"
