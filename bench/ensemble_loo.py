@@ -230,7 +230,7 @@ def verdict(summary: list[dict]) -> list[str]:
     for arm in ("ensemble", "answer"):
         vs_single, vs_seeds = line[arm] - line["single"], line[arm] - line["seeds"]
         gap = line[f"{arm}_worst_gap"]
-        worst = ("worst seed not measured (no task has every candidate at two seeds)" if gap is None else
+        worst = ("worst seed not measured (no task has two worlds: seeds holding half its configurations)" if gap is None else
                  f"worst seed {gap:.2f} below its mean (target ≤ {TARGET_WORST_SEED}: "
                  f"{'met' if gap <= TARGET_WORST_SEED else 'missed'}; over the {line['two_seed_tasks']} tasks with "
                  "two seeds)")

@@ -5,7 +5,7 @@ tokenised-data cache (on disk) already outlive a trial; each trial still loads i
 each model, `autopelt.models.load_model` (from_pretrained of a memory-mapped safetensors file, a fresh head) once
 to warm the page cache and then the median of --repeats loads, against `copy.deepcopy` of a loaded model (what a
 worker holding the model would do per trial, since a delta changes the model it is built into), and where CUDA is
-there, the move of the loaded model to the GPU.
+there, that copy and its move to the GPU.
 
     python bench/model_load.py [--models all-MiniLM-L6-v2,smollm2-135m] [--repeats 5]
 """

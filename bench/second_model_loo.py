@@ -24,6 +24,7 @@ import sys
 import time
 
 from autopelt.portfolio import select
+from autopelt.portfolio.config import rate_text
 from metalearning import calibrated, metadata, prior, simulate
 from results import write_results
 
@@ -34,20 +35,23 @@ DRAWS = 20
 
 
 def calibrated_at(meta, task: str, seed: int, member: str) -> str | None:
-    """The name of `member`'s calibrated trial on `task` at `seed`; None where none was collected."""
-    return next((r["config"] for r in meta.records if r["task"] == task and r["seed"] == seed
+    """The name of `member`'s calibrated trial on `task` at `seed` (the last recorded); None where none was."""
+    return next((r["config"] for r in reversed(meta.records) if r["task"] == task and r["seed"] == seed
                  and calibrated.member_of(r["config"]) == member), None)
+
+
+LADDER_START = [f"lora-r8-qv@{rate_text(rate)}" for rate in simulate.SWEEP_START]  # what tuned LoRA starts from
 
 
 def held_out(meta, features: dict, task: str, design: list[str], members: int) -> dict | None:
     """Every arm at every budget on `task` (test, %), the mean over the seeds where each arm's trials all exist;
     None where no seed has them."""
     own = select.greedy_portfolio(meta.dev_scores([t for t in meta.tasks if t != task], design), members)
-    minilm = [m.name for m in calibrated.minilm_members(task, features[task], members)]
+    minilm = [m.name for m in calibrated.minilm_portfolio(task, features[task]).members[:members]]
     runs = []
     for seed in meta.seeds:
         cal = [calibrated_at(meta, task, seed, name) for name in minilm]
-        needed = [*own, *minilm, *(c for c in cal if c)]
+        needed = [*own, *minilm, *(c for c in cal if c), simulate.REFERENCE, *LADDER_START]
         if None in cal or any(meta.trial(task, c, seed) is None for c in needed):
             continue
         sim = simulate.Task(meta, task, seed=seed)
@@ -64,8 +68,8 @@ def held_out(meta, features: dict, task: str, design: list[str], members: int) -
 
 def verdict(line: dict) -> list[str]:
     gap, lora = line["minilm-cal"] - line["own"], min(line["own"], line["minilm-cal"]) - line["tuned-lora"]
-    return [f"at {TARGET_BUDGET}: minilm-cal {gap:+.2f} from own (target within {TARGET_CAL_VS_OWN}: "
-            f"{'met' if abs(gap) <= TARGET_CAL_VS_OWN or gap > 0 else 'missed'})",
+    return [f"at {TARGET_BUDGET}: minilm-cal {gap:+.2f} from own (target: at most {TARGET_CAL_VS_OWN} below it: "
+            f"{'met' if gap >= -TARGET_CAL_VS_OWN else 'missed'})",
             f"at {TARGET_BUDGET}: the lower of own and minilm-cal {lora:+.2f} over tuned LoRA (target ≥ "
             f"+{TARGET_VS_LORA}: {'met' if lora >= TARGET_VS_LORA else 'missed'})",
             f"at {TARGET_BUDGET}: minilm-cal {line['minilm-cal'] - line['minilm-abs']:+.2f} over minilm-abs"]
@@ -81,7 +85,7 @@ def main(argv=None) -> int:
     started = time.time()
     meta = metadata.load(args.meta)
     features = prior.features_of(meta)
-    design = [c for c in meta.configs(seed=0) if calibrated.member_of(c) is None]
+    design = meta.candidates()  # complete at the selection seeds; never a calibrated member's trial
     results = {}
     for task in meta.tasks:
         found = held_out(meta, features, task, design, args.members)

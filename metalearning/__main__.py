@@ -46,9 +46,9 @@ def add_arguments(parser) -> None:
     collect.add_argument("--predictions", help="folder for every trial's dev and test predictions (one file a trial)")
     collect.add_argument("--first-tasks", help="comma-separated tasks to run first within each seed")
     collect.add_argument("--calibrated-members", type=int, default=0, metavar="N",
-                         help="after each seed's design, the shipped portfolio's first N members on each task at the "
-                              "rates --rates calibrated gives them there (metalearning/calibrated.py; needs the "
-                              "design's LoRA ladder)")
+                         help="after each seed's design, MiniLM's first N members on each task (its prior built "
+                              "without the task) at the rates --rates calibrated gives them there "
+                              "(metalearning/calibrated.py; needs the design's LoRA ladder)")
     collect.add_argument("--first-configs", type=int, help="with several seeds: the later seeds run only the "
                          "design's first N configurations")
 
@@ -171,8 +171,11 @@ def _collect(args) -> int:
     if not args.calibrated_members:
         collect(jobs, args.results, args.pool, model, configs=adapted, **run)
         return 0
-    from metalearning import calibrated
-
+    try:  # its simulation reads the ladder through autopelt.study, which imports optuna: fail before seed 0
+        from metalearning import calibrated, simulate  # noqa: F401
+    except ImportError as error:
+        raise UserError(f"--calibrated-members needs {error.name or 'a package'} (metalearning's simulation "
+                        "imports it): install it, or on a device machine carry its wheels") from None
     for seed in seeds:  # a seed's calibrated members need that seed's LoRA ladder, collected with its design
         collect([job for job in jobs if job.seed == seed], args.results, args.pool, model, configs=adapted, **run)
         more, configs, skipped = calibrated.jobs(args.results, args.pool, model, tasks, seed, args.calibrated_members)

@@ -5,10 +5,12 @@ with MiniLM's at calibrated and at absolute rates.
 On each task and seed, LoRA's rate is the one its sweep chooses on the design's LoRA ladder collected there
 (`simulate.tuned_lora`, as `build.calibration` reads it for the portfolio file). The members are MiniLM's: the first
 N that the shipped prior (its k) built from MiniLM's meta-dataset without that task chooses for the task's
-meta-features, measured with the model's tokenizer (`minilm_members`: MiniLM's portfolio held out as the other
-model's own is). Each trains at its recorded rate x that LoRA rate / the shipped portfolio's reference rate
-(`Portfolio.calibrated_rate`), read as the model's family reads it (`space_models.configuration_for_model`). A
-configuration is named `MEMBER~cal@RATE` (the rate to 3 significant digits): each task and seed has its own.
+meta-features, measured with the model's tokenizer (`minilm_portfolio`: MiniLM's portfolio held out as the other
+model's own is). Each trains at its recorded rate x that LoRA rate / the reference rate, LoRA's on MiniLM over
+the tasks the members were chosen from (`Portfolio.calibrated_rate` after `Portfolio.for_task`, as a search with
+`--rates calibrated` computes it), read as the model's family reads it (`space_models.configuration_for_model`). A
+configuration is named `MEMBER~cal@RATE` (the rate to 3 significant digits): each task and seed has its own, and
+the same name on two tasks is no configuration of the design (`MetaDataset.candidates` leaves such names out).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-SUFFIX = "~cal@"
+from metalearning.metadata import CALIBRATED as SUFFIX
 
 
 def calibrated_name(member: str, rate: float) -> str:
@@ -43,9 +45,10 @@ def lora_rate(records: list[dict], task: str, seed: int) -> float | None:
     return float(chosen.partition("@")[2])
 
 
-def minilm_members(task: str, features, size: int) -> list:
-    """The first `size` members (portfolio.config.Config) MiniLM's prior chooses for a task of `features`, built as
-    the shipped one (its k) from MiniLM's meta-dataset without `task`."""
+def minilm_portfolio(task: str, features):
+    """MiniLM's portfolio as a search on a task of `features` runs it with `--rates calibrated`, its prior built as
+    the shipped one (its k) from MiniLM's meta-dataset without `task`: the members chosen for the task, and the
+    reference rate over the tasks they were chosen from (`Portfolio.for_task`)."""
     from autopelt.portfolio.portfolio import SHIPPED
     from autopelt.portfolio.portfolio import load as load_portfolio
     from metalearning import metadata, prior
@@ -54,25 +57,25 @@ def minilm_members(task: str, features, size: int) -> list:
     shipped = load_portfolio(SHIPPED)
     others = [t for t in meta.tasks if t != task]
     k = shipped.prior.k if shipped.prior else len(others)
-    return prior.build(meta, prior.features_of(meta), k, others).portfolio(features, size)[0]
+    held_out = dataclasses.replace(shipped, prior=prior.build(meta, prior.features_of(meta), k, others),
+                                   calibrate=True)
+    return held_out.for_task(features)[0]
 
 
 def jobs(results: str | Path, pool: str | Path, model: str, tasks: list[str], seed: int,
          members: int) -> tuple[list, dict, list[str]]:
     """(collect.Job list, {name: Config} of the calibrated members, the tasks skipped for want of a LoRA ladder) at
-    `seed`: MiniLM's first `members` members on each task (`minilm_members`), at their calibrated rates."""
+    `seed`: the first `members` of MiniLM's portfolio for each task (`minilm_portfolio`), at their calibrated
+    rates."""
     from transformers import AutoConfig
 
     from autopelt.models import load_tokenizer
-    from autopelt.portfolio.portfolio import SHIPPED
-    from autopelt.portfolio.portfolio import load as load_portfolio
     from autopelt.search.space_models import configuration_for_model
     from metalearning import prior
     from metalearning.collect import Job
 
     path = Path(results)
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    portfolio = dataclasses.replace(load_portfolio(SHIPPED), calibrate=True)
     features = prior.task_features(pool, load_tokenizer(model))
     model_config = AutoConfig.from_pretrained(model)
     out, configs, skipped = [], {}, []
@@ -81,7 +84,8 @@ def jobs(results: str | Path, pool: str | Path, model: str, tasks: list[str], se
         if rate is None:
             skipped.append(task)
             continue
-        for member in minilm_members(task, features[task], members):
+        portfolio = minilm_portfolio(task, features[task])
+        for member in portfolio.members[:members]:
             calibrated, _ = portfolio.calibrated_rate(member.learning_rate, rate)
             name = calibrated_name(member.name, calibrated)
             config = configuration_for_model(dataclasses.replace(member, name=name, learning_rate=calibrated),

@@ -1,16 +1,16 @@
 """A generation design and the portfolio a generation search starts from, learned from measured trials.
 
-The design (`DESIGN`): LoRA at ranks 8 and 16 on query/value and on every linear layer, adapters, a prefix and
-(IA)^3, each at two or three rates, 15 configurations a language-model delta can take on a decoder (no BitFit:
-Llama has no biases). `collect` trains each on a generation task's rows (the K-row protocol of autopelt train:
+The design (`DESIGN`): LoRA r8 on query/value and on every linear layer, r16 on every linear layer, Pfeiffer and
+Houlsby adapters, a prefix and (IA)^3, each at two or three rates: 15 configurations a language-model delta can
+take on a decoder (no BitFit: Llama has no biases). `collect` trains each on a generation task's rows (the K-row protocol of autopelt train:
 dev carved by input, every epoch's dev loss; test BLEU and ROUGE-L of the kept state, for reporting) and appends a
 record a trial to a JSON Lines file (resumable). `build` ranks the configurations by their mean dev loss over the
-seeds collected (lower first; test never read) and writes a portfolio file of kind "generation" for that model,
-which `autopelt search --portfolio FILE` on a generation task runs first.
+runs collected (task and seed; lower first; test never read) and writes a portfolio file of kind "generation" for
+that model, which `autopelt search --portfolio FILE` on a generation task runs first.
 
-    python -m metalearning generation collect --data-dir ../shared/data/gen --task e2e --input-column mr \\
+    python -m metalearning generation-collect --data-dir ../shared/data/gen --task e2e --input-column mr \\
         --target-column ref --model smollm2-135m --results gen.jsonl [--seeds 0,1] [--k 1000]
-    python -m metalearning generation build --results gen.jsonl --out portfolio-generation.json
+    python -m metalearning generation-build --results gen.jsonl --out portfolio-generation-smollm2-135m.json
 """
 
 from __future__ import annotations
@@ -94,10 +94,11 @@ def collect(task: dict, results: str | Path, model: str, configs: list[str], see
     results = Path(results)
     done = set()
     if results.exists():
-        done = {(r["config"], r["seed"]) for r in map(json.loads, results.read_text().splitlines()) if r}
+        done = {(r["task"], r["config"], r["seed"]) for r in map(json.loads, filter(str.strip,
+                                                                                  results.read_text().splitlines()))}
     for name in configs:
         config_named(name)
-    todo = [(c, s) for s in seeds for c in configs if (c, s) not in done]
+    todo = [(c, s) for s in seeds for c in configs if (task["task"], c, s) not in done]
     say(f"{len(configs) * len(seeds) - len(todo)} trials already in {results}; running {len(todo)} on {workers}")
     kwargs = {"task": task, "model": model, "device": device, "precision": precision, "threads": threads}
     ran, started = 0, time.time()
@@ -115,20 +116,25 @@ def collect(task: dict, results: str | Path, model: str, configs: list[str], see
 
 
 def ranking(records: list[dict]) -> list[tuple[str, float, int]]:
-    """(configuration, mean dev loss, seeds) of every configuration that trained at every seed collected, lowest
-    loss first; a configuration that failed at a seed is last-ranked out (a user trains the answer once)."""
-    seeds = sorted({r["seed"] for r in records})
-    by_config: dict[str, dict[int, float]] = {}
+    """(configuration, mean dev loss, runs) over the runs (task, seed) that at least half of the configurations
+    reached (a seed cut short, with fewer, is not one), lowest loss first. A configuration that failed or is
+    missing at one of them is left out: a user trains the answer once, and it must train."""
+    reached: dict[tuple, set] = {}
+    losses: dict[str, dict[tuple, float]] = {}
     for record in records:
+        run = (record["task"], record["seed"])
+        reached.setdefault(run, set()).add(record["config"])
         if record["status"] == "ok" and record.get("dev_loss") is not None:
-            by_config.setdefault(record["config"], {})[record["seed"]] = record["dev_loss"]
-    whole = [(c, statistics.fmean(losses.values()), len(losses)) for c, losses in by_config.items()
-             if sorted(losses) == seeds]
+            losses.setdefault(record["config"], {})[run] = record["dev_loss"]
+    configs = set().union(*reached.values()) if reached else set()
+    runs = {run for run, seen in reached.items() if 2 * len(seen) >= len(configs)}
+    whole = [(c, statistics.fmean(by_run[run] for run in runs), len(runs)) for c, by_run in losses.items()
+             if runs and runs <= set(by_run)]
     return sorted(whole, key=lambda entry: entry[1])
 
 
 def build(results: str | Path, out: str | Path, model: str, size: int = 8) -> dict:
-    """Write the generation portfolio: the `size` configurations of the lowest mean dev loss over the seeds."""
+    """Write the generation portfolio: the `size` configurations of the lowest mean dev loss (`ranking`)."""
     from autopelt.portfolio.portfolio import to_file
 
     path = Path(results)
@@ -141,6 +147,6 @@ def build(results: str | Path, out: str | Path, model: str, size: int = 8) -> di
     tasks = sorted({r["task"] for r in records})
     members = [config_named(name) for name, _, _ in ranked[:size]]
     built_from = {"tasks": tasks, "seeds": sorted({r["seed"] for r in records}), "design_version": DESIGN_VERSION,
-                  "selection": "mean dev loss over the seeds (test never read)",
+                  "selection": f"mean dev loss over {ranked[0][2]} runs (task, seed; test never read)",
                   "dev_loss": {name: round(loss, 5) for name, loss, _ in ranked[:size]}}
     return to_file(members, model, built_from, out, design_version=None, extra={"task_kind": "generation"})

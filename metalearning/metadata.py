@@ -14,6 +14,7 @@ from pathlib import Path
 from autopelt.errors import UserError
 
 FORMAT = "autopelt-meta-dataset"
+CALIBRATED = "~cal@"  # in the name of a calibrated member's trial (metalearning/calibrated.py)
 SHIPPED = Path(__file__).parent / "data"
 
 
@@ -71,9 +72,12 @@ class MetaDataset:
         return tuple(s for s in seeds if s == 0 or 2 * len(self.configs(seed=s)) >= base)
 
     def candidates(self) -> list[str]:
-        """The configurations complete on every task at every selection seed: what a portfolio chooses from."""
+        """The configurations complete on every task at every selection seed: what a portfolio chooses from. A
+        calibrated member's trial (metalearning/calibrated.py, MEMBER~cal@RATE) is another model's reading of
+        MiniLM's member at that task's rate, never a configuration of the design, even where two tasks share its
+        name."""
         complete = [set(self.configs(seed=s)) for s in self.selection_seeds]
-        return [c for c in self.configs(seed=0) if all(c in seen for seen in complete)]
+        return [c for c in self.configs(seed=0) if all(c in seen for seen in complete) and CALIBRATED not in c]
 
     def dev_scores(self, tasks: list[str], configs: list[str]) -> dict[str, dict[str, float]]:
         """task -> config -> dev metric at full fidelity, the mean over the selection seeds: a configuration that

@@ -29,7 +29,7 @@ def _record(task, config, seed, level, rng):
 def test_the_arms_read_their_own_trials_and_a_seed_without_calibrated_trials_is_left_out(tmp_path, capsys):
     rng = random.Random(0)
     tasks = ("alpha", "beta", "gamma")  # no MiniLM task: its members are the shipped prior's
-    members = [m.name for m in calibrated.minilm_members("alpha", MetaFeatures.from_dict(FEATURES), 4)]
+    members = [m.name for m in calibrated.minilm_portfolio("alpha", MetaFeatures.from_dict(FEATURES)).members[:4]]
     records = []
     for task in tasks:
         for seed in (0, 1):
@@ -49,5 +49,5 @@ def test_the_arms_read_their_own_trials_and_a_seed_without_calibrated_trials_is_
     assert rows["mean"]["minilm-cal"] == 85.0 and rows["mean"]["minilm-abs"] == 60.0
     assert rows["mean"]["own"] == 70.0 and rows["mean"]["tuned-lora"] == 70.0  # lora-r8-qv is no member here
     assert result["settings"]["portfolios"]["alpha"]["minilm"] == members
-    assert "minilm-cal +15.00 from own (target within 0.5: met)" in capsys.readouterr().out
+    assert "minilm-cal +15.00 from own (target: at most 0.5 below it: met)" in capsys.readouterr().out
     assert simulate.REFERENCE not in members  # the unit of a budget is the design's own trial

@@ -251,7 +251,7 @@ def test_a_generation_portfolio_is_learned_from_dev_loss_and_a_search_trains_its
     from autopelt.search.controller import Controller
     from autopelt.search.plan import SearchOptions, prepare
     from autopelt.search.resume import open_study
-    from autopelt.study.record import portfolio_of
+    from autopelt.study.record import baseline_of, portfolio_of
     from autopelt.train import run_trial
     from metalearning import generation
 
@@ -263,11 +263,13 @@ def test_a_generation_portfolio_is_learned_from_dev_loss_and_a_search_trains_its
     records = [json.loads(line) for line in results.read_text().splitlines()]
     assert all(r["status"] == "ok" and set(r["test"]) == {"bleu", "rouge_l"} and len(r["epochs"]) == 3
                for r in records), records
-    records.append({**records[0], "config": "houlsby-16@1e-3", "seed": 1})  # one seed of two: left out
-    records.append({**records[0], "seed": 1})
+    loss = {"ia3@1e-2": 0.5, "prefix-10@3e-3": 0.7, "lora-r8-qv@3e-3": 0.9}  # set, to check the order
+    records = [{**r, "seed": seed, "dev_loss": loss[r["config"]] + 0.01 * seed} for seed in (0, 1) for r in records]
+    records.append({**records[0], "config": "houlsby-16@1e-3", "seed": 1, "dev_loss": 0.1})  # seed 0 lacks it
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
     ranked = generation.ranking(records)
-    assert [name for name, _, _ in ranked] == ["lora-r8-qv@3e-3"]  # the only one at both seeds
+    assert [name for name, _, _ in ranked] == ["ia3@1e-2", "prefix-10@3e-3", "lora-r8-qv@3e-3"]
+    assert ranked[0][1:] == (pytest.approx(0.505), 2)
     file = tmp_path / "portfolio.json"
     generation.build(results, file, "another-model", size=4)
     assert json.loads(file.read_text())["task_kind"] == "generation"
@@ -281,13 +283,15 @@ def test_a_generation_portfolio_is_learned_from_dev_loss_and_a_search_trains_its
     data["model"] = model_name(str(lm_dir))
     file.write_text(json.dumps(data))
     plan = prepare(SearchOptions(**options, portfolio=str(file)))
-    assert [m.name for m in plan.portfolio.members] == ["lora-r8-qv@3e-3"]
+    assert [m.name for m in plan.portfolio.members][:1] == ["ia3@1e-2"]
     study = open_study(plan)
     control = Controller(study, plan)
     control.start()
     assert fakes.run_serially(control, lambda settings, report: run_trial(settings.replace(threads=1), report)) == 4
     member = [t for t in study.trials if portfolio_of(t).get("name")]
-    assert [portfolio_of(t)["name"] for t in member] == ["lora-r8-qv@3e-3"] and member[0].state.name == "COMPLETE"
+    assert [portfolio_of(t)["name"] for t in member] == ["ia3@1e-2"] and member[0].state.name == "COMPLETE"
+    sampled = [t.number for t in study.trials if not portfolio_of(t) and not baseline_of(t)]
+    assert sampled and member[0].number < min(sampled)  # the member before any draw of the sampler
 
 
 def test_a_generation_search_takes_no_classification_portfolio_and_says_when_none_is_measured(tmp_path):

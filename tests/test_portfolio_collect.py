@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -151,12 +152,12 @@ def test_calibrated_members_train_at_their_rate_times_the_swept_lora_rate_over_t
     records = [json.loads(line) for line in results.read_text().splitlines()]
     swept = calibrated.lora_rate(records, "toy", 0)
     assert swept in (1e-3, 3e-3, 1e-2)
-    portfolio = load_portfolio(SHIPPED)
     features = prior.task_features(pool, load_tokenizer(str(model)))["toy"]
-    first = calibrated.minilm_members("toy", features, 1)[0]
-    assert [m.name for m in calibrated.minilm_members("toy", features, 3)] == \
-        [m.name for m in portfolio.for_task(features)[0].members[:3]]  # toy is no MiniLM task: the shipped prior
-    expected = first.learning_rate * swept / portfolio.reference_rate
+    live = dataclasses.replace(load_portfolio(SHIPPED), calibrate=True).for_task(features)[0]  # --rates calibrated
+    assert live.reference_rate != load_portfolio(SHIPPED).reference_rate  # over the members' tasks, not all 21
+    first = live.members[0]  # toy is no MiniLM task: the prior without it is the shipped one
+    assert [m.name for m in calibrated.minilm_portfolio("toy", features).members] == [m.name for m in live.members]
+    expected = first.learning_rate * swept / live.reference_rate
     assert [r["config"] for r in records[3:]] == [calibrated.calibrated_name(first.name, expected)]
     assert records[3]["status"] == "ok" and calibrated.member_of(records[3]["config"]) == first.name
     jobs, configs, skipped = calibrated.jobs(results, pool, str(model), ["toy"], 0, 2)

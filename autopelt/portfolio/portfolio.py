@@ -230,7 +230,7 @@ def for_search(choice: str, model_name: str, space_name: str, features: MetaFeat
 
 def generation_shipped(model_name: str) -> Path:
     """Where the portfolio a generation search on `model_name` starts from ships (none may be there yet)."""
-    return SHIPPED.with_name(f"portfolio-generation-{model_name}.json")
+    return SHIPPED.with_name(f"portfolio-generation-{model_name.replace('/', '--')}.json")  # a hub id's "/"
 
 
 def for_generation(choice: str, model_name: str) -> tuple[Portfolio | None, str]:
