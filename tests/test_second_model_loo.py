@@ -1,4 +1,4 @@
-"""bench/second_model_loo.py on a small synthetic meta-dataset of a second model: the design, MiniLM's members at
+"""experiments/rate-calibration/second_model_loo.py on a small synthetic meta-dataset of a second model: the design, MiniLM's members at
 absolute rates and their calibrated trials."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # results.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "rate-calibration"))
 
 import second_model_loo  # noqa: E402
 

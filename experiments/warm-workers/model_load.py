@@ -7,7 +7,7 @@ to warm the page cache and then the median of --repeats loads, against `copy.dee
 worker holding the model would do per trial, since a delta changes the model it is built into), and where CUDA is
 there, that copy and its move to the GPU.
 
-    python bench/model_load.py [--models all-MiniLM-L6-v2,smollm2-135m] [--repeats 5]
+    python experiments/warm-workers/model_load.py [--models all-MiniLM-L6-v2,smollm2-135m] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ import copy
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from results import write_results
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from results import write_results  # noqa: E402
+
 
 
 def timed(fn, repeats: int) -> float:
@@ -35,7 +38,7 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default="all-MiniLM-L6-v2,smollm2-135m")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a trial's, by default one)")
-    parser.add_argument("--out", help="results folder (default benchmarks/results)")
+    parser.add_argument("--out", default=str(Path(__file__).parent), help="results folder (default: beside this file)")
     args = parser.parse_args(argv)
     import torch
 
