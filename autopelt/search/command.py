@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "what the baselines leave)")
     what.add_argument("--portfolio", default="auto",
                       help="configurations run first, learned across tasks: auto (default: the shipped portfolio, "
-                           "for the default space), none, or a file from `autopelt portfolio build`")
+                           "for the default space; on a generation task one measured for generation on the model, "
+                           "where one is), none, or a portfolio file")
     what.add_argument("--rates", choices=("absolute", "calibrated"), default="absolute",
                       help="the portfolio's learning rates: as measured on its model (absolute, default), or "
                            "relative to the LoRA rate this study's LoRA baseline sweeps first (calibrated)")
