@@ -4,10 +4,13 @@
 # predictions as preds.tgz.NN chunks (each under the device tool's 16 MiB a file), hardware.json, smi.csv
 # (utilisation), log.
 #
-# all-MiniLM-L6-v2 (the shipped meta-dataset), one call. Carried (ignored) inputs: .gpu/model (the model as fp16
-# safetensors + tokenizer) and .gpu/pool.tgz (`python -m metalearning pool --data-root ../shared/data --out pool/`,
-# tarred):
-#   bash metalearning/gpu_collect.sh MINUTES WORKERS [SEEDS] [FIRST_CONFIGS]
+# all-MiniLM-L6-v2 (the shipped meta-dataset). Carried (ignored) inputs: the model as fp16 safetensors + tokenizer
+# and .gpu/pool.tgz (`python -m metalearning pool --data-root ../shared/data --out pool/`, tarred). The model
+# folder (45 MB) no longer fits one call beside the tree (26 MB with the predictions): tar it as model/, split it
+# (`split -n 2 -d -a 2 model.tgz model-`) and carry model-00 (with the pool) and model-01 in two calls, as below;
+# a folder .gpu/model that fits is read directly.
+#   call 1 (carry .gpu):  ML_STAGE=1 bash metalearning/gpu_collect.sh
+#   call 2 (carry .gpu2): bash metalearning/gpu_collect.sh MINUTES WORKERS [SEEDS] [FIRST_CONFIGS]
 #
 # A model from a GGUF file over the 64 MiB a call carries (SmolLM2-135M-Instruct: 98 MB, the tree itself ~24 MB)
 # travels in parts, one call each, to one machine kept warm (the next call within its idle window, 30 s):
@@ -32,7 +35,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OF
 started=$(date +%s)
 mkdir -p /tmp/ml/parts
 stage() {
-    for part in .gpu*/gguf-*; do [ -e "$part" ] && cp "$part" /tmp/ml/parts/; done
+    for part in .gpu*/gguf-* .gpu*/model-*; do [ -e "$part" ] && cp "$part" /tmp/ml/parts/; done
     for pool in .gpu*/pool.tgz; do [ -e "$pool" ] && [ ! -d /tmp/ml/pool ] && tar xzf "$pool" -C /tmp/ml; done
     for e2e in .gpu*/e2e.tgz; do [ -e "$e2e" ] && [ ! -d /tmp/ml/gen/e2e ] && mkdir -p /tmp/ml/gen \
         && tar xzf "$e2e" -C /tmp/ml/gen; done
@@ -57,6 +60,10 @@ if [ -n "${ML_CALIBRATED:-}" ]; then
     python3 -c "import optuna" 2>/dev/null || { echo "ML_CALIBRATED needs optuna: carry its wheels in .whl"; exit 1; }
 fi
 name=${ML_NAME:-all-MiniLM-L6-v2}
+if ls /tmp/ml/parts/model-* > /dev/null 2>&1; then  # a model folder carried in parts: model.tgz holding model/
+    mkdir -p /tmp/ml/model-src && cat /tmp/ml/parts/model-* | tar xzf - -C /tmp/ml/model-src || exit 1
+    export ML_MODEL=/tmp/ml/model-src/model
+fi
 if [ -n "${ML_GGUF:-}" ]; then
     mkdir -p /tmp/ml/gguf && cat /tmp/ml/parts/gguf-* > "/tmp/ml/gguf/$ML_GGUF"
     echo "${ML_SHA256:?give the sha256 of the GGUF file} /tmp/ml/gguf/$ML_GGUF" | sha256sum -c - || exit 1
