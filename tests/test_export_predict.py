@@ -129,6 +129,7 @@ def test_exporting_a_trial_trained_without_test_scores_it_from_its_delta(tmp_pat
                                                                            sst2_dir):
     """A search trial trains without test scores; its export scores them from the saved delta, as they would have
     been scored after training, and keeps them in the trial's result.json; the reseeded runs score their own."""
+    from support.studies import study_of
     from tinymodels import trial_settings
 
     def trained(name: str, score_test: bool) -> dict:
@@ -141,10 +142,7 @@ def test_exporting_a_trial_trained_without_test_scores_it_from_its_delta(tmp_pat
     scored, unscored = trained("scored", True), trained("unscored", False)
     assert unscored["test"] is None
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    study = optuna.create_study(study_name="unscored", storage=url, direction="maximize")
-    study.add_trial(optuna.trial.create_trial(value=unscored["dev_metric"], user_attrs={
-        "result_dir": str(tmp_path / "unscored"), "full_fidelity": True, "summary": unscored["summary"],
-        "params_pct": unscored["params"]["stored_pct"]}))
+    study_of(url, "unscored", unscored, tmp_path / "unscored")
     out = tmp_path / "export"
     assert main(["export", "--study", "unscored", "--storage", url, "--out", str(out), "--reseed", "1"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())

@@ -94,9 +94,9 @@ def test_train_a_generation_delta_and_predict_with_it(lm_dir, data_dir, tmp_path
 def test_exporting_a_generation_lora_writes_a_peft_folder_with_the_same_logits(lm_dir, data_dir, tmp_path):
     """A generation delta peft can hold is exported with its peft folder, built on the language model (no task
     head): PeftModel on the causal LM gives the logits of our merged delta."""
-    import optuna
     import torch
     from peft import PeftModel
+    from support.studies import study_of
 
     from autopelt.export.predict_generation import load_generation_model
     from autopelt.models import load_language_model, load_tokenizer
@@ -104,10 +104,7 @@ def test_exporting_a_generation_lora_writes_a_peft_folder_with_the_same_logits(l
     assert cli.main(train_args(lm_dir, data_dir, tmp_path / "out", "--method", "lora", "--rank", "4")) == 0
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    study = optuna.create_study(study_name="gen", storage=url, direction="maximize")
-    study.add_trial(optuna.trial.create_trial(value=result["dev_metric"], user_attrs={
-        "result_dir": str(tmp_path / "out"), "full_fidelity": True, "summary": result["summary"],
-        "params_pct": result["params"]["stored_pct"]}))
+    study_of(url, "gen", result, tmp_path / "out")
     out = tmp_path / "export"
     assert cli.main(["export", "--study", "gen", "--storage", url, "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["peft"] == "peft/"
