@@ -4,7 +4,7 @@ built from it. Run from the repository root (an editable install makes `metalear
     python -m metalearning pool --data-root ../shared/data --out pool/
     python -m metalearning collect --pool pool/ --results trials.jsonl [--seeds 0,1] [--workers 14] [--predictions DIR]
     python -m metalearning finish --results trials.jsonl --pool pool/ --out metalearning/data/all-MiniLM-L6-v2.json
-    python -m metalearning prior --out autopelt/portfolio/data/portfolio-all-MiniLM-L6-v2.json
+    python -m metalearning prior --out autopelt/portfolio/data/portfolio-all-MiniLM-L6-v2.json [--leave-out TASKS]
     python -m metalearning build --meta FILE --out portfolio.json [--leave-out TASKS]   (one global portfolio)
     python -m metalearning design
     python -m metalearning generation-collect --data-dir ../shared/data/gen --results gen.jsonl [--model M]
@@ -72,6 +72,7 @@ def add_arguments(parser) -> None:
     prior.add_argument("--meta", default="shipped", help="a meta-dataset file (default `shipped`: metalearning/data)")
     prior.add_argument("--out", required=True, help="the portfolio file to write")
     prior.add_argument("--size", type=int, default=16)
+    prior.add_argument("--leave-out", help="comma-separated tasks to build it without (a live benchmark's task)")
 
     sub.add_parser("design", help="list the design's configurations")
 
@@ -233,7 +234,8 @@ def _prior(args) -> int:
     from autopelt.portfolio.command import print_portfolio
     from metalearning import build
 
-    print_portfolio(args.out, build.with_prior(args.meta, args.size, args.out))
+    leave_out = tuple(args.leave_out.split(",")) if args.leave_out else ()
+    print_portfolio(args.out, build.with_prior(args.meta, args.size, args.out, leave_out=leave_out))
     return 0
 
 

@@ -91,13 +91,27 @@ def _is_structure(config: Config, spec: dict) -> bool:
             and config.batch_size == 32 and config.layers is None and config.backbone_dropout == "model")
 
 
-def with_prior(meta_path: str, size: int, out: str, say=print) -> dict:
+def with_prior(meta_path: str, size: int, out: str, say=print, leave_out: tuple[str, ...] = ()) -> dict:
     """The shipped portfolio file: the global portfolio over every task (what a search runs without meta-features,
     and for a task unlike all of them), its baselines' rates, and the task-aware prior with k chosen by
-    leave-one-task-out over every task (metalearning/prior.py)."""
+    leave-one-task-out over every task (metalearning/prior.py). With `leave_out`, the same file built as if the
+    meta-dataset had never held those tasks (members, rates, calibration, prior and its k): what a live benchmark
+    on one of them runs."""
+    import dataclasses
+
     from metalearning import prior
 
     meta = metadata.shipped() if meta_path == "shipped" else metadata.load(meta_path)
+    unknown = [t for t in leave_out if t not in meta.tasks]
+    if unknown:
+        raise UserError(f"--leave-out {unknown[0]}: not a task of the meta-dataset ({', '.join(meta.tasks)})")
+    if leave_out:
+        kept = [t for t in meta.tasks if t not in leave_out]
+        if len(kept) < 2:
+            raise UserError("a portfolio needs the scores of at least two tasks")
+        header = dict(meta.header, tasks=kept,
+                      features={t: f for t, f in (meta.header.get("features") or {}).items() if t in kept})
+        meta = dataclasses.replace(meta, header=header, records=tuple(r for r in meta.records if r["task"] in kept))
     features = prior.features_of(meta)
     k, means = prior.choose_k(meta, features)
     say("leave-one-task-out, test (%) of halving over the task-aware portfolio at 8 equivalents, by k: "
@@ -108,6 +122,8 @@ def with_prior(meta_path: str, size: int, out: str, say=print) -> dict:
                   "selection": "greedy, mean dev over seeds " + ", ".join(map(str, meta.selection_seeds)),
                   "mean_regret": round(select.mean_regret(scores, chosen), 4),
                   "prior_k_by_loo": {str(key): round(100 * value, 2) for key, value in means.items()}}
+    if leave_out:
+        built_from["left_out"] = list(leave_out)
     return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
                    baseline_rates(meta, meta.tasks), DESIGN_VERSION,
                    extra={"prior": prior.build(meta, features, k).to_dict()}, calibration=calibration(meta, meta.tasks))
