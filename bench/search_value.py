@@ -176,6 +176,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--text-columns")
     parser.add_argument("--label-column")
     parser.add_argument("--label-names")
+    parser.add_argument("--regression", action="store_true", help="a real-valued label (autopelt search --regression)")
     parser.add_argument("--work-dir", required=True, help="studies, trial outputs and re-runs are kept here")
     parser.add_argument("--reuse", metavar="DIR",
                         help="take the calibration and tuned-LoRA studies from this earlier --work-dir")
@@ -214,6 +215,8 @@ def run_study(args, work: Path, storage: str, strategy: str, budget: str, flags:
     for flag in ("model", "text_columns", "label_column", "label_names"):
         if getattr(args, flag):
             command += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    if args.regression:
+        command.append("--regression")
     print(f"$ autopelt {' '.join(command[3:])}", flush=True)
     subprocess.run(command, check=True, stdout=None if args.verbose else subprocess.DEVNULL)
     (work / f"{strategy}.done").write_text(budget)

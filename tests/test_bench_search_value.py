@@ -309,3 +309,15 @@ def test_the_ensemble_arm_averages_its_members_reruns_with_the_studys_weights(tm
     expected = float((averaged.argmax(axis=1) == labels).mean())
     assert scores == {1: (pytest.approx(expected), pytest.approx(expected))}
     assert expected == 1.0 and all((o.argmax(axis=1) == labels).mean() == 0.75 for o in outputs.values())
+
+
+def test_a_regression_task_reaches_every_search_as_one(tmp_path, monkeypatch):
+    bench = load_bench()
+    commands = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, **_: commands.append(command))
+    for regression in (False, True):
+        args = argparse.Namespace(task="emobank_valence", data_dir="pool", k=1000, epochs=3, workers=2,
+                                  cpus_per_trial=1, seed=0, model=None, text_columns="text", label_column=None,
+                                  label_names=None, regression=regression, verbose=False)
+        bench.run_study(args, tmp_path, "sqlite://", f"autopelt-{regression}", "60", ["--portfolio", "auto"])
+    assert "--regression" not in commands[0] and "--regression" in commands[1]
