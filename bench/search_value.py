@@ -516,7 +516,8 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print(f"## {args.task} · K={args.k} · {args.epochs} epochs · test {metric}, seeds {seeds[0]}-{seeds[-1]} on the "
           f"study's rows")
     print()
-    print("| strategy | trials (complete / stopped early / cut by the deadline / failed) | training seconds | "
+    print("| strategy | trials (complete / stopped early / cut by the deadline / never started / failed) | "
+          "training seconds | "
           "full-trial equivalents after start-up |")
     print("|---|---|---:|---:|")
     budgets, table = [], []
@@ -525,11 +526,13 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         states = [t.state.name for t in own]
         timed = sum(read(t).stopped_by in CUT_BY_DEADLINE for t in own)  # pruned at the deadline
         interrupted = sum(read(t).fail_reason == "interrupted" for t in own)  # cut in its first epoch
+        never = sum(read(t).fail_reason == "budget reached" for t in own)  # queued (a portfolio member), not begun
         spent = sum(seconds(t) for t in own)
         print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "
-              f"{states.count('FAIL') - interrupted} | {spent:.0f} | "
+              f"{never} / {states.count('FAIL') - interrupted - never} | {spent:.0f} | "
               f"{max(0.0, spent - args.workers * start_up) / full:.1f} |")
-        budgets.append({"strategy": name, "complete": states.count("COMPLETE"), "training_seconds": spent,
+        budgets.append({"strategy": name, "complete": states.count("COMPLETE"), "never_started": never,
+                        "training_seconds": spent,
                          "allowance_seconds": allowance(args, name) * args.workers,
                          "equivalents": max(0.0, spent - args.workers * start_up) / full})
     print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration's second round, trained to its "
@@ -549,7 +552,8 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
         diffs = [reruns[label][s][1] - reference[s][1] for s in sorted(reruns[label]) if s in reference]
         delta = "–" if label == "autopelt pick" or not diffs else f"{100 * statistics.fmean(diffs):+.1f} ± " \
                                                                   f"{100 * _std(diffs):.1f}"
-        print(f"| {label} | {record.summary or '–'} | {record.learning_rate or float('nan'):.2g} | "
+        rate = f"{record.learning_rate:.2g}" if record.learning_rate else "–"  # the ensemble's members have their own
+        print(f"| {label} | {record.summary or '–'} | {rate} | "
               f"{record.params_pct if record.params_pct is not None else float('nan'):.3f} | "
               f"{100 * dev:.1f} | {100 * means[label]:.1f} ± "
               f"{100 * _std(tests):.1f} | {100 * min(tests):.1f} | {delta} |")
@@ -637,8 +641,9 @@ def _std(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-ARMS = {"autopelt pick": "autopelt", "tuned-lora pick": "tuned LoRA", "baseline unipelt_apl": "UniPELT(APL)",
-        "random pick": "random"}
+ARMS = {"autopelt pick": "autopelt", "autopelt ensemble": "ensemble", "tuned-lora pick": "tuned LoRA",
+        "baseline unipelt_apl": "UniPELT(APL)", "random pick": "random"}
+GAINS = ("autopelt ensemble",)  # arms whose Δ reads "the arm minus autopelt's pick": what they add to it
 
 
 def summary(tasks: list[str], run_label: str | None = None, folder: Path | None = None) -> list[dict]:
@@ -660,10 +665,12 @@ def summary(tasks: list[str], run_label: str | None = None, folder: Path | None 
                 continue
             mean, worst = 100 * arm["test_mean"], 100 * arm["test_min"] if arm.get("test_min") is not None else None
             row[name] = f"{mean:.1f}" + (f" (worst {worst:.1f})" if worst is not None else "")
-            if label != "autopelt pick" and arm.get("paired_delta") is not None:
+            if label in GAINS and arm.get("paired_delta") is not None:
+                row[f"{name} − autopelt"] = round(100 * arm["paired_delta"], 1)
+            elif label != "autopelt pick" and arm.get("paired_delta") is not None:
                 row[f"Δ vs {name}"] = round(-100 * arm["paired_delta"], 1)  # autopelt's pick minus the arm
         rows.append(row)
-    deltas = [k for k in rows[0] if k.startswith("Δ")]
+    deltas = list(dict.fromkeys(k for r in rows for k in r if k.startswith("Δ") or k.endswith("− autopelt")))
     rows.append({"task": "mean", **{k: round(statistics.fmean(r[k] for r in rows if k in r), 1) for k in deltas}})
     return rows
 
@@ -679,13 +686,18 @@ def summary_main(argv: list[str]) -> None:
     parser.add_argument("--name", help="results name (default: search-value-held-out[-LABEL])")
     args = parser.parse_args(argv)
     rows = summary(args.tasks, args.label)
-    columns = ["task", *ARMS.values(), *[f"Δ vs {name}" for name in list(ARMS.values())[1:]]]
+    gains = [f"{ARMS[label]} − autopelt" for label in GAINS]
+    columns = ["task", *ARMS.values(), *gains,
+               *[f"Δ vs {name}" for label, name in list(ARMS.items())[1:] if label not in GAINS]]
+    columns = [c for c in columns if any(c in row for row in rows)]  # an arm no run has (older runs: no ensemble)
     for row in rows:
         print(" | ".join(str(row.get(c, "")) for c in columns))
     name = args.name or "search-value-held-out" + (f"-{args.label}" if args.label else "")
     write_results(name, rows, columns=columns, settings={"tasks": args.tasks},
-                  notes="Test accuracy (%) over re-run seeds 1-5 of each arm's pick (worst seed in brackets); Δ: "
-                        "autopelt's pick minus the arm, paired by seed, in points; from the search-value-<task> files.")
+                  notes="Test metric x 100 (accuracy; Pearson r for a regression) over the re-run seeds of each arm's "
+                        "pick (worst seed in brackets); Δ vs an arm: autopelt's pick minus the arm, paired by seed, in "
+                        "points; ensemble − autopelt: the study's ensemble minus its single answer, paired by seed; "
+                        "from the search-value-<task> files.")
 
 
 if __name__ == "__main__":

@@ -277,8 +277,15 @@ def test_the_summary_is_a_row_per_task_and_the_mean_of_each_paired_difference(tm
     assert rows[0] == {"task": "a", "equivalents": 8, "seeds": 3, "autopelt": "90.0 (worst 89.0)",
                        "tuned LoRA": "85.0 (worst 83.0)", "Δ vs tuned LoRA": 5.0}
     assert rows[1]["Δ vs tuned LoRA"] == -2.0 and rows[2] == {"task": "mean", "Δ vs tuned LoRA": 1.5}
-    with pytest.raises(SystemExit, match="search-value-c"):
-        bench.summary(["c"], folder=tmp_path)
+    # the ensemble's column is what it adds to the pick (the arm minus the pick), averaged over the tasks that have it
+    record = {"settings": {"equivalents": 20, "rerun_seeds": [1, 2]},
+              "rows": [arm("autopelt pick", 0.80, 0.79), arm("autopelt ensemble", 0.82, 0.815, paired=0.02)]}
+    (tmp_path / "search-value-c-2026-01-03.json").write_text(json.dumps(record))
+    rows = bench.summary(["a", "c"], folder=tmp_path)
+    assert rows[1]["ensemble"] == "82.0 (worst 81.5)" and rows[1]["ensemble − autopelt"] == 2.0
+    assert rows[2] == {"task": "mean", "Δ vs tuned LoRA": 5.0, "ensemble − autopelt": 2.0}
+    with pytest.raises(SystemExit, match="search-value-d"):
+        bench.summary(["d"], folder=tmp_path)
 
 
 def test_the_ensemble_arm_averages_its_members_reruns_with_the_studys_weights(tmp_path):
