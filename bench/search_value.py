@@ -524,9 +524,10 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     for name, trials in studies.items():
         own = [t for t in trials if not (name == "random" and t.user_attrs.get("baseline"))]
         states = [t.state.name for t in own]
-        timed = sum(read(t).stopped_by in CUT_BY_DEADLINE for t in own)  # pruned at the deadline
-        interrupted = sum(read(t).fail_reason == "interrupted" for t in own)  # cut in its first epoch
-        never = sum(read(t).fail_reason == "budget reached" for t in own)  # queued (a portfolio member), not begun
+        records = [read(t) for t in own]
+        timed = sum(r.stopped_by in CUT_BY_DEADLINE for r in records)  # pruned at the deadline
+        interrupted = sum(r.fail_reason == "interrupted" for r in records)  # cut in its first epoch
+        never = sum(r.fail_reason == "budget reached" for r in records)  # queued (a portfolio member), not begun
         spent = sum(seconds(t) for t in own)
         print(f"| {name} | {states.count('COMPLETE')} / {states.count('PRUNED') - timed} / {timed + interrupted} / "
               f"{never} / {states.count('FAIL') - interrupted - never} | {spent:.0f} | "

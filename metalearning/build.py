@@ -14,12 +14,7 @@ def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict
     """Greedy selection on the meta-dataset's dev scores (the mean over its selection seeds), without the
     `leave_out` tasks."""
     meta = metadata.shipped() if meta_path == "shipped" else metadata.load(meta_path)
-    unknown = [t for t in leave_out if t not in meta.tasks]
-    if unknown:
-        raise UserError(f"--leave-out {unknown[0]}: not a task of the meta-dataset ({', '.join(meta.tasks)})")
-    tasks = [t for t in meta.tasks if t not in leave_out]
-    if len(tasks) < 2:
-        raise UserError("a portfolio needs the scores of at least two tasks")
+    tasks = _kept_tasks(meta, leave_out)
     scores = meta.dev_scores(tasks, meta.candidates())
     chosen = select.greedy_portfolio(scores, size)
     seeds = ", ".join(map(str, meta.selection_seeds))
@@ -27,6 +22,17 @@ def from_meta(meta_path: str, size: int, leave_out: list[str], out: str) -> dict
                   "mean_regret": round(select.mean_regret(scores, chosen), 4)}
     return to_file([config_named(c) for c in chosen], meta.header.get("model"), built_from, out,
                    baseline_rates(meta, tasks), DESIGN_VERSION, calibration=calibration(meta, tasks))
+
+
+def _kept_tasks(meta, leave_out) -> list[str]:
+    """The meta-dataset's tasks without `leave_out`; UserError for a task it does not hold or fewer than two kept."""
+    unknown = [t for t in leave_out if t not in meta.tasks]
+    if unknown:
+        raise UserError(f"--leave-out {unknown[0]}: not a task of the meta-dataset ({', '.join(meta.tasks)})")
+    tasks = [t for t in meta.tasks if t not in leave_out]
+    if len(tasks) < 2:
+        raise UserError("a portfolio needs the scores of at least two tasks")
+    return tasks
 
 
 def calibration(meta, tasks: list[str]) -> dict[str, float]:
@@ -102,13 +108,8 @@ def with_prior(meta_path: str, size: int, out: str, say=print, leave_out: tuple[
     from metalearning import prior
 
     meta = metadata.shipped() if meta_path == "shipped" else metadata.load(meta_path)
-    unknown = [t for t in leave_out if t not in meta.tasks]
-    if unknown:
-        raise UserError(f"--leave-out {unknown[0]}: not a task of the meta-dataset ({', '.join(meta.tasks)})")
     if leave_out:
-        kept = [t for t in meta.tasks if t not in leave_out]
-        if len(kept) < 2:
-            raise UserError("a portfolio needs the scores of at least two tasks")
+        kept = _kept_tasks(meta, leave_out)
         header = dict(meta.header, tasks=kept,
                       features={t: f for t, f in (meta.header.get("features") or {}).items() if t in kept})
         meta = dataclasses.replace(meta, header=header, records=tuple(r for r in meta.records if r["task"] in kept))
