@@ -5,8 +5,8 @@ configurations in the order a search trains them on that task: the global portfo
 other tasks' dev (never from the held-out task), every configuration ranked; what a search of B equivalents would
 have trained (a simplification: no halving, no sampler). The inner folds that choose the rule take the design's
 order. Arms, each
-chosen on dev and scored on test, once on each seed's trials (a "world"; seed 1 only where the meta-dataset has
-all B candidates at seed 1):
+chosen on dev and scored on test, once on each seed's trials (a "world": seed 0, and a later seed where the
+meta-dataset holds the task's first 8 candidates at it, at the budgets whose candidates it holds):
   single       the candidate of the best dev (the search's single answer)
   ensemble     greedy selection with replacement (Caruana et al. 2004) with the rule chosen by leave-one-task-out
   answer       the margin rule: the ensemble when its dev gain over the single answer exceeds the chosen margin
@@ -15,6 +15,9 @@ all B candidates at seed 1):
   seeds        the equal-cost baseline: the first configuration of that order trained with as many seeds as the
                ensemble has members, averaged, as far as the meta-dataset has seeds (2 at most, and 2 only on the
                nine tasks collected at seed 1: elsewhere this is one run, so the comparison flatters the ensemble)
+  learned      not an arm of the table: the ensemble with the candidates at the dev floor left out (within
+               autopelt/study/floors.py's margin of predicting one class; all of them when none is past it), its
+               gain over the ensemble stated where the floor is known (the meta-dataset's `floors`)
   soup         n/a: the meta-dataset keeps predictions, not weights, and a soup's outputs are not an average of its
                members' outputs (autopelt/ensemble/soup.py); bench/soup.py measures it on trained deltas
 The rule (max size, stop rule, bagging) and the margin are chosen for each held-out task on the other tasks'
@@ -39,6 +42,7 @@ import numpy as np
 
 
 from autopelt.ensemble.select import Rule, answers, combine, default_metric, limit, select
+from autopelt.train.lr_sweep import learned_margin
 from results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,8 +123,10 @@ def inner_scores(trials: dict, names: list[str]) -> np.ndarray:
     return out
 
 
-def outer(trials: dict, names: list[str], rule: Rule, margin: float, seeds_test: list[np.ndarray]) -> dict:
-    """One world's arms on its task: selected on the whole dev set, scored on test (in points)."""
+def outer(trials: dict, names: list[str], rule: Rule, margin: float, seeds_test: list[np.ndarray],
+          floor: float | None = None) -> dict:
+    """One world's arms on its task: selected on the whole dev set, scored on test (in points); with the task's
+    dev `floor`, also the ensemble of the candidates past it ("learned", None without a floor)."""
     first = trials[names[0]]
     regression = first["dev"].ndim == 1
     metric = default_metric(regression)
@@ -131,12 +137,21 @@ def outer(trials: dict, names: list[str], rule: Rule, margin: float, seeds_test:
     single = metric(tests[chosen.single], first["test_labels"])
     members = len(chosen.members)
     seeds = seeds_test[:members]
+    learned, dropped = None, 0
+    if floor is not None:
+        labels = first["dev_labels"]
+        past = [i for i, dev in enumerate(devs) if metric(dev, labels) > floor + learned_margin(floor, len(labels))]
+        past = past or list(range(len(devs)))
+        dropped = len(devs) - len(past)
+        kept = select([devs[i] for i in past], labels, rule, regression) if dropped else chosen
+        learned = 100 * metric(combine([tests[i] for i in past] if dropped else tests, kept.weights),
+                               first["test_labels"])
     return {"single": 100 * single, "ensemble": 100 * ensemble,
             "answer": 100 * (ensemble if answers(chosen, margin) else single),
             f"ensemble-k{LIMIT_K}": 100 * metric(combine(tests, small.weights), first["test_labels"]),
             "seeds": 100 * metric(combine(seeds, [1 / len(seeds)] * len(seeds)), first["test_labels"]),
             "members": members, "seed_members": len(seeds), "dev_gain": 100 * chosen.gain,
-            "answered": answers(chosen, margin)}
+            "answered": answers(chosen, margin), "learned": learned, "floor_dropped": dropped}
 
 
 def best_default(data: dict, held_out: str, configs: list[str]) -> str:
@@ -153,15 +168,17 @@ def best_default(data: dict, held_out: str, configs: list[str]) -> str:
     return max(configs, key=mean_dev)
 
 
-def worlds(trials_by_seed: dict) -> list[int]:
-    """A task's seeds that are worlds: those holding at least half of its seed-0 configurations. A seed run for
-    the first configuration alone (more seeds for the equal-cost baseline) only widens the seed ensemble."""
-    base = len(trials_by_seed.get(0, {}))
-    return [s for s in sorted(trials_by_seed) if s == 0 or 2 * len(trials_by_seed[s]) >= base]
+def worlds(trials_by_seed: dict, ranked: list[str]) -> list[int]:
+    """A task's seeds that are worlds: seed 0, and each seed holding the first TARGET_BUDGET candidates of the
+    task's order `ranked` (it counts at the budgets whose candidates it holds). A seed run for the first
+    configuration alone (more seeds for the equal-cost baseline) only widens the seed ensemble."""
+    first = ranked[:TARGET_BUDGET]
+    return [s for s in sorted(trials_by_seed) if s == 0 or all(c in trials_by_seed[s] for c in first)]
 
 
-def run(data: dict, budgets=BUDGETS, echo=print) -> dict:
-    """Every task's arms at every budget, with the rule and margin chosen without it; and the summary."""
+def run(data: dict, budgets=BUDGETS, echo=print, floors: dict | None = None) -> dict:
+    """Every task's arms at every budget, with the rule and margin chosen without it; and the summary. `floors`:
+    {task: dev metric of predicting one class} (the meta-dataset's), for the "learned" ensemble."""
     configs = order({c for task in data.values() for seed in task.values() for c in seed})
     inner: dict = {}  # (task, budget) -> (rules, margins) inner dev scores, seed 0
     for task in data:
@@ -179,7 +196,7 @@ def run(data: dict, budgets=BUDGETS, echo=print) -> dict:
         default = best_default(data, task, configs)
         ranked = held_out_order(data, task, configs)
         first = ranked[0]
-        for seed in worlds(data[task]):
+        for seed in worlds(data[task], ranked):
             trials = data[task][seed]
             seed_order = [s for s in [seed] + sorted(data[task]) if s in data[task] and first in data[task][s]]
             seeds_test = [data[task][s][first]["test"] for s in dict.fromkeys(seed_order)]
@@ -187,7 +204,7 @@ def run(data: dict, budgets=BUDGETS, echo=print) -> dict:
                 names = ranked[:budget]
                 if len(names) < budget or any(n not in trials for n in names) or not seeds_test:
                     continue
-                arms = outer(trials, names, rule, margin, seeds_test)
+                arms = outer(trials, names, rule, margin, seeds_test, (floors or {}).get(task))
                 labels, regression = trials[names[0]]["test_labels"], trials[names[0]]["test"].ndim == 1
                 arms["default"] = (100 * default_metric(regression)(trials[default]["test"], labels)
                                    if default in trials else None)
@@ -218,6 +235,12 @@ def summarise(rows: list[dict], budgets) -> list[dict]:
         line["members"] = statistics.fmean(r["members"] for r in at)
         line["seed_members"] = statistics.fmean(r["seed_members"] for r in at)
         line["answered"] = sum(r["answered"] for r in at) / len(at)
+        with_floor = [r for r in at if r.get("learned") is not None]
+        if with_floor:  # the floor rule against the ensemble, over every world (zero where it drops nothing)
+            line["learned_gain"] = statistics.fmean(r["learned"] - r["ensemble"] for r in with_floor)
+            line["learned_worlds"] = len(with_floor)
+            line["learned_changed"] = {f"{r['task']}@s{r['seed']}": round(r["learned"] - r["ensemble"], 2)
+                                       for r in with_floor if r["floor_dropped"]}
         out.append(line)
     return out
 
@@ -238,6 +261,11 @@ def verdict(summary: list[dict]) -> list[str]:
                       f"{'met' if vs_single >= TARGET_VS_SINGLE else 'missed'}), {vs_seeds:+.2f} over the seed "
                       f"ensemble of {line['seed_members']:.1f} runs (target ≥ +{TARGET_VS_SEEDS}: "
                       f"{'met' if vs_seeds >= TARGET_VS_SEEDS else 'missed'}), {worst}")
+    if "learned_gain" in line:
+        changed = line["learned_changed"]
+        checks.append(f"candidates at the dev floor left out, at {TARGET_BUDGET}: {line['learned_gain']:+.2f} over "
+                      f"the ensemble on the mean of {line['learned_worlds']} worlds; it changes "
+                      + (", ".join(f"{world} {gain:+.2f}" for world, gain in changed.items()) if changed else "none"))
     return checks
 
 
@@ -274,7 +302,9 @@ def main(argv=None) -> int:
     if len(data) < 2:
         print(f"ensemble_loo: {args.meta} holds fewer than 2 tasks with predictions", file=sys.stderr)
         return 2
-    result = run(data)
+    from metalearning import metadata
+
+    result = run(data, floors=metadata.load(Path(args.meta)).header.get("floors"))
     print(table(result["summary"]))
     checks = verdict(result["summary"])
     print("\n".join(checks))

@@ -99,3 +99,36 @@ def test_the_worst_seed_check_is_not_called_met_without_a_task_of_two_seeds():
     two_worlds = one_world + [{**row, "task": "a", "seed": 1, "ensemble": 68.0, "answer": 68.0}]
     checks = ensemble_loo.verdict(ensemble_loo.summarise(two_worlds, (8,)))
     assert "worst seed 1.50 below its mean (target ≤ 1.0: missed; over the 1 tasks with two seeds)" in checks[0]
+
+
+def test_a_later_seed_is_a_world_only_where_it_holds_the_first_candidates_of_the_order():
+    ranked = [f"c{i}" for i in range(10)]
+    by_seed = {0: dict.fromkeys(ranked), 1: dict.fromkeys(ranked[:ensemble_loo.TARGET_BUDGET]),
+               2: dict.fromkeys(ranked[:1]), 3: dict.fromkeys(ranked[1:])}
+    assert ensemble_loo.worlds(by_seed, ranked) == [0, 1]
+
+
+def test_the_floor_rule_leaves_out_the_candidates_that_learned_nothing():
+    rng = np.random.default_rng(1)
+    split = {name: rng.integers(0, 2, size=400) for name in ("dev", "test")}
+    trials = {"good": {f"{s}_labels": split[s] for s in split}, "flat": {f"{s}_labels": split[s] for s in split}}
+    for s, labels in split.items():
+        trials["good"][s] = _noisy(rng, labels, 2, 1.0).astype(np.float32)
+        trials["flat"][s] = np.tile([0.51, 0.49], (len(labels), 1))  # one class everywhere: the floor
+    floor = max(np.mean(split["dev"] == c) for c in (0, 1))
+    rule, names = ensemble_loo.RULES[0], ["flat", "good"]
+    arms = ensemble_loo.outer(trials, names, rule, 0.0, [trials["good"]["test"]], floor)
+    good = 100 * np.mean(trials["good"]["test"].argmax(1) == split["test"])
+    assert arms["floor_dropped"] == 1 and arms["learned"] == pytest.approx(good)
+    assert ensemble_loo.outer(trials, names, rule, 0.0, [trials["good"]["test"]])["learned"] is None
+    nothing = ensemble_loo.outer(trials, ["flat"], rule, 0.0, [trials["flat"]["test"]], floor)
+    assert nothing["floor_dropped"] == 0 and nothing["learned"] == nothing["ensemble"]  # none past it: all stay
+
+
+def test_the_floor_rules_line_names_the_worlds_it_changes():
+    row = {"budget": 8, "single": 70.0, "ensemble": 71.0, "answer": 71.0, "ensemble-k4": 70.5, "default": 70.0,
+           "seeds": 70.4, "members": 4, "seed_members": 1, "answered": True, "learned": 71.0, "floor_dropped": 0}
+    rows = [{**row, "task": "a", "seed": 0}, {**row, "task": "b", "seed": 0, "learned": 72.0, "floor_dropped": 2}]
+    checks = ensemble_loo.verdict(ensemble_loo.summarise(rows, (8,)))
+    assert checks[-1] == ("candidates at the dev floor left out, at 8: +0.50 over the ensemble on the mean of 2 "
+                          "worlds; it changes b@s0 +1.00")
