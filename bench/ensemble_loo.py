@@ -13,11 +13,11 @@ meta-dataset holds the task's first 8 candidates at it, at the budgets whose can
   ensemble-k4  the ensemble limited to its 4 heaviest members
   default      the best single default: the configuration of the highest mean dev on the other tasks
   seeds        the equal-cost baseline: the first configuration of that order trained with as many seeds as the
-               ensemble has members, averaged, as far as the meta-dataset has seeds (2 at most, and 2 only on the
-               nine tasks collected at seed 1: elsewhere this is one run, so the comparison flatters the ensemble)
+               ensemble has members, averaged, as far as the meta-dataset has seeds (seeds 0-3 on every task: where
+               the ensemble has more than 4 members the baseline is short of runs, which flatters the ensemble)
   learned      not an arm of the table: the ensemble with the candidates at the dev floor left out (within
-               autopelt/study/floors.py's margin of predicting one class; all of them when none is past it), its
-               gain over the ensemble stated where the floor is known (the meta-dataset's `floors`)
+               autopelt/study/floors.py's margin of predicting one class, Floors.learned; all of them when none is
+               past it), its gain over the ensemble stated where the floor is known (the meta-dataset's `floors`)
   soup         n/a: the meta-dataset keeps predictions, not weights, and a soup's outputs are not an average of its
                members' outputs (autopelt/ensemble/soup.py); bench/soup.py measures it on trained deltas
 The rule (max size, stop rule, bagging) and the margin are chosen for each held-out task on the other tasks'
@@ -42,7 +42,7 @@ import numpy as np
 
 
 from autopelt.ensemble.select import Rule, answers, combine, default_metric, limit, select
-from autopelt.train.lr_sweep import learned_margin
+from autopelt.study.floors import Floors
 from results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,21 +137,22 @@ def outer(trials: dict, names: list[str], rule: Rule, margin: float, seeds_test:
     single = metric(tests[chosen.single], first["test_labels"])
     members = len(chosen.members)
     seeds = seeds_test[:members]
-    learned, dropped = None, 0
+    learned, dropped = (None if floor is None else ensemble), 0
     if floor is not None:
         labels = first["dev_labels"]
-        past = [i for i, dev in enumerate(devs) if metric(dev, labels) > floor + learned_margin(floor, len(labels))]
-        past = past or list(range(len(devs)))
+        floors = Floors(dev=floor, test=None, dev_rows=len(labels), metric="")
+        past = [i for i, dev in enumerate(devs) if floors.learned(metric(dev, labels))] or list(range(len(devs)))
         dropped = len(devs) - len(past)
-        kept = select([devs[i] for i in past], labels, rule, regression) if dropped else chosen
-        learned = 100 * metric(combine([tests[i] for i in past] if dropped else tests, kept.weights),
-                               first["test_labels"])
+        if dropped:
+            kept = select([devs[i] for i in past], labels, rule, regression)
+            learned = metric(combine([tests[i] for i in past], kept.weights), first["test_labels"])
     return {"single": 100 * single, "ensemble": 100 * ensemble,
             "answer": 100 * (ensemble if answers(chosen, margin) else single),
             f"ensemble-k{LIMIT_K}": 100 * metric(combine(tests, small.weights), first["test_labels"]),
             "seeds": 100 * metric(combine(seeds, [1 / len(seeds)] * len(seeds)), first["test_labels"]),
             "members": members, "seed_members": len(seeds), "dev_gain": 100 * chosen.gain,
-            "answered": answers(chosen, margin), "learned": learned, "floor_dropped": dropped}
+            "answered": answers(chosen, margin), "learned": None if learned is None else 100 * learned,
+            "floor_dropped": dropped}
 
 
 def best_default(data: dict, held_out: str, configs: list[str]) -> str:
