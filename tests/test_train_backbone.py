@@ -251,3 +251,24 @@ def test_gradient_checkpointing_is_a_setting_and_refused_where_the_model_cannot(
     backbone.set_gradient_checkpointing(model, False)  # off: nothing asked of the model
     with pytest.raises(UserError, match="gradient_checkpointing"):
         TrialSettings(task="sst2", spec={"methods": []}, gradient_checkpointing="yes")
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_regression_head_starts_at_the_training_labels_mean(family):
+    model = tiny_model(family, num_labels=1)
+    ids = torch.randint(3, 100, (4, 9))
+    assert backbone.center_regression_head(model, [2.5, 3.0, 3.5, 3.0])
+    with torch.no_grad():
+        outputs = model(input_ids=ids).logits
+    # the output layer's weights are small at initialisation: every row starts near the mean, not near zero
+    assert outputs.shape == (4, 1) and torch.allclose(outputs, torch.full((4, 1), 3.0), atol=0.5)
+
+
+def test_a_bias_free_regression_head_is_left_as_it_is():
+    from autopelt.delta.sites import model_class
+
+    config = tiny_decoder_config("llama", num_labels=1)
+    model = model_class(config, False).from_config(config)
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    assert not backbone.center_regression_head(model, [3.0, 3.2])
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())

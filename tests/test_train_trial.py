@@ -182,6 +182,17 @@ def test_every_glue_schema_runs_end_to_end(task, make_settings, glue_like_dir, t
     assert delta_tensors(result)["classifier.weight"].shape == (num_labels, 32)
 
 
+def test_a_regression_trains_from_the_mean_of_its_training_labels(make_settings, glue_like_dir, tmp_path):
+    settings = make_settings(task="stsb", data_dir=glue_like_dir, epochs=1, learning_rate=1e-9, out_dir=str(tmp_path))
+    result = run_trial(settings)
+    assert_ok(result)
+    assert result["head_centered"] is True
+    train = prepare_data(settings, load_tokenizer(settings.model)).train
+    # at a rate that moves nothing, the saved head's bias is where training started: the labels' mean, not zero
+    bias = float(delta_tensors(result)["classifier.bias"][0])
+    assert abs(float(np.mean(train.labels))) > 0.5 and bias == pytest.approx(float(np.mean(train.labels)), abs=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------- K-shot protocol
 
 

@@ -225,3 +225,21 @@ def token_embeddings(model: nn.Module) -> list[nn.Module]:
     embeddings = model.get_input_embeddings()
     return [module for module in model.modules()
             if module is embeddings or (isinstance(module, nn.Embedding) and module.weight is embeddings.weight)]
+
+
+def center_regression_head(model: nn.Module, labels) -> bool:
+    """Set a regression head's output bias to the mean of the training labels, so that training starts from the
+    mean prediction and the loss measures only what is left to learn (the labels' spread around it), as a
+    regression's output layer is initialised to the target mean in practice. Without it a label far from zero
+    (a valence near 3 with a spread of 0.35) asks the first steps to move the output by several of its spreads,
+    and a delta that follows that push can collapse to a constant. Returns False, changing nothing, where the head's
+    output layer has no bias (Llama's and GPT-2's `score`): there the mean is learned."""
+    from autopelt.delta.sites import architecture_of
+
+    head = getattr(model, architecture_of(model.config).head)
+    outputs = [module for module in head.modules() if isinstance(module, nn.Linear) and module.out_features == 1]
+    if not outputs or outputs[-1].bias is None:
+        return False
+    with torch.no_grad():
+        outputs[-1].bias.fill_(float(torch.as_tensor(labels, dtype=torch.float64).mean()))
+    return True

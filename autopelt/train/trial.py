@@ -167,6 +167,8 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
         torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
         model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
         backbone.set_backbone_dropout(model, settings.backbone_dropout)  # before the delta: its dropout stays
+        if task.regression:
+            result["head_centered"] = backbone.center_regression_head(model, data.train.labels)
     precision = devices.resolve_precision(settings.precision, device)
     dtype = devices.autocast_dtype(precision)
     with timed(phases, "attention"):
