@@ -9,9 +9,8 @@ The refinements, in order, each a trial of its own:
    the rate / sqrt 2;
 3. at FACTOR times the rate the baseline chose.
 
-Whether each earns its place is measured on the tasks the rules were not chosen on (experiments/portfolio-rules;
-docs/portfolio.md, "Rules judged again"): on the 19 tasks of the 21-task meta-dataset, half the batch (+1.25) and
-a higher rate (+2.51) help; LoRA in the FFN reads -0.60 there (pulled down by the regression).
+Whether each earns its place is measured on the tasks the rules were not chosen on: experiments/portfolio-rules,
+docs/portfolio.md ("Rules judged again").
 
 Refinements are drawn through the space like any other delta, so the sampler learns from them; early stopping never
 ends them (a first epoch ranks rates poorly). They are queued once per study, when every baseline has finished or,
