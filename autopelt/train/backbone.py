@@ -228,12 +228,10 @@ def token_embeddings(model: nn.Module) -> list[nn.Module]:
 
 
 def center_regression_head(model: nn.Module, labels) -> bool:
-    """Set a regression head's output bias to the mean of the training labels, so that training starts from the
-    mean prediction and the loss measures only what is left to learn (the labels' spread around it), as a
-    regression's output layer is initialised to the target mean in practice. Without it a label far from zero
-    (a valence near 3 with a spread of 0.35) asks the first steps to move the output by several of its spreads,
-    and a delta that follows that push can collapse to a constant. Returns False, changing nothing, where the head's
-    output layer has no bias (Llama's and GPT-2's `score`): there the mean is learned."""
+    """Set a regression head's output bias (its last one-output Linear) to the mean of the training labels, so that
+    training starts from the mean prediction and the loss measures only the labels' spread around it (a regression
+    output initialised at the target mean, as is usual practice). Returns False, changing nothing, where that layer
+    has no bias (Llama's and GPT-2's `score`): there the mean is learned. Why: experiments/regression-head."""
     from autopelt.delta.sites import architecture_of
 
     head = getattr(model, architecture_of(model.config).head)
