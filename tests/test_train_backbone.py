@@ -264,11 +264,15 @@ def test_a_regression_head_starts_at_the_training_labels_mean(family):
     assert outputs.shape == (4, 1) and torch.allclose(outputs, torch.full((4, 1), 3.0), atol=0.5)
 
 
-def test_a_bias_free_regression_head_is_left_as_it_is():
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_bias_free_regression_head_is_given_a_bias_at_the_labels_mean(family):
     from autopelt.delta.sites import model_class
 
-    config = tiny_decoder_config("llama", num_labels=1)
+    config = tiny_decoder_config(family, num_labels=1)
     model = model_class(config, False).from_config(config)
-    before = {name: p.clone() for name, p in model.named_parameters()}
-    assert not backbone.center_regression_head(model, [3.0, 3.2])
-    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+    weight = model.score.weight.clone()
+    assert model.score.bias is None
+    assert backbone.center_regression_head(model, [3.0, 3.2])
+    assert torch.equal(model.score.weight, weight) and model.score.bias.shape == (1,)
+    assert float(model.score.bias) == pytest.approx(3.1)
+    assert "score.bias" in dict(model.named_parameters())  # so the optimiser and the saved delta hold it

@@ -146,3 +146,30 @@ def test_a_decoder_search_runs_the_shipped_portfolio_calibrated_and_no_trial_fai
     assert member.spec.get("pooling", "cls") == "cls" and member.lr_from["how"] == "calibrated"
     first = next(m for m in load(SHIPPED).members if m.name == member.portfolio["name"])
     assert math.isclose(member.learning_rate, first.learning_rate * lora.learning_rate / member.lr_from["reference"])
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_decoder_regression_starts_at_the_labels_mean_and_its_head_bias_is_kept(family, request, tmp_path):
+    """Llama's and GPT-2's `score` has no bias: a regression's is added at the labels' mean, saved with the delta,
+    given back at load, and peft (whose copy of the head has none) is refused in one line, nothing written."""
+    from safetensors.torch import load_file
+    from tinymodels import write_glue_like
+
+    from autopelt.export.export import _maybe_peft
+    from autopelt.export.predict import load_delta_model
+
+    folder = request.getfixturevalue(f"tiny_{family}_dir")
+    data = write_glue_like(tmp_path / "data", "stsb")  # scores 0, 5/3, 10/3, 5 in equal numbers: mean 2.5
+    out = tmp_path / "out"
+    code = cli.main(["train", "--task", "stsb", "--model", str(folder), "--data-dir", str(data), "--out", str(out),
+                     "--epochs", "1", "--batch-size", "16", "--lr", "1e-9", "--threads", "1", "--method", "lora",
+                     "--rank", "4"])
+    result = json.loads((out / "result.json").read_text())
+    assert code == 0, result["reason"]
+    assert result["head_centered"] is True
+    bias = float(load_file(str(out / "delta" / "delta.safetensors"))["score.bias"][0])
+    assert bias == pytest.approx(2.5, abs=0.4)  # the train split's mean, unmoved at this rate
+    model, _ = load_delta_model(out / "delta", str(folder))
+    assert float(model.score.bias.detach()[0]) == bias
+    reason = _maybe_peft(out / "delta", {"model": str(folder)})
+    assert "score.bias" in reason and "\n" not in reason and not (out / "delta" / "peft").exists()

@@ -16,6 +16,7 @@ from torch import nn
 from autopelt.delta.inject import apply_delta
 from autopelt.delta.legacy import upgrade_v1
 from autopelt.delta.registry import method_of
+from autopelt.delta.sites import architecture_of
 from autopelt.delta.spec import DeltaSpec, parse_spec
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
@@ -74,6 +75,25 @@ def read_delta_header(delta_dir) -> dict:
     return header
 
 
+def add_bias(linear: nn.Linear) -> nn.Linear:
+    """Give a Linear without a bias a zero one (its weight's dtype, device and trainability), in place."""
+    weight = linear.weight
+    linear.bias = nn.Parameter(torch.zeros(linear.out_features, dtype=weight.dtype, device=weight.device),
+                               requires_grad=weight.requires_grad)
+    return linear
+
+
+def restore_head_biases(model: nn.Module, weights: dict) -> None:
+    """Give the task head's Linear layers the biases a saved delta holds and a fresh model lacks (a regression's
+    output layer is given one in training: train/backbone.py's center_regression_head)."""
+    head = architecture_of(model.config).head
+    for name in weights:
+        if name.startswith(head + ".") and name.endswith(".bias"):
+            module = model.get_submodule(name.removesuffix(".bias"))
+            if isinstance(module, nn.Linear) and module.bias is None:
+                add_bias(module)
+
+
 def load_delta(model: nn.Module, delta_dir, seed: int = 0) -> nn.Module:
     """Add a saved delta to a freshly loaded base model (with a task head of the saved size)."""
     header = read_delta_header(delta_dir)
@@ -83,6 +103,7 @@ def load_delta(model: nn.Module, delta_dir, seed: int = 0) -> nn.Module:
     except Exception as error:  # safetensors raises several types for a bad file
         raise UserError(f"cannot read {weights_path}: {error}") from None
     apply_delta(model, header["spec"], seed=seed)
+    restore_head_biases(model, weights)
     expected = delta_state(model)
     if set(weights) != set(expected):
         missing = sorted(set(expected) - set(weights)) or sorted(set(weights) - set(expected))

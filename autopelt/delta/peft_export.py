@@ -142,6 +142,7 @@ def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = N
     config.base_model_name_or_path = base_model_name
     with torch.device("meta"):  # peft only needs the structure; every saved tensor is copied from ours
         skeleton = model_class(model.config, lm).from_config(model.config)
+    _check_head(model, skeleton, lm)
     peft_model = get_peft_model(skeleton, config)
     ours = _inference_state(model)
     ours.update(entry.peft_tensors(model) if entry.peft_tensors else {})
@@ -153,6 +154,19 @@ def export_peft(model: nn.Module, spec, out_dir, base_model_name: str | None = N
         _set_parameter(peft_model, name, source.reshape(param.shape))  # peft's IA3 vectors are (n, 1) or (1, n)
     peft_model.save_pretrained(str(out_dir))
     return Path(out_dir)
+
+
+def _check_head(model: nn.Module, skeleton: nn.Module, lm: bool) -> None:
+    """Refuse a head with a tensor that the model class's own head lacks: peft would load the delta without it."""
+    if lm:
+        return
+    head = architecture_of(model.config).head
+    theirs = {name for name, _ in skeleton.named_parameters()}
+    extra = sorted(name for name, _ in model.named_parameters() if name.startswith(head + ".") and name not in theirs)
+    if extra:
+        raise UserError(f"this delta's head holds {extra[0]}, which {type(skeleton).__name__}'s head has not (a "
+                        "regression's output bias, started at the labels' mean), so peft would load it without "
+                        "it; load the delta with autopelt")
 
 
 def _inference_state(model: nn.Module) -> dict[str, torch.Tensor]:

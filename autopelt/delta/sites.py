@@ -120,9 +120,11 @@ class Architecture:
             start += size
         return rows
 
-    def head_params(self, hidden: int, num_labels: int) -> int:
+    def head_params(self, hidden: int, num_labels: int, regression: bool = False) -> int:
+        """The task head's parameters; a regression's output layer always has a bias (a head without one is given
+        one at the labels' mean: train/backbone.py's center_regression_head)."""
         extra = hidden * hidden + hidden if self.head_hidden_layer else 0
-        return extra + hidden * num_labels + (num_labels if self.head_bias else 0)
+        return extra + hidden * num_labels + (num_labels if self.head_bias or regression else 0)
 
 
 def _encoder_shapes(config) -> dict[str, tuple[int, int]]:

@@ -149,7 +149,10 @@ def _maybe_peft(folder: Path, result: dict) -> str | None:
 
     load = load_generation_model if "generation" in header else load_delta_model  # a language model: no head
     model, _ = load(folder, result.get("model"))
-    export_peft(model, header["spec"], folder / "peft", base_model_name=result.get("model"))
+    try:
+        export_peft(model, header["spec"], folder / "peft", base_model_name=result.get("model"))
+    except UserError as error:  # refused before peft writes anything
+        return str(error)
     return None
 
 

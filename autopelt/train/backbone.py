@@ -230,14 +230,21 @@ def token_embeddings(model: nn.Module) -> list[nn.Module]:
 def center_regression_head(model: nn.Module, labels) -> bool:
     """Set a regression head's output bias (its last one-output Linear) to the mean of the training labels, so that
     training starts from the mean prediction and the loss measures only the labels' spread around it (a regression
-    output initialised at the target mean, as is usual practice). Returns False, changing nothing, where that layer
-    has no bias (Llama's and GPT-2's `score`): there the mean is learned. Why: experiments/regression-head."""
+    output initialised at the target mean, as is usual practice). A layer without a bias (Llama's and GPT-2's
+    `score`) is given one: it trains with the head and is saved with the delta (`delta.load_delta` gives the
+    fresh model's layer its bias back; peft's copy of such a head has none, so such a delta has no peft folder).
+    Returns False, changing nothing, where the head has no one-output Linear. Why: experiments/regression-head."""
     from autopelt.delta.sites import architecture_of
 
-    head = getattr(model, architecture_of(model.config).head)
+    head_name = architecture_of(model.config).head
+    head = getattr(model, head_name)
     outputs = [module for module in head.modules() if isinstance(module, nn.Linear) and module.out_features == 1]
-    if not outputs or outputs[-1].bias is None:
+    if not outputs:
         return False
+    if outputs[-1].bias is None:
+        from autopelt.delta.io import add_bias
+
+        add_bias(outputs[-1])
     with torch.no_grad():
         outputs[-1].bias.fill_(float(torch.as_tensor(labels, dtype=torch.float64).mean()))
     return True
