@@ -193,7 +193,7 @@ class Training:
         with devices.autocast(self.device, self.dtype):
             loss = training_loss(self.model, batch, self.routing, self.consistency, self.mixed)
         if not torch.isfinite(loss):
-            raise NonFiniteLoss(f"the loss became {float(loss)} at step {self.outcome.steps + 1}")
+            raise NonFiniteLoss(f"the loss became {float(loss.detach())} at step {self.outcome.steps + 1}")
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
