@@ -236,8 +236,7 @@ def center_regression_head(model: nn.Module, labels) -> bool:
     Returns False, changing nothing, where the head has no one-output Linear. Why: experiments/regression-head."""
     from autopelt.delta.sites import architecture_of
 
-    head_name = architecture_of(model.config).head
-    head = getattr(model, head_name)
+    head = getattr(model, architecture_of(model.config).head)
     outputs = [module for module in head.modules() if isinstance(module, nn.Linear) and module.out_features == 1]
     if not outputs:
         return False
