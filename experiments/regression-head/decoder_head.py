@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from regression_head import TASK, collected, paired_rows  # noqa: E402
+from regression_head import TASK, collected, paired_rows, print_table  # noqa: E402
 from results import write_results  # noqa: E402
 
 
@@ -29,10 +29,7 @@ def main() -> None:
     rows = paired_rows("SmolLM2 emobank", collected(args.before, TASK), collected(args.after, TASK), lambda a: a.test)
     if not rows:
         sys.exit("decoder_head: the two files share no (configuration, seed) of emobank_valence")
-    columns = list(rows[0])
-    print(" | ".join(columns))
-    for row in rows:
-        print(" | ".join(str(row[c]) for c in columns))
+    columns = print_table(rows)
     path = write_results("regression-head-decoder", rows, columns=columns, precision="bf16",
                          settings={"before": "f9a56ad", "after": "7bb4f35", "model": "SmolLM2-135M-Instruct",
                                    "task": TASK, "protocol": "the meta-dataset's pool (K=1,000)"},

@@ -97,6 +97,15 @@ def design_rows(before: metadata.MetaDataset, after: dict) -> list[dict]:
              "Δ": round(statistics.mean(deltas), 1), "worst Δ": round(min(deltas), 1)}]
 
 
+def print_table(rows: list[dict]) -> list[str]:
+    """Print `rows` one line each, cells joined by " | ", under their columns; return the columns."""
+    columns = list(rows[0])
+    print(" | ".join(columns))
+    for row in rows:
+        print(" | ".join(str(row[c]) for c in columns))
+    return columns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("reruns-before", "reruns-after", "judge-before", "judge-after", "design-before", "design-after"):
@@ -107,10 +116,7 @@ def main() -> None:
     rows += paired_rows("sst5 as a regression", collected(args.judge_before), collected(args.judge_after),
                         lambda a: a.test)
     rows += design_rows(metadata.load(args.design_before), collected(args.design_after, TASK))
-    columns = list(rows[0])
-    print(" | ".join(columns))
-    for row in rows:
-        print(" | ".join(str(row[c]) for c in columns))
+    columns = print_table(rows)
     path = write_results("regression-head", rows, columns=columns, precision="bf16",
                          settings={"before": "60d47d2", "after": "d6fadfd", "learned_below": LEARNED},
                          notes="Test Pearson r x 100, mean ± std over the runs (worst in brackets); Δ: after − before, "
