@@ -20,7 +20,7 @@ Two references are reported beside the arms, per task: every candidate trained a
 configuration with the best test metric at one seed scored at the other (where two seeds exist).
 Tables per task and per kind (binary, few-class, many-class, long, pair, regression).
 
-    python bench/portfolio_loo.py [--meta FILE] [--size 16]
+    python bench/portfolio_loo.py [--meta FILE] [--size 16] [--jobs N]
 """
 
 from __future__ import annotations
@@ -28,18 +28,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 
 from autopelt.portfolio import select
 from metalearning import metadata, prior, simulate
 from autopelt.study.answers import MARGIN_SE
-from results import write_results
+from results import NAME, write_results
 
 BUDGETS = (1, 2, 4, 8, 16)
 ARMS = ("task-aware", "task-aware+sampler", "global", "global+sampler", "random", "random+halving", "tuned-lora",
@@ -128,18 +130,25 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=MARGIN_SE,
                         help="a later trial replaces the answer only if its dev beats it by this many standard errors "
                              f"(default {MARGIN_SE:g}: the search's rule, autopelt/study/answers.py; 0: any higher dev)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(),
+                        help="folds simulated at once, one process each (default: the CPUs)")
     parser.add_argument("--json", help="also write every fold's results here")
     parser.add_argument("--name", help="results name under benchmarks/results (default: portfolio-loo, with "
                                        "-margin<M> for a margin)")
     args = parser.parse_args()
+    if args.name and not NAME.match(args.name):  # refused now, not after the simulation
+        parser.error(f"--name {args.name!r}: use lower-case letters, digits, '.', '_' and '-'")
     meta = metadata.load(args.meta) if args.meta else metadata.shipped()
     configs = meta.candidates()
     features = prior.features_of(meta)
     started = time.time()
     results = {}
-    for task in meta.tasks:
-        results[task] = held_out(meta, features, task, configs, args.size, args.margin)
-        print(f"{task}: k {results[task]['k']}, {time.time() - started:.0f} s", file=sys.stderr)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:  # each fold seeds its own draws: the same at any --jobs
+        folds = {task: pool.submit(held_out, meta, features, task, configs, args.size, args.margin)
+                 for task in meta.tasks}
+        for task, fold in folds.items():
+            results[task] = fold.result()
+            print(f"{task}: k {results[task]['k']}, {time.time() - started:.0f} s", file=sys.stderr)
     report(meta, results, configs)
     print(f"\n({len(meta.tasks)} folds, {len(configs)} configurations, {time.time() - started:.1f} s)")
     rows = [{"strategy": arm, **{str(b): f"{summarise(results, b)['mean'][arm]:.2f}" for b in BUDGETS},
