@@ -287,7 +287,7 @@ def training_precision(meta: Path) -> str:
     parts = [f"{hardware['precision']} training ({hardware.get('name', '?')})"] if hardware.get("precision") else []
     cpu = hardware.get("cpu") or {}
     if cpu.get("precision"):
-        parts.append(f"{cpu['precision']} on {cpu.get('name', 'a CPU')} for {cpu.get('trials', 'some trials')}")
+        parts.append(f"{cpu['precision']} on {cpu.get('name', 'a CPU')} for the CPU trials its header lists")
     return "; ".join(parts or ["training precision not recorded"]) + "; float16 stored predictions"
 
 
