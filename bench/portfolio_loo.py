@@ -267,11 +267,17 @@ def targets(results: dict) -> None:
                       for b in BUDGETS)
         print(f"- shuffled control no better than {null} (best budget): {control:+.2f} "
               f"({'met' if control <= CONTROL_TOLERANCE else 'MISSED: the simulation may leak'})")
-    single = statistics.mean(r["arms"][TARGET_BUDGET]["best-single"] for r in results.values())
-    print("\nreferences, against the best single default:")
+    print(f"\nreferences at {TARGET_BUDGET}, against the best single default and {default}, on the tasks where they "
+          "exist:")
     for limit in LIMITS:
-        value = statistics.mean(r["limits"][limit] for r in results.values())
-        print(f"- {limit}: {value:.2f} ({value - single:+.2f})")
+        held = [r for r in results.values() if not math.isnan(r["limits"][limit])]
+        if not held:
+            print(f"- {limit}: no task has two seeds")
+            continue
+        value = statistics.mean(r["limits"][limit] for r in held)
+        single, ours = (statistics.mean(r["arms"][TARGET_BUDGET][a] for r in held) for a in ("best-single", default))
+        print(f"- {limit} ({len(held)} tasks): {value:.2f}; from it, best single {single - value:+.2f}, {default} "
+              f"{ours - value:+.2f}")
 
 
 if __name__ == "__main__":
