@@ -171,7 +171,8 @@ def main() -> None:
 
     per_task = [{"task": task, "kind": r["kind"], "k": str(r["k"]), **cells(r, 1)} for task, r in results.items()]
     mean = {"oracle": statistics.mean(r["oracle"] for r in results.values()),
-            "limits": {k: statistics.mean(r["limits"][k] for r in results.values()) for k in LIMITS},
+            "limits": {k: statistics.mean([r["limits"][k] for r in results.values() if not math.isnan(r["limits"][k])]
+                                          or [math.nan]) for k in LIMITS},
             "arms": {TARGET_BUDGET: summarise(results, TARGET_BUDGET)["mean"]}}
     per_task.append({"task": "mean", **cells(mean, 2)})
     by_kind = []
@@ -188,7 +189,7 @@ def main() -> None:
                         f"seeds {seeds}; oracle: the best test accuracy of any candidate configuration on that task "
                         "(the mean over seeds of each seed's best); every by dev: every candidate trained, the best "
                         "dev answering; by test, other seed: the candidate with the best test at one seed, scored "
-                        "at the other.")
+                        "at the other (on the tasks with two seeds; its mean is over those).")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
