@@ -57,13 +57,14 @@ def write_results(name: str, rows: list[dict], columns: list[str] | None = None,
 
 
 def commit() -> str:
-    """The checked-out commit, `+dirty` when tracked files differ from it; outside a git checkout (a copy sent to a
-    GPU machine) $BENCH_COMMIT where set, else `unknown`."""
+    """The checked-out commit, `+dirty` when tracked files other than benchmarks/results/ (what benches write, a
+    script's own earlier files among them) differ from it; outside a git checkout (a copy sent to a GPU machine)
+    $BENCH_COMMIT where set, else `unknown`."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     try:
         head = git("rev-parse", "--short=12", "HEAD")
-        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results") else "")
     except (OSError, subprocess.CalledProcessError):
         return os.environ.get("BENCH_COMMIT", "unknown")
 
