@@ -160,10 +160,11 @@ def main() -> None:
                   settings={"tasks": meta.tasks, "configurations": len(configs), "portfolio_size": args.size,
                             "margin": args.margin, "k": meta.header["protocol"]["k"], "seeds": meta.selection_seeds,
                             "epochs": meta.header["protocol"]["epochs"], "model": meta.header.get("model")},
-                  notes=f"Mean test accuracy (%) over the {len(meta.tasks)} held-out tasks and training seeds {seeds} "
-                        f"at 1-16 full-trial equivalents; worst seed: the mean over tasks of each task's worse seed "
-                        f"at {TARGET_BUDGET}. The meta-dataset's trials ran on {hw.get('name')} (bf16), the "
-                        "simulation here.")
+                  notes=f"Mean test metric (%) over the {len(meta.tasks)} held-out tasks at 1-16 full-trial "
+                        f"equivalents, each task the mean of its seeds that hold every configuration (two on "
+                        f"{sum(len(r['seeds']) > 1 for r in results.values())}); worst seed: the mean over tasks of "
+                        f"each task's worse seed at {TARGET_BUDGET}. The portfolios learn from seeds {seeds}. The "
+                        f"trials ran on {hw.get('name')} and a CPU (the meta-dataset's header), the simulation here.")
 
     def cells(r: dict, digits: int) -> dict:
         raw = {"oracle": r["oracle"], **r["limits"], **r["arms"][TARGET_BUDGET]}
