@@ -60,3 +60,32 @@ def test_every_page_renders_from_the_committed_results():
     """Every block of README.md and docs/ has a results file, and the pages are as the files render them."""
     render = load_bench("render_docs")
     assert render.main(["--check"]) == 0
+
+
+def test_only_changes_outside_the_results_folder_mark_the_commit_dirty(tmp_path):
+    """A bench that writes several files must not read its own first file as a change to the code it ran."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    shutil.copy(Path(load_bench("results").__file__), bench / "results.py")
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text("{}\n")
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    spec = importlib.util.spec_from_file_location("results_copy", bench / "results.py")
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert not copy.commit().endswith("+dirty")
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text('{"rows": []}\n')  # a bench's own output
+    assert not copy.commit().endswith("+dirty")
+    (bench / "results.py").write_text((bench / "results.py").read_text() + "\n# changed\n")  # the code
+    assert copy.commit().endswith("+dirty")
