@@ -172,8 +172,8 @@ def main() -> None:
 
     per_task = [{"task": task, "kind": r["kind"], "k": str(r["k"]), **cells(r, 1)} for task, r in results.items()]
     mean = {"oracle": statistics.mean(r["oracle"] for r in results.values()),
-            "limits": {k: statistics.mean([r["limits"][k] for r in results.values() if not math.isnan(r["limits"][k])]
-                                          or [math.nan]) for k in LIMITS},
+            "limits": {k: statistics.mean([r["limits"][k] for r in with_limit(results, k)] or [math.nan])
+                       for k in LIMITS},
             "arms": {TARGET_BUDGET: summarise(results, TARGET_BUDGET)["mean"]}}
     per_task.append({"task": "mean", **cells(mean, 2)})
     by_kind = []
@@ -218,6 +218,11 @@ def report(meta, results: dict, configs: list[str]) -> None:
         print("| regret | | " + " | ".join(f"{summary['regret'][a]:.2f}" for a in ARMS) + " |")
         print("| worst seed | | " + " | ".join(f"{summary['worst'][a]:.2f}" for a in ARMS) + " |")
     targets(results)
+
+
+def with_limit(results: dict, limit: str) -> list[dict]:
+    """The held-out tasks' results where the reference `limit` was measured (the other seed's needs two seeds)."""
+    return [r for r in results.values() if not math.isnan(r["limits"][limit])]
 
 
 def summarise(results: dict, budget: int) -> dict:
@@ -272,7 +277,7 @@ def targets(results: dict) -> None:
     print(f"\nreferences at {TARGET_BUDGET}, against the best single default and {default}, on the tasks where they "
           "exist:")
     for limit in LIMITS:
-        held = [r for r in results.values() if not math.isnan(r["limits"][limit])]
+        held = with_limit(results, limit)
         if not held:
             print(f"- {limit}: no task has two seeds")
             continue

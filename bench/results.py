@@ -64,7 +64,8 @@ def commit() -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     try:
         head = git("rev-parse", "--short=12", "HEAD")
-        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results") else "")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+        return head + ("+dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return os.environ.get("BENCH_COMMIT", "unknown")
 
