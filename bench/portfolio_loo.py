@@ -104,11 +104,11 @@ def one_seed(sim, aware: list[str], portfolio: list[str], controls: list[list[st
     lora = simulate.tuned_lora(sim).test
     for budget in BUDGETS:
         arms = {
-            "task-aware": sim.halving(aware, budget).test,
+            "task-aware": sim.halving(aware, budget, favourite=True).test,
             "task-aware+sampler": statistics.mean(
                 simulate.portfolio_then_random(sim, aware, configs, budget, random.Random(d)).test
                 for d in range(DRAWS)),
-            "global": sim.halving(portfolio, budget).test,
+            "global": sim.halving(portfolio, budget, favourite=True).test,
             "global+sampler": statistics.mean(
                 simulate.portfolio_then_random(sim, portfolio, configs, budget, random.Random(d)).test
                 for d in range(DRAWS)),
@@ -117,7 +117,7 @@ def one_seed(sim, aware: list[str], portfolio: list[str], controls: list[list[st
             "tuned-lora": lora,
             "unipelt-apl": sim.full(list(simulate.UNIPELT), budget).test,
             "best-single": sim.full(portfolio[:1], budget).test,
-            "shuffled-control": statistics.mean(sim.halving(c, budget).test for c in controls),
+            "shuffled-control": statistics.mean(sim.halving(c, budget, favourite=True).test for c in controls),
         }
         out[budget] = {arm: 100 * value for arm, value in arms.items()}
     return out
@@ -128,8 +128,9 @@ def main() -> None:
     parser.add_argument("--meta", help="meta-dataset file (default: the shipped one)")
     parser.add_argument("--size", type=int, default=16, help="portfolio size")
     parser.add_argument("--margin", type=float, default=MARGIN_SE,
-                        help="a later trial replaces the answer only if its dev beats it by this many standard errors "
-                             f"(default {MARGIN_SE:g}: the search's rule, autopelt/study/answers.py; 0: any higher dev)")
+                        help="a portfolio's first configuration answers unless the best other beats its dev by this "
+                             f"many standard errors (default {MARGIN_SE:g}: the search's rule, autopelt/study/answers.py; "
+                             "0: the best dev answers)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(),
                         help="folds simulated at once, one process each (default: the CPUs)")
     parser.add_argument("--json", help="also write every fold's results here")

@@ -69,7 +69,7 @@ def held_out_test(meta, features, task: str, k: int, without: tuple[str, ...] = 
     prior = build(meta, features, k, others)
     members, _, _ = prior.portfolio(features[task], SIZE)
     names = [m.name for m in members]
-    return statistics.mean(simulate.Task(meta, task, seed=s).halving(names, BUDGET).test
+    return statistics.mean(simulate.Task(meta, task, seed=s).halving(names, BUDGET, favourite=True).test
                            for s in task_seeds(meta, task, names))
 
 

@@ -2,8 +2,9 @@
 
 Budgets are in full-trial equivalents: the seconds of the reference trial (LoRA r8 on query/value, 3 epochs) on
 that task. Every strategy runs at least one trial. A strategy's answer is the trial with the best dev metric among
-those it trained to full fidelity (successive halving answers from its last rung); the answer's test metric is
-what the simulation reports. No strategy reads a test metric to choose; `Task.oracle` and `by_test_at_other_seed`
+those it trained to full fidelity (successive halving answers from its last rung), under the search's answer rule
+(autopelt/study/answers.py): where a portfolio ran, its first configuration answers unless the best other beats it
+by `Task.margin` standard errors; the answer's test metric is what the simulation reports. No strategy reads a test metric to choose; `Task.oracle` and `by_test_at_other_seed`
 do, for reporting only.
 """
 
@@ -33,6 +34,7 @@ class Outcome:
     test: float
     seconds: float
     trials: int
+    trained: tuple[str, ...] = ()  # the configurations trained to full fidelity, in the order they ran
 
 
 class Task:
@@ -47,25 +49,26 @@ class Task:
         record = self.meta.trial(self.name, config, self.seed)
         return answer(record, fidelity) if record else None
 
-    def full(self, configs: list[str], budget: float) -> Outcome:
-        """Train `configs` one after another to full fidelity while the budget lasts (at least one)."""
-        seconds, best, trials = 0.0, None, 0
+    def full(self, configs: list[str], budget: float, favourite: bool = False) -> Outcome:
+        """Train `configs` one after another to full fidelity while the budget lasts (at least one); `favourite`:
+        the first is a portfolio's favourite (`answer`)."""
+        head = configs[0] if favourite and configs else None
+        seconds, trained = 0.0, []
         for config in configs:
             result = self.at(config)
             if result is None:
                 continue
-            if trials and seconds + result.seconds > budget * self.unit:
+            if trained and seconds + result.seconds > budget * self.unit:
                 break
-            seconds, trials = seconds + result.seconds, trials + 1
-            if best is None or beats(result.dev, best[1].dev, self.margin):
-                best = (config, result)
-        config, result = best
-        return Outcome(config, result.dev, result.test, seconds, trials)
+            seconds += result.seconds
+            trained.append(config)
+        return self.outcome(self.answer(trained, head), seconds, len(trained), trained)
 
-    def halving(self, configs: list[str], budget: float) -> Outcome:
+    def halving(self, configs: list[str], budget: float, favourite: bool = False) -> Outcome:
         """Successive halving over the first n configurations, n as large as the budget allows: all at
         LOW_FIDELITY epochs, the first and the best of the others by dev (1/ETA of them in all) on to full
-        fidelity; the answer is the best of those (`pick`)."""
+        fidelity; the answer is the best of those (`answer`; `favourite`: the first is a portfolio's favourite)."""
+        head = configs[0] if favourite and configs else None
         configs = [c for c in configs if self.at(c) is not None]
         for n in range(len(configs), 0, -1):
             first = configs[:n]
@@ -74,19 +77,23 @@ class Task:
             keep = [first[0]] + sorted(first[1:], key=lambda c: -low[c].dev)[: math.ceil(n / ETA) - 1]
             seconds = sum(low[c].seconds for c in first) + sum(self.at(c).seconds - low[c].seconds for c in keep)
             if seconds <= budget * self.unit or n == 1:
-                config = keep[0] if len(keep) == 1 else self.pick([c for c in first if c in keep])
-                result = self.at(config)
-                return Outcome(config, result.dev, result.test, seconds, n)
+                trained = [c for c in first if c in keep]
+                return self.outcome(self.answer(trained, head), seconds, n, trained)
         raise ValueError("no configuration to run")
 
-    def pick(self, configs: list[str]) -> str:
-        """The answer among fully trained configurations, in the order they were run: the first is the incumbent,
-        and a later one takes its place only if it beats it (`beats`)."""
-        best = configs[0]
-        for config in configs[1:]:
-            if beats(self.at(config).dev, self.at(best).dev, self.margin):
-                best = config
+    def answer(self, trained: list[str], favourite: str | None = None) -> str:
+        """The search's answer among configurations trained to full fidelity (autopelt/study/answers.py): the best
+        dev, the earlier on a tie; the portfolio's `favourite` instead, where it was trained, unless the best beats
+        it by the margin (`beats`)."""
+        best = max(trained, key=lambda c: self.at(c).dev)  # max keeps the first of equals
+        if favourite in trained and best != favourite and not beats(self.at(best).dev, self.at(favourite).dev,
+                                                                     self.margin):
+            return favourite
         return best
+
+    def outcome(self, config: str, seconds: float, trials: int, trained: list[str]) -> Outcome:
+        result = self.at(config)
+        return Outcome(config, result.dev, result.test, seconds, trials, tuple(trained))
 
     def oracle(self, configs: list[str]) -> float:
         """The best test metric of any configuration (for reporting distances only)."""
@@ -96,18 +103,20 @@ class Task:
 def portfolio_then_random(task: Task, portfolio: list[str], others: list[str], budget: float,
                           rng: random.Random, share: float = 0.5) -> Outcome:
     """The default strategy: successive halving over the portfolio with `share` of the budget, then draws at
-    full fidelity from the rest of the design (the sampler, simulated as uniform draws: a lower bound for TPE)."""
-    first = task.halving(portfolio, budget * share)
+    full fidelity from the rest of the design (the sampler, simulated as uniform draws: a lower bound for TPE); the
+    answer among all it trained to full fidelity, the portfolio's first its favourite (`Task.answer`)."""
+    first = task.halving(portfolio, budget * share, favourite=True)
     left = budget - first.seconds / task.unit
     if left <= 0:
         return first
     rest = [c for c in others if c not in portfolio]
     rng.shuffle(rest)
-    extra = task.full(rest, left) if rest and left * task.unit >= task.at(rest[0]).seconds else None
-    if extra is None or not beats(extra.dev, first.dev, task.margin):
-        return Outcome(first.config, first.dev, first.test, first.seconds + (extra.seconds if extra else 0),
-                       first.trials + (extra.trials if extra else 0))
-    return Outcome(extra.config, extra.dev, extra.test, first.seconds + extra.seconds, first.trials + extra.trials)
+    if not rest or left * task.unit < task.at(rest[0]).seconds:
+        return first
+    extra = task.full(rest, left)
+    trained = [*first.trained, *extra.trained]
+    return task.outcome(task.answer(trained, portfolio[0] if portfolio[0] in first.trained else None),
+                        first.seconds + extra.seconds, first.trials + extra.trials, trained)
 
 
 def random_search(task: Task, configs: list[str], budget: float, draws: int, seed: int,
