@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from autopelt.portfolio.config import rate_text
 from metalearning.metadata import MetaDataset, answer
-from autopelt.study.answers import beats
+from autopelt.study.answers import MARGIN_SE, beats
 
 REFERENCE = "lora-r8-qv@3e-3"
 ETA = 3  # successive halving keeps the best third of a rung (Hyperband's and ASHA's default reduction)
@@ -40,7 +40,7 @@ class Outcome:
 class Task:
     """One task's trials at one seed, with costs in seconds."""
 
-    def __init__(self, meta: MetaDataset, task: str, seed: int = 0, margin: float = 0.0):
+    def __init__(self, meta: MetaDataset, task: str, seed: int = 0, margin: float = MARGIN_SE):
         self.meta, self.name, self.seed, self.margin = meta, task, seed, margin
         reference = meta.trial(task, REFERENCE, seed)
         self.unit = answer(reference).seconds  # one full-trial equivalent

@@ -48,8 +48,8 @@ def test_no_usable_trial_is_a_one_line_error(tmp_path):
 
 
 def test_the_ensemble_is_set_beside_the_studys_answer_and_what_was_left_out_is_one_line(tmp_path):
-    """The study answers with its own rule (the portfolio's favourite within a standard error, a finalist's mean
-    over seeds), not always the best dev: the ensemble line compares with that trial, on its predictions."""
+    """The study answers with its own rule (a finalist's mean over seeds, the portfolio's favourite on a tie), not
+    always the best dev: the ensemble line compares with that trial, on its predictions."""
     labels = np.array([1, 1, 1, 1])
     best = [[0.1, 0.9], [0.1, 0.9], [0.4, 0.6], [0.9, 0.1]]  # 3 of 4
     other = [[0.55, 0.45], [0.55, 0.45], [0.55, 0.45], [0.05, 0.95]]  # 1 of 4; with `best`, 4 of 4

@@ -134,9 +134,9 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     devs = answers.seed_devs(trials)
     lines.append(f"best: {_trial_text(best, plan, devs)}" if best else "best: no trial completed yet")
     lines += floor_lines(study, trials, best, plan)
-    if best is not None and best.portfolio.get("rank") == 0:
+    if best is not None and best.portfolio.get("rank") == 0 and answers.MARGIN_SE > 0:
         lines.append("  (the portfolio's first configuration: another trial answers only if its dev beats it by more "
-                     "than a standard error)")
+                     f"than {answers.MARGIN_SE:g} standard error(s))")
     if devs:
         again = confirm.seed_for(plan.options.seed)
         lines.append(f"finalists, trained again with seed {again}; the best mean dev among them:")
