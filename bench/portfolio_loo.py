@@ -129,8 +129,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=16, help="portfolio size")
     parser.add_argument("--margin", type=float, default=MARGIN_SE,
                         help="a portfolio's first configuration answers unless the best other beats its dev by this "
-                             f"many standard errors (default {MARGIN_SE:g}: the search's rule, autopelt/study/answers.py; "
-                             "0: the best dev answers)")
+                             f"many standard errors (default {MARGIN_SE:g}: the search's rule, "
+                             "autopelt/study/answers.py; 0: the best dev answers)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(),
                         help="folds simulated at once, one process each (default: the CPUs)")
     parser.add_argument("--json", help="also write every fold's results here")

@@ -4,8 +4,8 @@ Budgets are in full-trial equivalents: the seconds of the reference trial (LoRA 
 that task. Every strategy runs at least one trial. A strategy's answer is the trial with the best dev metric among
 those it trained to full fidelity (successive halving answers from its last rung), under the search's answer rule
 (autopelt/study/answers.py): where a portfolio ran, its first configuration answers unless the best other beats it
-by `Task.margin` standard errors; the answer's test metric is what the simulation reports. No strategy reads a test metric to choose; `Task.oracle` and `by_test_at_other_seed`
-do, for reporting only.
+by `Task.margin` standard errors; the answer's test metric is what the simulation reports. No strategy reads a
+test metric to choose; `Task.oracle` and `by_test_at_other_seed` do, for reporting only.
 """
 
 from __future__ import annotations
