@@ -2,7 +2,7 @@
 
 For every task of the meta-dataset and budget B (full-trial equivalents), the candidates are the first B
 configurations in the order a search trains them on that task: the global portfolio learned greedily from the
-other tasks' dev (never from the held-out task), every configuration ranked; what a search of B equivalents would
+other tasks' dev, the mean over the selection seeds (never from the held-out task), every configuration ranked; what a search of B equivalents would
 have trained (a simplification: no halving, no sampler). The inner folds that choose the rule take the design's
 order. Arms, each
 chosen on dev and scored on test, once on each seed's trials (a "world": seed 0, and a later seed where the
@@ -63,18 +63,25 @@ def order(configs: set[str]) -> list[str]:
     return list(dict.fromkeys(name for name in names if name in configs))
 
 
-def held_out_order(data: dict, held_out: str, configs: list[str]) -> list[str]:
+def mean_dev(trials_by_seed: dict, config: str, seeds: tuple[int, ...]) -> float | None:
+    """A configuration's dev metric on one task, the mean over `seeds`; None where a seed lacks it."""
+    trials = [trials_by_seed.get(s, {}).get(config) for s in seeds]
+    if any(t is None for t in trials):
+        return None
+    return float(np.mean([default_metric(t["dev"].ndim == 1)(t["dev"], t["dev_labels"]) for t in trials]))
+
+
+def held_out_order(data: dict, held_out: str, configs: list[str], seeds: tuple[int, ...] = (0,)) -> list[str]:
     """The order a search trains in on `held_out`: the global portfolio learned greedily from the other tasks'
-    seed-0 dev metrics (autopelt/portfolio/select.py), every configuration, so the held-out task never orders its
-    own candidates; configurations some other task lacks go last."""
+    dev metrics, the mean over the selection `seeds` (autopelt/portfolio/select.py, as the shipped prior is
+    built), every configuration, so the held-out task never orders its own candidates; configurations some other
+    task lacks at a selection seed go last."""
     from autopelt.portfolio import select
 
     others = [t for t in data if t != held_out]
-    common = [c for c in configs if all(c in data[t].get(0, {}) for t in others)]
-    scores = {t: {c: float(default_metric(data[t][0][c]["dev"].ndim == 1)(data[t][0][c]["dev"],
-                                                                          data[t][0][c]["dev_labels"]))
-                  for c in common} for t in others}
-    ranked = select.greedy_portfolio(scores, len(common))
+    devs = {t: {c: mean_dev(data[t], c, seeds) for c in configs} for t in others}
+    common = [c for c in configs if all(devs[t][c] is not None for t in others)]
+    ranked = select.greedy_portfolio({t: {c: devs[t][c] for c in common} for t in others}, len(common))
     return ranked + [c for c in configs if c not in ranked]
 
 
@@ -155,18 +162,14 @@ def outer(trials: dict, names: list[str], rule: Rule, margin: float, seeds_test:
             "floor_dropped": dropped}
 
 
-def best_default(data: dict, held_out: str, configs: list[str]) -> str:
-    """The configuration of the highest mean seed-0 dev over the other tasks (that have it on every task)."""
+def best_default(data: dict, held_out: str, configs: list[str], seeds: tuple[int, ...] = (0,)) -> str:
+    """The configuration of the highest mean dev over the other tasks and the selection `seeds` (of those every
+    other task has at every selection seed)."""
     others = [t for t in data if t != held_out]
-    def mean_dev(name):
-        values = []
-        for task in others:
-            trial = data[task].get(0, {}).get(name)
-            if trial is None:
-                return -np.inf
-            values.append(default_metric(trial["dev"].ndim == 1)(trial["dev"], trial["dev_labels"]))
-        return float(np.mean(values))
-    return max(configs, key=mean_dev)
+    def mean_over_tasks(name):
+        values = [mean_dev(data[task], name, seeds) for task in others]
+        return -np.inf if any(v is None for v in values) else float(np.mean(values))
+    return max(configs, key=mean_over_tasks)
 
 
 def worlds(trials_by_seed: dict, ranked: list[str]) -> list[int]:
@@ -177,16 +180,19 @@ def worlds(trials_by_seed: dict, ranked: list[str]) -> list[int]:
     return [s for s in sorted(trials_by_seed) if s == 0 or all(c in trials_by_seed[s] for c in first)]
 
 
-def run(data: dict, budgets=BUDGETS, echo=print, floors: dict | None = None) -> dict:
+def run(data: dict, budgets=BUDGETS, echo=print, floors: dict | None = None, seeds: tuple[int, ...] = (0,)) -> dict:
     """Every task's arms at every budget, with the rule and margin chosen without it; and the summary. `floors`:
-    {task: dev metric of predicting one class} (the meta-dataset's), for the "learned" ensemble."""
+    {task: dev metric of predicting one class} (the meta-dataset's), for the "learned" ensemble. `seeds`: the
+    selection seeds (the meta-dataset's), which order the candidates, pick the best default and (their mean)
+    choose the rule."""
     configs = order({c for task in data.values() for seed in task.values() for c in seed})
-    inner: dict = {}  # (task, budget) -> (rules, margins) inner dev scores, seed 0
+    inner: dict = {}  # (task, budget) -> (rules, margins) inner dev scores, the mean over the selection seeds
     for task in data:
-        names_all = [c for c in configs if c in data[task].get(0, {})]
         for budget in budgets:
-            if len(names_all) >= budget and names_all[:budget] == configs[:budget]:
-                inner[task, budget] = inner_scores(data[task][0], names_all[:budget])
+            scores = [inner_scores(data[task][s], configs[:budget]) for s in seeds
+                      if len(configs) >= budget and all(c in data[task].get(s, {}) for c in configs[:budget])]
+            if len(scores) == len(seeds):
+                inner[task, budget] = np.mean(scores, axis=0)
     rows, choices = [], {}
     for task in sorted(data):
         others = [key for key in inner if key[0] != task]
@@ -194,8 +200,8 @@ def run(data: dict, budgets=BUDGETS, echo=print, floors: dict | None = None) -> 
         r, m = np.unravel_index(int(np.argmax(table)), table.shape)  # first of ties: the smaller rule and margin
         rule, margin = RULES[r], MARGINS[m]
         choices[task] = {"rule": rule.to_dict(), "margin": margin}
-        default = best_default(data, task, configs)
-        ranked = held_out_order(data, task, configs)
+        default = best_default(data, task, configs, seeds)
+        ranked = held_out_order(data, task, configs, seeds)
         first = ranked[0]
         for seed in worlds(data[task], ranked):
             trials = data[task][seed]
@@ -305,7 +311,8 @@ def main(argv=None) -> int:
         return 2
     from metalearning import metadata
 
-    result = run(data, floors=metadata.load(Path(args.meta)).header.get("floors"))
+    meta = metadata.load(Path(args.meta))
+    result = run(data, floors=meta.header.get("floors"), seeds=meta.selection_seeds)
     print(table(result["summary"]))
     checks = verdict(result["summary"])
     print("\n".join(checks))
@@ -316,6 +323,7 @@ def main(argv=None) -> int:
                          settings={"meta": args.meta, "predictions": args.predictions, "budgets": list(BUDGETS),
                                    "rules": [r.to_dict() for r in RULES], "margins": list(MARGINS),
                                    "order": result["configs"], "seeds_per_task": seeds,
+                                   "selection_seeds": list(meta.selection_seeds),
                                    "choices": result["choices"], "per_task": result["rows"],
                                    "seconds": round(time.time() - started, 1)},
                          notes="; ".join(checks) + "; soup n/a (predictions only)")

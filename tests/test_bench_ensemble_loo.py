@@ -132,3 +132,23 @@ def test_the_floor_rules_line_names_the_worlds_it_changes():
     checks = ensemble_loo.verdict(ensemble_loo.summarise(rows, (8,)))
     assert checks[-1] == ("candidates at the dev floor left out, at 8: +0.50 over the ensemble on the mean of 2 "
                           "worlds; it changes b@s0 +1.00")
+
+
+def _trial(accuracy: float, rows: int = 100) -> dict:
+    labels = np.zeros(rows, dtype=int)
+    right = int(round(accuracy * rows))
+    dev = np.tile([0.9, 0.1], (rows, 1))
+    dev[right:] = [0.1, 0.9]
+    return {"dev": dev, "dev_labels": labels}
+
+
+def test_the_order_and_the_default_follow_the_mean_dev_over_the_selection_seeds():
+    # x leads at seed 0 by a little, y at seed 1 by a lot; z lacks seed 1 on one other task: last at (0, 1)
+    data = {task: {0: {"x": _trial(0.80), "y": _trial(0.78), "z": _trial(0.90)},
+                   1: {"x": _trial(0.70), "y": _trial(0.85), **({} if task == "a" else {"z": _trial(0.9)})}}
+            for task in ("a", "b", "held")}
+    configs = ["x", "y", "z"]
+    assert ensemble_loo.held_out_order(data, "held", configs)[0] == "z"  # seed 0 alone: z is best
+    assert ensemble_loo.held_out_order(data, "held", configs, (0, 1)) == ["y", "x", "z"]
+    assert ensemble_loo.best_default(data, "held", ["x", "y"]) == "x"
+    assert ensemble_loo.best_default(data, "held", configs, (0, 1)) == "y"
