@@ -36,6 +36,14 @@ def test_greedy_selection_gives_the_known_order():
     assert select.greedy_portfolio(scores, 1) == ["a"]
 
 
+def test_task_weights_steer_the_greedy_portfolio():
+    scores = {"t1": {"a": 0.90, "b": 0.85, "c": 0.50, "d": 0.70},
+              "t2": {"a": 0.80, "b": 0.78, "c": 0.60, "d": 0.70},
+              "t3": {"a": 0.40, "b": 0.45, "c": 0.90, "d": 0.60}}
+    assert select.greedy_portfolio(scores, 4, dict.fromkeys(scores, 2.0)) == select.greedy_portfolio(scores, 4)
+    assert select.greedy_portfolio(scores, 2, {"t1": 0.1, "t2": 0.1, "t3": 1.0}) == ["c", "a"]
+
+
 def test_regret_is_clipped_and_a_flat_task_adds_none():
     regret = select.normalised_regret({"flat": {"a": 0.5, "b": 0.5}, "wide": {"a": 0.9, "b": 0.1, "c": 0.8}})
     assert regret["flat"] == {"a": 0.0, "b": 0.0}

@@ -26,17 +26,25 @@ def normalised_regret(scores: dict[str, dict[str, float]]) -> dict[str, dict[str
     return regret
 
 
-def greedy_portfolio(scores: dict[str, dict[str, float]], size: int) -> list[str]:
-    """The ordered portfolio of at most `size` configurations; only configurations scored on every task count."""
+def greedy_portfolio(scores: dict[str, dict[str, float]], size: int,
+                     weights: dict[str, float] | None = None) -> list[str]:
+    """The ordered portfolio of at most `size` configurations; only configurations scored on every task count.
+    `weights` (task -> weight, default equal) weighs each task's regret in the mean the greedy step minimises."""
     regret = normalised_regret(scores)
     tasks = list(regret)
     configs = [c for c in next(iter(regret.values())) if all(c in regret[t] for t in tasks)]
-    alone = {c: statistics.mean(regret[t][c] for t in tasks) for c in configs}
+
+    def mean(values: dict[str, float]) -> float:
+        if weights is None:
+            return statistics.mean(values.values())
+        return sum(weights[t] * values[t] for t in tasks) / sum(weights[t] for t in tasks)
+
+    alone = {c: mean({t: regret[t][c] for t in tasks}) for c in configs}
     chosen: list[str] = []
     current = {t: CLIP for t in tasks}  # an empty portfolio answers nothing
     while len(chosen) < min(size, len(configs)):
         def mean_with(config: str) -> tuple[float, float]:
-            return round(statistics.mean(min(current[t], regret[t][config]) for t in tasks), 9), alone[config]
+            return round(mean({t: min(current[t], regret[t][config]) for t in tasks}), 9), alone[config]
 
         best = min((c for c in configs if c not in chosen), key=mean_with)
         chosen.append(best)

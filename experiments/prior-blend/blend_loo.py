@@ -32,31 +32,13 @@ LAMS = (0.0, 0.1, 0.25, 0.5)
 META = ROOT / "metalearning/data/all-MiniLM-L6-v2.json"
 
 
-def weighted_greedy(scores: dict[str, dict[str, float]], weights: dict[str, float], size: int) -> list[str]:
-    """select.greedy_portfolio with each task's regret weighted (the same ties)."""
-    regret = select.normalised_regret(scores)
-    tasks = list(regret)
-    total = sum(weights[t] for t in tasks)
-    configs = [c for c in next(iter(regret.values())) if all(c in regret[t] for t in tasks)]
-    alone = {c: sum(weights[t] * regret[t][c] for t in tasks) / total for c in configs}
-    chosen, current = [], {t: select.CLIP for t in tasks}
-    while len(chosen) < min(size, len(configs)):
-        def mean_with(config: str) -> tuple[float, float]:
-            return round(sum(weights[t] * min(current[t], regret[t][config]) for t in tasks) / total, 9), alone[config]
-
-        best = min((c for c in configs if c not in chosen), key=mean_with)
-        chosen.append(best)
-        current = {t: min(current[t], regret[t][best]) for t in tasks}
-    return chosen
-
-
 def portfolio_for(meta, features, task: str, others: list[str], k: int, lam: float, built=None) -> list[str]:
     built = built or prior.build(meta, features, len(others), others)  # distances over the others' spread
     nearest = [name for name, _ in built.distances(features[task])]
     near = set(nearest[:k])
     weights = {t: 1.0 if t in near else lam for t in others}
     used = [t for t in others if weights[t] > 0]
-    return weighted_greedy({t: built.scores[t] for t in used}, weights, SIZE)
+    return select.greedy_portfolio({t: built.scores[t] for t in used}, SIZE, {t: weights[t] for t in used})
 
 
 def test_of(meta, task: str, names: list[str]) -> float:
