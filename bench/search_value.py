@@ -43,7 +43,7 @@ difference to autopelt's pick, a row per task, from the newest `search-value-<ta
 `search-value-held-out[-LABEL]`.
 
 Usage:
-  python bench/search_value.py summary --tasks trec,tweeteval_emotion,qnli [--label LABEL] [--name NAME]
+  python bench/search_value.py summary --tasks trec,tweeteval_emotion,qnli[:LABEL] [--label LABEL] [--name NAME]
   python bench/search_value.py --data-dir ../shared/data/glue-full --task sst2 --work-dir /tmp/value-sst2
   python bench/search_value.py --data-dir ../shared/data/own --task snli --text-columns premise,hypothesis \\
       --label-column relation --label-names entailment,neutral,contradiction --work-dir /tmp/value-snli
@@ -648,12 +648,15 @@ GAINS = ("autopelt ensemble",)  # arms whose Δ reads "the arm minus autopelt's 
 
 
 def summary(tasks: list[str], run_label: str | None = None, folder: Path | None = None) -> list[dict]:
-    """A row per task from its newest `search-value-<task>[-<run_label>]` file, then the mean of each Δ column."""
+    """A row per task from its newest `search-value-<task>[-<run_label>]` file (a task given as TASK:LABEL reads
+    its own label), then the mean of each Δ column."""
     from render_docs import newest  # bench/render_docs.py
 
     rows = []
-    for task in tasks:
-        results = f"search-value-{task}" + (f"-{run_label}" if run_label else "")
+    for entry in tasks:
+        task, _, own = entry.partition(":")
+        label = own or run_label
+        results = f"search-value-{task}" + (f"-{label}" if label else "")
         record = newest(results, *([folder] if folder else []))
         if record is None:
             raise SystemExit(f"no {results} results: run bench/search_value.py --task {task} first")
@@ -682,13 +685,15 @@ def summary_main(argv: list[str]) -> None:
 
     parser = argparse.ArgumentParser(prog="search_value.py summary", description="one table over several runs"
                                      "' results files")
-    parser.add_argument("--tasks", required=True, type=lambda s: s.split(","))
-    parser.add_argument("--label", help="read search-value-TASK-LABEL (search_value.py --label)")
+    parser.add_argument("--tasks", required=True, type=lambda s: s.split(","),
+                        help="TASK or TASK:LABEL (that task's --label), comma-separated")
+    parser.add_argument("--label", help="read search-value-TASK-LABEL (search_value.py --label) for a task given "
+                                        "without one")
     parser.add_argument("--name", help="results name (default: search-value-held-out[-LABEL])")
     args = parser.parse_args(argv)
     rows = summary(args.tasks, args.label)
     gains = [f"{ARMS[label]} − autopelt" for label in GAINS]
-    columns = ["task", *ARMS.values(), *gains,
+    columns = ["task", "equivalents", *ARMS.values(), *gains,
                *[f"Δ vs {name}" for label, name in list(ARMS.items())[1:] if label not in GAINS]]
     columns = [c for c in columns if any(c in row for row in rows)]  # an arm no run has (older runs: no ensemble)
     for row in rows:
@@ -696,7 +701,8 @@ def summary_main(argv: list[str]) -> None:
     name = args.name or "search-value-held-out" + (f"-{args.label}" if args.label else "")
     write_results(name, rows, columns=columns, settings={"tasks": args.tasks},
                   notes="Test metric x 100 (accuracy; Pearson r for a regression) over the re-run seeds of each arm's "
-                        "pick (worst seed in brackets); Δ vs an arm: autopelt's pick minus the arm, paired by seed, in "
+                        "pick (worst seed in brackets); equivalents: each arm's budget in full LoRA trials' worth "
+                        "of training seconds; Δ vs an arm: autopelt's pick minus the arm, paired by seed, in "
                         "points; ensemble − autopelt: the study's ensemble minus its single answer, paired by seed; "
                         "from the search-value-<task> files.")
 

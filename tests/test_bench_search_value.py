@@ -286,6 +286,13 @@ def test_the_summary_is_a_row_per_task_and_the_mean_of_each_paired_difference(tm
     assert rows[2] == {"task": "mean", "Δ vs tuned LoRA": 5.0, "ensemble − autopelt": 2.0}
     with pytest.raises(SystemExit, match="search-value-d"):
         bench.summary(["d"], folder=tmp_path)
+    # a task of another run label (another budget) beside them
+    (tmp_path / "search-value-c-8eq-2026-01-04.json").write_text(json.dumps(
+        {**record, "settings": {"equivalents": 8, "rerun_seeds": [1, 2]}}))
+    rows = bench.summary(["a", "c:8eq"], folder=tmp_path)
+    assert [r.get("equivalents") for r in rows] == [8, 8, None]
+    with pytest.raises(SystemExit, match="search-value-c-20eq"):
+        bench.summary(["a", "c:20eq"], folder=tmp_path)
 
 
 def test_the_ensemble_arm_averages_its_members_reruns_with_the_studys_weights(tmp_path):
