@@ -374,10 +374,22 @@ def rerun_all(picks: dict, args, work: Path, source: Path | None = None) -> dict
                                        "score_test": True, "keep_predictions": True, "out_dir": str(out)}))
             if source is not None:
                 copy_same_run(jobs[-1][2], source, work)
+    # a trial of the same settings as one before it (a finalist re-run of a member, an ensemble member that is a
+    # pick) trains once: the later one is copied from it when it has finished (COPIED.txt lists each copy)
+    from autopelt.train import TrialSettings
+
+    seen, unique, copies = set(), [], []
+    for job in jobs:
+        key = json.dumps(run_key(TrialSettings.from_dict(job[2]).to_dict()), sort_keys=True, default=str)
+        (copies if key in seen else unique).append(job)
+        seen.add(key)
     reruns: dict = {label: {} for label in picks}
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for (label, seed, _), scores in zip(jobs, pool.map(rerun, [job[2] for job in jobs])):
+        for (label, seed, _), scores in zip(unique, pool.map(rerun, [job[2] for job in unique])):
             reruns[label][seed] = scores
+    for label, seed, settings in copies:
+        copy_same_run(settings, work, work)
+        reruns[label][seed] = rerun(settings)
     for label, first in same.items():
         reruns[label] = reruns[first]
     return reruns

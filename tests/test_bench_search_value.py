@@ -216,6 +216,61 @@ def test_the_calibration_times_a_warm_trial_and_allows_each_worker_its_cold_star
     assert bench.calibrate([timed_trial(20, start=0), timed_trial(25, start=30)], workers=1) == (25.0, 0.0)
 
 
+def test_a_rerun_of_the_same_settings_as_another_pick_is_trained_once_and_copied(make_settings, tmp_path,
+                                                                                    monkeypatch):
+    """A finalist re-run of the portfolio's first member is another trial with the same delta, rate and rows: its
+    re-runs are the member's, copied, not trained again."""
+    from types import SimpleNamespace
+
+    bench = load_bench()
+    settings = make_settings(spec={"methods": [{"method": "lora", "rank": 8}]}, seed=0, data_seed=0,
+                             learning_rate=1e-3, out_dir=str(tmp_path / "unused")).to_dict()
+    picks = {}
+    for label, seed, rate in (("portfolio first", 0, 1e-3), ("ensemble member 0", 1000, 1e-3),
+                              ("tuned-lora pick", 0, 3e-3)):
+        trial = tmp_path / "study" / label.replace(" ", "-")
+        (trial / "delta").mkdir(parents=True)
+        (trial / "delta" / "delta.safetensors").write_bytes(b"weights")
+        (trial / "result.json").write_text(json.dumps({"settings": {**settings, "seed": seed, "learning_rate": rate},
+                                                       "learning_rate": rate}))
+        picks[label] = SimpleNamespace(result_dir=str(trial))
+    trained = []
+
+    def fake_rerun(job):
+        out = Path(job["out_dir"])
+        if not (out / "result.json").exists():
+            trained.append(str(out.relative_to(tmp_path / "work")))
+            out.mkdir(parents=True)
+            (out / "result.json").write_text(json.dumps({"status": "ok", "settings": job, "metric": "accuracy",
+                                                         "dev": {"accuracy": job["seed"] / 10},
+                                                         "test": {"accuracy": job["learning_rate"]}}))
+        result = json.loads((out / "result.json").read_text())
+        return result["dev"]["accuracy"], result["test"]["accuracy"]
+
+    monkeypatch.setattr(bench, "rerun", fake_rerun)
+    monkeypatch.setattr(bench, "ProcessPoolExecutor", lambda max_workers: _SerialPool())
+    args = SimpleNamespace(seed=0, seeds=2, workers=2, cpus_per_trial=1)
+    reruns = bench.rerun_all(picks, args, tmp_path / "work")
+    assert sorted(trained) == ["reruns/portfolio-first/seed-1", "reruns/portfolio-first/seed-2",
+                               "reruns/tuned-lora-pick/seed-1", "reruns/tuned-lora-pick/seed-2"]
+    assert reruns["ensemble member 0"] == reruns["portfolio first"] == {1: (0.1, 1e-3), 2: (0.2, 1e-3)}
+    assert reruns["tuned-lora pick"] == {1: (0.1, 3e-3), 2: (0.2, 3e-3)}
+    copied = (tmp_path / "work" / "COPIED.txt").read_text().splitlines()
+    assert [line.split(" <- ")[0] for line in copied] == ["reruns/ensemble-member-0/seed-1",
+                                                          "reruns/ensemble-member-0/seed-2"]
+
+
+class _SerialPool:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, function, items):
+        return map(function, list(items))
+
+
 def test_no_rerun_repeats_a_studys_own_seed_or_its_finalists():
     bench = load_bench()
     assert bench.rerun_seeds(argparse.Namespace(seed=0, seeds=5)) == [1, 2, 3, 4, 5]
