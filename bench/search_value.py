@@ -36,7 +36,8 @@ it again).
 A re-run that the earlier dir already trained with the very same settings (delta, learning rate, batch, rows,
 seed, model, task, threads, ...) is copied too, not trained again; each copy is listed in --work-dir/COPIED.txt
 and counted under the table. (On CPU such a run reproduces to the last digit; on a GPU it may not.) --copy-reruns
-DIR copies such re-runs alone, from a dir whose searches are not wanted (a run at another calibration).
+DIR copies such re-runs alone, from a dir whose searches are not wanted (a run at another calibration). Within a
+run, two rows of the same settings (a finalist's re-run of a portfolio member and the member) train once.
 
 `summary` writes one table over several runs' results files (each arm's test accuracy, worst seed and paired
 difference to autopelt's pick, a row per task, from the newest `search-value-<task>[-LABEL]` files), as
@@ -575,10 +576,12 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
                       "tests": {str(s): reruns[label][s][1] for s in sorted(reruns[label])},
                       "test_mean": means[label], "test_std": _std(tests), "test_min": min(tests),
                       "paired_delta": statistics.fmean(diffs) if diffs and label != "autopelt pick" else None})
-    copied = work_copies(args)
-    if copied:
+    own, other = work_copies(args)
+    if own or other:
         source = "--copy-reruns" if args.copy_reruns else "--reuse"
-        print(f"({copied} of these re-runs were copied from {source}, trained there with the same settings: "
+        parts = ([f"{other} from {source}, trained there"] if other else []) + \
+            ([f"{own} from this run's re-runs of another row"] if own else [])
+        print(f"({' and '.join(parts)} with the same settings were copied, not trained again: "
               f"{Path(args.work_dir) / 'COPIED.txt'})")
     print()
     for name in ("autopelt", "random"):
@@ -594,9 +597,14 @@ def allowance(args, strategy: str) -> float:
     return float(done.read_text().rstrip("s")) if done.exists() else float("nan")
 
 
-def work_copies(args) -> int:
-    log = Path(args.work_dir).resolve() / "COPIED.txt"
-    return sum(1 for line in log.read_text().splitlines() if line.strip()) if log.exists() else 0
+def work_copies(args) -> tuple[int, int]:
+    """(re-runs copied from this run's own, from another --work-dir), as COPIED.txt lists them."""
+    work = Path(args.work_dir).resolve()
+    log = work / "COPIED.txt"
+    sources = [line.split(" <- ", 1)[1] for line in log.read_text().splitlines() if " <- " in line] \
+        if log.exists() else []
+    own = sum(Path(source.removesuffix(" (same settings)")).is_relative_to(work) for source in sources)
+    return own, len(sources) - own
 
 
 def study_of(label: str) -> str:
@@ -684,7 +692,7 @@ def summary(tasks: list[str], run_label: str | None = None, folder: Path | None 
             if label in GAINS and arm.get("paired_delta") is not None:
                 row[f"{name} − autopelt"] = round(100 * arm["paired_delta"], 1)
             elif label != "autopelt pick" and arm.get("paired_delta") is not None:
-                row[f"Δ vs {name}"] = round(-100 * arm["paired_delta"], 1)  # autopelt's pick minus the arm
+                row[f"Δ vs {name}"] = round(-100 * arm["paired_delta"], 1) + 0.0  # autopelt's pick minus the arm
         rows.append(row)
     deltas = list(dict.fromkeys(k for r in rows for k in r if k.startswith("Δ") or k.endswith("− autopelt")))
     rows.append({"task": "mean", **{k: round(statistics.fmean(r[k] for r in rows if k in r), 1) for k in deltas}})
