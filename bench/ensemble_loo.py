@@ -2,11 +2,11 @@
 
 For every task of the meta-dataset and budget B (full-trial equivalents), the candidates are the first B
 configurations in the order a search trains them on that task: the global portfolio learned greedily from the
-other tasks' dev, the mean over the selection seeds (never from the held-out task), every configuration ranked; what a search of B equivalents would
-have trained (a simplification: no halving, no sampler). The inner folds that choose the rule take the design's
-order. Arms, each
-chosen on dev and scored on test, once on each seed's trials (a "world": seed 0, and a later seed where the
-meta-dataset holds the task's first 8 candidates at it, at the budgets whose candidates it holds):
+other tasks' dev, the mean over the selection seeds (never from the held-out task), every configuration ranked;
+what a search of B equivalents would have trained (a simplification: no halving, no sampler). The inner folds that
+choose the rule take the design's order. Arms, each chosen on dev and scored on test, once on each seed's trials
+(a "world": seed 0, and a later seed where the meta-dataset holds the task's first 8 candidates at it, at the
+budgets whose candidates it holds):
   single       the candidate of the best dev (the search's single answer)
   ensemble     greedy selection with replacement (Caruana et al. 2004) with the rule chosen by leave-one-task-out
   answer       the margin rule: the ensemble when its dev gain over the single answer exceeds the chosen margin
@@ -189,10 +189,9 @@ def run(data: dict, budgets=BUDGETS, echo=print, floors: dict | None = None, see
     inner: dict = {}  # (task, budget) -> (rules, margins) inner dev scores, the mean over the selection seeds
     for task in data:
         for budget in budgets:
-            scores = [inner_scores(data[task][s], configs[:budget]) for s in seeds
-                      if len(configs) >= budget and all(c in data[task].get(s, {}) for c in configs[:budget])]
-            if len(scores) == len(seeds):
-                inner[task, budget] = np.mean(scores, axis=0)
+            names = configs[:budget]
+            if len(names) == budget and all(c in data[task].get(s, {}) for s in seeds for c in names):
+                inner[task, budget] = np.mean([inner_scores(data[task][s], names) for s in seeds], axis=0)
     rows, choices = [], {}
     for task in sorted(data):
         others = [key for key in inner if key[0] != task]

@@ -93,8 +93,8 @@ def study_ensemble(trial_dirs: list, rule: Rule = DEFAULT_RULE, margin: float = 
         margin: the ensemble answers only when its dev metric is more than this above the single answer's.
         max_members: keep only the heaviest k members (k forward passes at inference).
         answer_dir: the folder of the trial the study answers with (its answer rule: autopelt/study/answers.py:
-            a finalist's mean over seeds, the best dev, the portfolio's favourite on a tie); the ensemble is set beside it. None, or a
-            folder that is no candidate: beside the candidate of the best dev.
+            a finalist's mean over seeds, the best dev, the portfolio's favourite on a tie); the ensemble is set
+            beside it. None, or a folder that is no candidate: beside the candidate of the best dev.
 
     Returns:
         The StudyEnsemble; with one usable trial, that trial alone (answers False).
