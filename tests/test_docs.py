@@ -49,3 +49,12 @@ def test_an_evidence_page_holds_generated_tables_and_their_headings_only(page):
 
 def test_the_commit_pattern_finds_a_hash_and_nothing_else():
     assert COMMIT.findall("run from d3e977e, then 2e-3 at 1000 steps, 0.8515") == ["d3e977e"]
+
+
+def test_the_families_table_is_what_the_declarations_say():
+    import subprocess
+    import sys
+
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "families_table.py"), "--check"], cwd=ROOT,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, "docs/families.md is out of date: python scripts/families_table.py"

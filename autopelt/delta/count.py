@@ -48,7 +48,7 @@ def count_parameters(spec, config, num_labels: int | None = None, lm: bool = Fal
     arch = architecture_of(config)
     check_fits(spec, config)
     regression = getattr(config, "problem_type", None) == "regression"
-    head = 0 if lm else arch.head_params(config.hidden_size, num_labels, regression)
+    head = 0 if lm else arch.head_params(config, num_labels, regression)
     shape = Shape(config, arch, spec.pooling)
     counts = [method_of(method).count(method, shape) for method in spec.methods]
     trainable = head + sum(t for t, _ in counts)

@@ -104,7 +104,8 @@ def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
     if spec.pooling == "mean":
         _pool_mean(model, arch)
     if head is not None:
-        head.requires_grad_(True)
+        for part in arch.head_parts:
+            model.get_submodule(part).requires_grad_(True)
     return model
 
 
@@ -118,8 +119,10 @@ def _read_last_token(model: nn.Module, arch: Architecture) -> None:
 
 def _pool_mean(model: nn.Module, arch: Architecture) -> None:
     """Let the head read the mean of the last layer's token states over real tokens: as BERT's pooler output
-    (its dense layer and tanh are skipped, so nothing in it trains, BitFit's bias included), or as the first token
-    RoBERTa's head reads. Hooks only, so the model's modules and parameter names stay as they are."""
+    (its dense layer and tanh are skipped, so nothing in it trains, BitFit's bias included), as the first token
+    a head that reads the sequence takes (RoBERTa's, DeBERTa's pooler), or as the vector a head that is given the
+    first token's state reads (DistilBERT's, ModernBERT's, ALBERT's after its frozen pooler). Hooks only, so the
+    model's modules and parameter names stay as they are."""
     padding = PaddingMask()
     backbone = arch.backbone_of(model)
     backbone.register_forward_pre_hook(padding.capture, with_kwargs=True)  # after a soft prompt's: its tokens count
@@ -128,9 +131,17 @@ def _pool_mean(model: nn.Module, arch: Architecture) -> None:
         pooler = backbone.get_submodule(arch.pooler.rpartition(".")[0])
         pooler.requires_grad_(False)
         pooler.register_forward_hook(lambda module, args, output: masked_mean(args[0], padding.current))
-    else:  # the head runs after the backbone's pass: the mask is kept until the next pass replaces it
-        model.get_submodule(arch.head).register_forward_pre_hook(
-            lambda module, args: (masked_mean(args[0], padding.current)[:, None], *args[1:]))
+        return
+    states = {}  # the last pass's token states, for a head given only the first token's (B, H)
+    backbone.register_forward_hook(lambda module, args, output: states.update(last=output[0]))
+
+    def mean_instead(module, args):  # the head runs after the backbone's pass: the mask is kept until the next one
+        read = args[0]
+        if read.dim() == 3:  # (B, T, H): the head takes the first token itself
+            return (masked_mean(read, padding.current)[:, None], *args[1:])
+        return (masked_mean(states["last"], padding.current).to(read.dtype), *args[1:])  # (B, H)
+
+    model.get_submodule(arch.head_parts[0]).register_forward_pre_hook(mean_instead)
 
 
 def _share_padding_mask(model: nn.Module, arch: Architecture) -> None:

@@ -19,7 +19,8 @@ from torch import nn
 
 from autopelt.delta.io import delta_state, stored_spec
 from autopelt.delta.registry import method_of
-from autopelt.delta.sites import ARCHITECTURES, Architecture, architecture_of, chosen_layers
+from autopelt.delta.families import ARCHITECTURES
+from autopelt.delta.sites import Architecture, architecture_of, chosen_layers
 from autopelt.delta.spec import DeltaSpec, MethodConfig
 from autopelt.errors import UserError
 
@@ -92,7 +93,7 @@ class PeftTarget:
     @property
     def with_head(self) -> dict:
         """`task`, and the task head in `modules_to_save` (a classifier's)."""
-        return {**self.task, **({} if self.lm else {"modules_to_save": [self.arch.head]})}
+        return {**self.task, **({} if self.lm else {"modules_to_save": list(self.arch.head_parts)})}
 
     def sites(self, layers, sites) -> str:
         """A full-match regex for exactly these sites in these layers, stack by stack (peft reads a string as a

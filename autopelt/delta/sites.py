@@ -1,7 +1,9 @@
-"""Where a delta attaches, declared once per architecture family.
+"""Where a delta attaches: an `Architecture` per family, and how a model's family is found.
 
-Everything else in the delta library finds modules through an `Architecture`: adding a family (say
-DeBERTa) is one more entry here, not a change to any method.
+Everything else in the delta library finds modules through an `Architecture`: adding a family is one more entry
+in `autopelt/delta/families.py`, not a change to any method. A model type declared nowhere is read by structure
+(`autopelt/delta/discover.py`, as peft's `all-linear`): its linear sites only, so the methods that need a declared
+sublayer (adapters, prefix, prompt) are refused on it.
 
 A family has one stack of layers (BERT, Llama, GPT-2) or two (T5: encoder then decoder). Layers are numbered
 across stacks, the encoder's first; a site a stack lacks (T5's cross-attention in the encoder) is skipped there.
@@ -47,7 +49,7 @@ class Architecture:
     embeddings: str | None  # path from the backbone of the embeddings module (it turns positions into vectors)
     embeddings_layernorm: str | None  # path from the backbone; BitFit's `embeddings` bias
     pooler: str | None  # path from the backbone of the pooler's dense layer, None when the model has no pooler
-    head: str  # attribute of the top model: the task head (trainable with every delta)
+    head: str  # attribute of the top model: the task head's output projection (trainable with every delta)
     head_hidden_layer: bool  # RoBERTa's head has a dense H x H layer before the output projection
     shapes: Callable[[object], dict[str, tuple[int, int]]]  # config -> {site: (in_features, out_features)}
     head_bias: bool = True
@@ -57,6 +59,24 @@ class Architecture:
     no_bias: str | None = None  # why BitFit cannot apply, when the family has no bias terms
     unsupported: dict[str, str] = field(default_factory=dict)  # method -> why it cannot apply here
     classifier_backbone: str | None = None  # the backbone's path in the sequence classifier, where it differs
+    # Modules of the top model that belong to the task head before `head` (DeBERTa's pooler, DistilBERT's
+    # pre_classifier, ModernBERT's head): trainable, fresh from the trial's seed and saved with it
+    head_modules: tuple[str, ...] = ()
+    head_extra: Callable[[object], int] | None = None  # config -> parameters of `head_modules` (head_hidden_layer's
+    # H x H + H where None)
+    input_width: str = "hidden_size"  # the config attribute of the input embeddings' width (ALBERT's, ELECTRA's
+    # embedding_size): a soft prompt's
+    embeddings_norm_width: str = "hidden_size"  # the config attribute of `embeddings_layernorm`'s width
+    found: str | None = None  # a family read by structure (discover.py): what was found, in one line
+
+    @property
+    def head_parts(self) -> tuple[str, ...]:
+        """Every module of the task head, in the order the sentence goes through them, `head` last."""
+        return (*self.head_modules, self.head)
+
+    def width(self, config, attribute: str) -> int:
+        """A width the config holds (`input_width`, `embeddings_norm_width`), the hidden size where it holds none."""
+        return int(getattr(config, attribute, None) or config.hidden_size)
 
     # The first stack, as the encoder families read it
     @property
@@ -120,152 +140,27 @@ class Architecture:
             start += size
         return rows
 
-    def head_params(self, hidden: int, num_labels: int, regression: bool = False) -> int:
+    def head_params(self, config, num_labels: int, regression: bool = False) -> int:
         """The task head's parameters; a regression's output layer always has a bias (a head without one is given
         one at the labels' mean: train/backbone.py's center_regression_head)."""
+        hidden = config.hidden_size
         extra = hidden * hidden + hidden if self.head_hidden_layer else 0
+        if self.head_extra is not None:
+            extra = self.head_extra(config)
         return extra + hidden * num_labels + (num_labels if self.head_bias or regression else 0)
 
 
-def _encoder_shapes(config) -> dict[str, tuple[int, int]]:
-    hidden, inner = config.hidden_size, config.intermediate_size
-    square = {site: (hidden, hidden) for site in ("query", "key", "value", "attention_output")}
-    return {**square, "intermediate": (hidden, inner), "output": (inner, hidden)}
-
-
-_BERT_STACK = Stack(
-    layers="encoder.layer",
-    linears={
-        "query": "attention.self.query",
-        "key": "attention.self.key",
-        "value": "attention.self.value",
-        "attention_output": "attention.output.dense",
-        "intermediate": "intermediate.dense",
-        "output": "output.dense",
-    },
-    self_attention="attention.self",
-    dropouts={"attention_output": "attention.output.dropout", "output": "output.dropout"},
-    layernorms={"attention_output": "attention.output.LayerNorm", "output": "output.LayerNorm"},
-)
-_BERT_LIKE = dict(stacks=(_BERT_STACK,), embeddings="embeddings", embeddings_layernorm="embeddings.LayerNorm",
-                  head="classifier", shapes=_encoder_shapes)
-
-
-def _llama_shapes(config) -> dict[str, tuple[int, int]]:
-    hidden, inner = config.hidden_size, config.intermediate_size
-    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
-    queries, keys = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim  # GQA: fewer keys
-    return {"query": (hidden, queries), "key": (hidden, keys), "value": (hidden, keys),
-            "attention_output": (queries, hidden), "gate": (hidden, inner), "intermediate": (hidden, inner),
-            "output": (inner, hidden)}
-
-
-# Llama and the families that share its layer (Qwen2/3, Mistral): RMSNorm before each sublayer, rotary positions,
-# grouped-query attention, a gated FFN down(act(gate(x)) * up(x)); no dropout modules, no biases (Qwen2's q,k,v
-# have some, BitFit is refused all the same).
-_LLAMA_STACK = Stack(
-    layers="layers",
-    linears={"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value": "self_attn.v_proj",
-             "attention_output": "self_attn.o_proj", "gate": "mlp.gate_proj", "intermediate": "mlp.up_proj",
-             "output": "mlp.down_proj"},
-    self_attention="self_attn",
-    dropouts={"attention_output": "self_attn.o_proj", "output": "mlp.down_proj"},
-    layernorms={"attention_output": "input_layernorm", "output": "post_attention_layernorm"},
-)
-_LLAMA_LIKE = dict(backbone="model", stacks=(_LLAMA_STACK,), embeddings=None, embeddings_layernorm=None, pooler=None,
-                   head="score", head_hidden_layer=False, head_bias=False, shapes=_llama_shapes, pre_norm=True,
-                   causal=True, no_bias="it has no bias terms")
-
-
-def _gpt2_shapes(config) -> dict[str, tuple[int, int]]:
-    hidden = config.hidden_size
-    inner = config.n_inner or 4 * hidden
-    return {"qkv": (hidden, 3 * hidden), "attention_output": (hidden, hidden), "intermediate": (hidden, inner),
-            "output": (inner, hidden)}
-
-
-# GPT-2: LayerNorm before each sublayer; query, key and value are one fused Conv1D (weight in x out), so a delta on
-# any of them is a delta on `qkv` (peft's default GPT-2 target, c_attn).
-_GPT2_STACK = Stack(
-    layers="h",
-    linears={"qkv": "attn.c_attn", "attention_output": "attn.c_proj", "intermediate": "mlp.c_fc",
-             "output": "mlp.c_proj"},
-    self_attention="attn",
-    dropouts={"attention_output": "attn.resid_dropout", "output": "mlp.dropout"},
-    layernorms={"attention_output": "ln_1", "output": "ln_2"},
-)
-
-
-def _t5_shapes(config) -> dict[str, tuple[int, int]]:
-    hidden, inner, ff = config.d_model, config.num_heads * config.d_kv, config.d_ff
-    attention = {"query": (hidden, inner), "key": (hidden, inner), "value": (hidden, inner),
-                 "attention_output": (inner, hidden)}
-    cross = {f"cross_{site}": shape for site, shape in attention.items()}
-    gate = {"gate": (hidden, ff)} if getattr(config, "is_gated_act", False) else {}
-    return {**attention, **cross, **gate, "intermediate": (hidden, ff), "output": (ff, hidden)}
-
-
-def _t5_stack(layers: str, ffn: int, size: str, cross: bool, gated: bool) -> Stack:
-    attention = {"query": "q", "key": "k", "value": "v", "attention_output": "o"}
-    linears = {site: f"layer.0.SelfAttention.{name}" for site, name in attention.items()}
-    if cross:
-        linears.update({f"cross_{site}": f"layer.1.EncDecAttention.{name}" for site, name in attention.items()})
-    ffn_path = f"layer.{ffn}.DenseReluDense"
-    if gated:  # wo(act(wi_0·x) * wi_1·x): the same roles as Llama's gate, up and down projections
-        linears.update({"gate": f"{ffn_path}.wi_0", "intermediate": f"{ffn_path}.wi_1"})
-    else:
-        linears["intermediate"] = f"{ffn_path}.wi"
-    linears["output"] = f"{ffn_path}.wo"
-    return Stack(layers=layers, linears=linears, self_attention="layer.0.SelfAttention",
-                 dropouts={"attention_output": "layer.0.dropout", "output": f"layer.{ffn}.dropout"},
-                 layernorms={"attention_output": "layer.0.layer_norm", "output": f"layer.{ffn}.layer_norm"}, size=size,
-                 cross_attention="layer.1.EncDecAttention" if cross else None, causal=cross)
-
-
-def _t5(gated: bool) -> Architecture:
-    """T5: the encoder's layers, then the decoder's, whose layers add cross-attention (`cross_*` sites). v1.0 has a
-    ReLU FFN (wi, wo); v1.1, Flan-T5 and mT5 a gated one (wi_0, wi_1, wo: `gate`, `intermediate`, `output`).
-    T5ForConditionalGeneration holds both stacks itself (its LM head never trains); T5ForSequenceClassification
-    holds them in `transformer` and reads the decoder's state at the last <eos> through a dense layer and an output
-    projection, both with biases."""
-    return Architecture(
-        family="t5", backbone="", stacks=(_t5_stack("encoder.block", 1, "num_layers", False, gated),
-                                          _t5_stack("decoder.block", 2, "num_decoder_layers", True, gated)),
-        embeddings=None, embeddings_layernorm=None, pooler=None, head="classification_head", head_hidden_layer=True,
-        head_bias=True, shapes=_t5_shapes, pre_norm=True, no_bias="it has no bias terms",
-        classifier_backbone="transformer")
-
-
-_T5_GATED = _t5(gated=True)  # chosen by the config's `is_gated_act`, under the same model type
-
-ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds the dense layer
-    "bert": Architecture(family="bert", backbone="bert", head_hidden_layer=False, pooler="pooler.dense",
-                         **_BERT_LIKE),
-    "roberta": Architecture(family="roberta", backbone="roberta", head_hidden_layer=True, pooler=None, **_BERT_LIKE),
-    "xlm-roberta": Architecture(family="xlm-roberta", backbone="roberta", head_hidden_layer=True, pooler=None,
-                                **_BERT_LIKE),
-    **{family: Architecture(family=family, **_LLAMA_LIKE) for family in ("llama", "mistral", "qwen2", "qwen3")},
-    "gpt2": Architecture(family="gpt2", backbone="transformer", stacks=(_GPT2_STACK,), embeddings=None,
-                         embeddings_layernorm="ln_f", pooler=None, head="score", head_hidden_layer=False,
-                         head_bias=False, shapes=_gpt2_shapes, pre_norm=True, causal=True,
-                         aliases={"query": "qkv", "key": "qkv", "value": "qkv"}),
-    "t5": _t5(gated=False),
-    "mt5": _t5(gated=True),
-}
-
-
 def architecture_of(config) -> Architecture:
-    """The declared sites of a transformers config's family; a one-line error for any other family."""
+    """The declared sites of a transformers config's family (families.py); for a model type declared nowhere, what
+    its structure shows (discover.py), or a one-line error when it shows no layers of linears."""
+    from autopelt.delta.families import ARCHITECTURES, declared
+
     model_type = getattr(config, "model_type", None)
-    arch = ARCHITECTURES.get(model_type)
-    if arch is None:
-        raise UserError(
-            f"model type {model_type!r} is not supported yet; supported: "
-            f"{', '.join(sorted(ARCHITECTURES))} (add an entry to autopelt/delta/sites.py)"
-        )
-    if model_type == "t5" and getattr(config, "is_gated_act", False):
-        return _T5_GATED
-    return arch
+    if model_type in ARCHITECTURES:
+        return declared(config)
+    from autopelt.delta.discover import discovered
+
+    return discovered(config)
 
 
 def linear_shape(config, site: str) -> tuple[int, int]:

@@ -123,7 +123,16 @@ def set_attention(model, implementation: str) -> None:
     if implementation not in ATTENTIONS:
         raise UserError(f"attention must be one of {', '.join(ATTENTIONS)}, not {implementation!r}")
     if getattr(model.config, "_attn_implementation", None) != implementation:
-        model.set_attn_implementation(implementation)
+        try:
+            model.set_attn_implementation(implementation)
+        except ValueError:  # transformers refuses an implementation the family has none of (Gemma 2: no SDPA)
+            raise UserError(f"{type(model).__name__} cannot compute attention with {implementation}; pass "
+                            "--attention eager") from None
+
+
+def supports_sdpa(model) -> bool:
+    """Whether transformers has an SDPA attention for the model's family (Gemma 2's soft-capped logits have none)."""
+    return bool(getattr(model, "_supports_sdpa", True))
 
 
 ATTENTION_ENV = "AUTOPELT_ATTENTION"  # sdpa or eager: what `auto` picks, untimed (a machine measured elsewhere)
@@ -143,6 +152,8 @@ def choose_attention(requested: str, model: nn.Module, batch: dict, device: torc
         if requested not in ATTENTIONS:
             raise UserError(f"attention must be auto or one of {', '.join(ATTENTIONS)}, not {requested!r}")
         return {"attention": requested, "by": "asked", "seconds": None}
+    if not supports_sdpa(model):
+        return {"attention": "eager", "by": "the only one the model has", "seconds": None}
     given = os.environ.get(ATTENTION_ENV)
     if given:
         if given not in ATTENTIONS:

@@ -26,6 +26,7 @@ def check_inputs(settings):
         from autopelt.train.generate import check_generation_inputs
 
         check_generation_inputs(settings, task)
+        _check_fits(settings, model)
         return None
     if settings.data_dir and not os.path.isdir(settings.data_dir):
         raise UserError(f"--data-dir {settings.data_dir} is not a folder")
@@ -33,8 +34,19 @@ def check_inputs(settings):
         check_hub_data(task)  # offline: this one line, not a failed trial after seconds of imports
     check_model_folder(model)
     load_tokenizer(model)
+    _check_fits(settings, model)
     return check_task_data(task, settings.data_dir, settings.protocol, seed=settings.split_seed,
                            dev_size=settings.dev_size)
+
+
+def _check_fits(settings, model: str) -> None:
+    """The delta fits the model's family (a method its family cannot take, a site or layer it lacks): one line now,
+    not a failed trial."""
+    from autopelt.delta.inject import check_fits
+    from autopelt.delta.spec import parse_spec
+    from autopelt.models import load_config
+
+    check_fits(parse_spec(settings.spec), load_config(model, 2))
 
 
 def _check_checkpointing(settings) -> None:

@@ -60,7 +60,7 @@ def count(cfg: BitFitConfig, shape) -> tuple[int, int]:
     if "layernorm" in targets:
         n += 2 * config.hidden_size * len(chosen_layers(cfg.layers, arch.num_layers(config)))
     if "embeddings" in targets and arch.embeddings_layernorm:
-        n += config.hidden_size
+        n += arch.width(config, arch.embeddings_norm_width)
     if cfg.pooler and arch.pooler is not None and shape.pooling != "mean":
         n += config.hidden_size
     return n, n

@@ -43,7 +43,7 @@ def build(at, cfg: PromptConfig) -> None:
 
 
 def count(cfg: PromptConfig, shape) -> tuple[int, int]:
-    n = cfg.length * shape.config.hidden_size
+    n = cfg.length * shape.arch.width(shape.config, shape.arch.input_width)  # as wide as the input embeddings
     return n, n
 
 

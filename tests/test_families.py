@@ -1,0 +1,225 @@
+"""Every method on every declared family beyond BERT, RoBERTa, Llama, GPT-2 and T5 (which test_delta_methods.py and
+test_delta_decoders.py cover): the same behaviour, proved with numbers on tiny random models, or a refusal in one
+line that names the reason before anything is built."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_batch
+from decodermodels import row_alone
+from familymodels import NEW_DECODERS, NEW_ENCODERS, family_config, family_model
+from test_delta_decoders import CASES as DECODER_CASES
+from test_delta_decoders import changes_output_at_init as decoder_changes_output
+from test_delta_methods import CASES as ENCODER_CASES
+from test_delta_methods import changes_output_at_init as encoder_changes_output
+
+from autopelt import delta
+from autopelt.delta.registry import innermost
+from autopelt.delta.spec import parse_spec
+from autopelt.delta.sites import architecture_of
+from autopelt.errors import UserError
+
+# What each family refuses, written out here (not read from the declarations), so a refusal that appears or goes
+# unnoticed fails a test
+REFUSED = {
+    "electra": set(), "deberta-v2": {"prefix"}, "mpnet": {"prefix"}, "distilbert": {"prefix"}, "albert": {"prefix"},
+    "modernbert": {"prefix", "bitfit"},
+    **{family: {"bitfit"} for family in NEW_DECODERS},
+}
+MERGEABLE = ("lora", "rslora", "dora", "vera", "ia3", "adamix_lora", "dora+vera+ia3+ffn_adapter_same_site")
+
+
+def methods_of(spec: dict) -> set[str]:
+    return {innermost(method).method for method in parse_spec(spec).methods}
+
+
+def cases(families, table):
+    return [(family, name) for family in families for name in table if not methods_of(table[name]) & REFUSED[family]]
+
+
+def refused_cases(families, table):
+    return [(family, name) for family in families for name in table if methods_of(table[name]) & REFUSED[family]]
+
+
+ENCODER_PAIRS = cases(NEW_ENCODERS, ENCODER_CASES)
+DECODER_PAIRS = cases(NEW_DECODERS, DECODER_CASES)
+PAIRS = [(f, n, ENCODER_CASES[n]) for f, n in ENCODER_PAIRS] + [(f, n, DECODER_CASES[n]) for f, n in DECODER_PAIRS]
+REFUSALS = ([(f, n, ENCODER_CASES[n]) for f, n in refused_cases(NEW_ENCODERS, ENCODER_CASES)]
+            + [(f, n, DECODER_CASES[n]) for f, n in refused_cases(NEW_DECODERS, DECODER_CASES)])
+
+
+def pair_id(value):
+    return value if isinstance(value, str) else None
+
+
+def changes_output_at_init(family: str, name: str) -> bool:
+    """As the module the case comes from says: prefixes and prompts change attention at once."""
+    return (encoder_changes_output if family in NEW_ENCODERS else decoder_changes_output)(name)
+
+
+def batch_for(family: str, seq_len: int = 7, seed: int = 0) -> dict:
+    return tiny_batch(seq_len=seq_len, seed=seed)
+
+
+@torch.no_grad()
+def logits(model, batch):
+    return model(**batch).logits
+
+
+def build(family: str, spec: dict, seed: int = 0):
+    return delta.apply_delta(family_model(family), spec, seed=seed).eval()
+
+
+def head_names(model) -> tuple[str, ...]:
+    return tuple(part + "." for part in architecture_of(model.config).head_parts)
+
+
+def train_step(model, steps: int = 1, lr: float = 1e-2):
+    model.train()
+    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        delta.route_all(model, generator)
+        model(**tiny_batch(seed=step), labels=torch.tensor([0, 1, 1])).loss.backward()
+        optimiser.step()
+        optimiser.zero_grad()
+    return model.eval()
+
+
+@pytest.mark.parametrize("family, name, spec", PAIRS, ids=pair_id)
+def test_identity_at_init_when_zero_initialised(family, name, spec):
+    batch = batch_for(family)
+    expected = logits(family_model(family), batch)
+    got = logits(build(family, spec), batch)
+    if changes_output_at_init(family, name):
+        assert not torch.allclose(got, expected, atol=1e-6)
+    else:
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family, name, spec", PAIRS, ids=pair_id)
+def test_a_step_changes_only_the_delta_and_head(family, name, spec):
+    model = build(family, spec)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_step(model)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and changed <= trainable
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters() if n not in trainable)
+    head = head_names(model)
+    assert any(n.startswith(head) for n in changed), "the head did not train"
+    assert any(not n.startswith(head) for n in changed), "only the head trained"
+
+
+@pytest.mark.parametrize("family, name, spec", PAIRS, ids=pair_id)
+def test_analytic_count_equals_counted(family, name, spec):
+    model = build(family, spec)
+    count = delta.count_parameters(spec, model.config)
+    assert count.trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert count.stored == sum(t.numel() for t in delta.delta_state(model).values())
+    assert count.base == sum(p.numel() for p in family_model(family).parameters())
+
+
+@pytest.mark.parametrize("family, name, spec", PAIRS, ids=pair_id)
+def test_save_load_round_trip_gives_the_same_logits(family, name, spec, tmp_path):
+    model = train_step(build(family, spec), steps=2)
+    batch = batch_for(family)
+    expected = logits(model, batch)
+    delta.save_delta(model, spec, tmp_path)
+    fresh = family_model(family)
+    for part in architecture_of(fresh.config).head_parts:  # another head: the saved one must replace it
+        for module in fresh.get_submodule(part).modules():
+            if isinstance(module, torch.nn.Linear):
+                torch.nn.init.normal_(module.weight)
+    delta.load_delta(fresh, tmp_path)
+    torch.testing.assert_close(logits(fresh.eval(), batch), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family, name, spec", [p for p in PAIRS if p[1] in MERGEABLE], ids=pair_id)
+def test_merged_equals_unmerged(family, name, spec):
+    model = train_step(build(family, spec), steps=2)
+    batch = batch_for(family)
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    expected = logits(model, batch)
+    delta.merge(model)
+    assert any(not torch.equal(p, weights[n]) for n, p in model.named_parameters() if not p.requires_grad)
+    torch.testing.assert_close(logits(model, batch), expected, rtol=1e-5, atol=1e-5)
+    delta.unmerge(model)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p, weights[n], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family, name, spec", PAIRS, ids=pair_id)
+def test_padding_does_not_change_a_sequence_result(family, name, spec):
+    """A row's logits are the same alone and right-padded in a longer batch."""
+    model = train_step(build(family, spec), steps=2)
+    batch = batch_for(family, seq_len=9)
+    together = logits(model, batch)[-1]
+    alone = logits(model, row_alone(batch, 2))[0]
+    torch.testing.assert_close(alone, together, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family, name, spec", REFUSALS, ids=pair_id)
+def test_a_method_a_family_cannot_take_is_refused_in_one_line_before_anything_is_built(family, name, spec):
+    config = family_config(family)
+    refused = "|".join(sorted(methods_of(spec) & REFUSED[family]))
+    with pytest.raises(UserError, match=f"^({refused}) cannot apply to {family}: ") as error:
+        delta.count_parameters(spec, config)
+    assert "\n" not in str(error.value)
+    model = family_model(family)
+    before = [name for name, _ in model.named_modules()]
+    with pytest.raises(UserError):
+        delta.apply_delta(model, spec)
+    assert [name for name, _ in model.named_modules()] == before
+
+
+@pytest.mark.parametrize("family", NEW_ENCODERS)
+def test_mean_pooling_reads_the_mean_of_the_real_tokens_on_every_encoder(family):
+    """Under mean pooling the head reads the mean of the last layer's states over real tokens: padding changes
+    nothing, the output differs from the first token's, and the head's parameters still train."""
+    spec = {"pooling": "mean", "methods": [{"method": "lora", "rank": 4}]}
+    model = train_step(build(family, spec), steps=2)
+    first = train_step(build(family, {"methods": spec["methods"]}), steps=2)
+    batch = batch_for(family, seq_len=9)
+    assert not torch.allclose(logits(model, batch), logits(first, batch), atol=1e-4)
+    torch.testing.assert_close(logits(model, row_alone(batch, 2))[0], logits(model, batch)[-1], rtol=1e-4,
+                               atol=1e-5)
+    count = delta.count_parameters(spec, model.config)
+    assert count.trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def test_every_case_is_either_trained_or_refused_on_every_new_family():
+    """The two lists above cover every (family, case) once: nothing is silently left out."""
+    trained = {(f, n) for f, n, _ in PAIRS}
+    refused = {(f, n) for f, n, _ in REFUSALS}
+    assert not trained & refused
+    assert len(trained | refused) == len(NEW_ENCODERS) * len(ENCODER_CASES) + len(NEW_DECODERS) * len(DECODER_CASES)
+
+
+@pytest.mark.parametrize("family, site, path", [
+    ("deberta-v2", "query", "attention.self.query_proj"), ("mpnet", "attention_output", "attention.attn.o"),
+    ("distilbert", "intermediate", "ffn.lin1"), ("albert", "output", "ffn_output"),
+    ("modernbert", "qkv", "attn.Wqkv"), ("phi3", "qkv", "self_attn.qkv_proj"),
+    ("gemma2", "gate", "mlp.gate_proj"), ("olmo2", "value", "self_attn.v_proj"),
+])
+def test_declared_sites_are_real_linear_layers_of_the_declared_shape(family, site, path):
+    config = family_config(family)
+    arch = architecture_of(config)
+    model = family_model(family)
+    layer = arch.layer_modules(model)[0]
+    module = layer.get_submodule(path)
+    assert arch.stacks[0].linears[site] == path
+    in_f, out_f = arch.shapes(config)[site]
+    assert (module.in_features, module.out_features) == (in_f, out_f)
+    for other, other_path in arch.stacks[0].linears.items():  # every declared site, not only the one named
+        linear = layer.get_submodule(other_path)
+        assert (linear.in_features, linear.out_features) == arch.shapes(config)[other], other
+
+
+def test_albert_layers_are_its_one_group_of_shared_layers_and_other_groupings_are_refused():
+    config = family_config("albert")  # 2 layers in its group, run num_hidden_layers times
+    assert architecture_of(config).num_layers(config) == config.inner_group_num == 2
+    config.num_hidden_groups = 2
+    with pytest.raises(UserError, match="ALBERT with 2 layer groups"):
+        architecture_of(config)
