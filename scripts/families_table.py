@@ -25,7 +25,7 @@ TESTED_IN = {
     **dict.fromkeys(("bert", "roberta"), "test_delta_methods.py"),
     **dict.fromkeys(("llama", "gpt2", "t5"), "test_delta_decoders.py"),
     **dict.fromkeys(("electra", "deberta-v2", "mpnet", "distilbert", "albert", "modernbert", "gemma", "gemma2",
-                     "gemma3_text", "phi3", "olmo2"), "test_families.py"),
+                     "gemma3_text", "phi3", "olmo2", "bart"), "test_families.py"),
     "xlm-roberta": "roberta's declaration", "mistral": "llama's declaration", "qwen2": "llama's declaration",
     "qwen3": "llama's declaration", "mt5": "test_delta_decoders.py (t5-gated)",
 }

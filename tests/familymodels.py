@@ -46,6 +46,11 @@ def family_config(family: str, num_labels: int = 2):
     if family == "modernbert":
         return t.ModernBertConfig(**_SMALL, **_IDS, cls_token_id=1, sep_token_id=2, global_attn_every_n_layers=2,
                                   local_attention=8, **labels)
+    if family == "bart":
+        return t.BartConfig(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                            max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                            classifier_dropout=0.0, decoder_start_token_id=2, **_IDS, **labels)
     decoder = dict(**_SMALL, num_key_value_heads=2, **_IDS, **labels)
     if family == "gemma":
         return t.GemmaConfig(**decoder, head_dim=8)
@@ -81,10 +86,18 @@ def save_family_folder(family: str, folder, tokenizer_path: str, seed: int = 0):
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
         if getattr(config, name, None) is not None:
             setattr(config, name, getattr(tokenizer, name.removesuffix("_id"), None) and getattr(tokenizer, name))
+    if family == "bart":  # its classifier reads the last </s>: the tokenizer must end every row with one
+        tokenizer.eos_token = tokenizer.sep_token
+        config.eos_token_id = config.decoder_start_token_id = tokenizer.sep_token_id
+        config.bos_token_id = tokenizer.cls_token_id
     if family in ("deberta-v2", "mpnet", "distilbert", "modernbert"):
         tokenizer.model_input_names = ["input_ids", "attention_mask"]  # as their own tokenizers: no token types
     torch.manual_seed(seed)
     model = (AutoModelForCausalLM if family in DECODERS else AutoModel).from_config(config)
+    if family == "bart":
+        from transformers import BartForConditionalGeneration
+
+        model = BartForConditionalGeneration(config)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -223,3 +223,54 @@ def test_albert_layers_are_its_one_group_of_shared_layers_and_other_groupings_ar
     config.num_hidden_groups = 2
     with pytest.raises(UserError, match="ALBERT with 2 layer groups"):
         architecture_of(config)
+
+
+# BART: an encoder-decoder whose classifier reads the decoder's state at the last </s> (2), as T5's
+BART_CASES = {name: spec for name, spec in ENCODER_CASES.items()
+              if "prefix" not in methods_of(spec) and spec.get("pooling") != "mean"}
+
+
+def eos_batch(seq_len: int = 7) -> dict:
+    """Right-padded rows that each end in </s>."""
+    batch = tiny_batch(seq_len=seq_len)
+    for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
+        batch["input_ids"][row, length - 1] = 2
+    return batch
+
+
+@pytest.mark.parametrize("name", BART_CASES)
+def test_bart_trains_each_delta_counts_it_reloads_it_and_ignores_padding(name, tmp_path):
+    spec = BART_CASES[name]
+    batch = eos_batch()
+    expected = logits(family_model("bart"), batch)
+    model = build("bart", spec)
+    if not encoder_changes_output(name):
+        torch.testing.assert_close(logits(model, batch), expected, rtol=0, atol=1e-6)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model.train()
+    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    delta.route_all(model, torch.Generator().manual_seed(1))
+    model(**batch, labels=torch.tensor([0, 1, 1])).loss.backward()
+    optimiser.step()
+    model.eval()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed <= trainable and any(n.startswith("classification_head") for n in changed)
+    assert any(not n.startswith("classification_head") for n in changed)
+    count = delta.count_parameters(spec, model.config)
+    assert count.trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert count.stored == sum(t.numel() for t in delta.delta_state(model).values())
+    longer = eos_batch(seq_len=9)
+    alone = {k: v[2:3, : int(longer["attention_mask"][2].sum())] for k, v in longer.items()}
+    torch.testing.assert_close(logits(model, alone)[0], logits(model, longer)[2], rtol=1e-5, atol=1e-5)
+    delta.save_delta(model, spec, tmp_path)
+    fresh = delta.load_delta(family_model("bart"), tmp_path).eval()
+    torch.testing.assert_close(logits(fresh, batch), logits(model, batch), rtol=1e-5, atol=1e-5)
+
+
+def test_bart_refuses_prefix_and_mean_pooling_in_one_line():
+    config = family_config("bart")
+    with pytest.raises(UserError, match="^prefix cannot apply to bart: autopelt's encoder-decoder prefix is T5's"):
+        delta.count_parameters({"methods": [{"method": "prefix"}]}, config)
+    with pytest.raises(UserError, match="reads the decoder's state at the last <eos> .use --pooling cls.$"):
+        delta.count_parameters({"methods": [{"method": "lora"}], "pooling": "mean"}, config)

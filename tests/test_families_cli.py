@@ -17,7 +17,7 @@ from autopelt.delta.presets import PRESETS
 from autopelt.delta.registry import innermost
 from autopelt.delta.spec import parse_spec
 
-FAMILIES = ENCODERS + DECODERS
+FAMILIES = ENCODERS + DECODERS + ("bart",)
 METHODS = ("lora", "dora", "vera", "ia3", "houlsby", "adapter", "compacter++", "prefix", "prompt", "bitfit", "adamix",
            "unipelt_apl")
 

@@ -232,6 +232,38 @@ def _t5(gated: bool) -> Architecture:
 _T5_GATED = _t5(gated=True)  # chosen by the config's `is_gated_act`, under the same model type
 
 
+def _bart_shapes(config) -> dict[str, tuple[int, int]]:
+    hidden, ffn = config.d_model, config.encoder_ffn_dim
+    attention = {site: (hidden, hidden) for site in ("query", "key", "value", "attention_output")}
+    cross = {f"cross_{site}": shape for site, shape in attention.items()}
+    return {**attention, **cross, "intermediate": (hidden, ffn), "output": (ffn, hidden)}
+
+
+def _bart_stack(layers: str, size: str, cross: bool) -> Stack:
+    """BART's post-norm layer, LayerNorm(x + dropout(f(x))), its dropouts functional: an adapter reads the sublayer's
+    output projection itself (out_proj, fc2), as on DistilBERT."""
+    attention = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "attention_output": "out_proj"}
+    linears = {site: f"self_attn.{name}" for site, name in attention.items()}
+    if cross:
+        linears.update({f"cross_{site}": f"encoder_attn.{name}" for site, name in attention.items()})
+    linears.update({"intermediate": "fc1", "output": "fc2"})
+    return Stack(layers=layers, linears=linears, self_attention="self_attn",
+                 dropouts={"attention_output": "self_attn.out_proj", "output": "fc2"},
+                 layernorms={"attention_output": "self_attn_layer_norm", "output": "final_layer_norm"}, size=size,
+                 cross_attention="encoder_attn" if cross else None, causal=cross)
+
+
+# BART: the encoder's layers, then the decoder's (with cross-attention, `cross_*` sites), as T5's; learned absolute
+# positions; the sequence classifier reads the decoder's state at the last </s> through a dense layer and a projection
+_BART = Architecture(
+    family="bart", backbone="model", stacks=(_bart_stack("encoder.layers", "encoder_layers", False),
+                                             _bart_stack("decoder.layers", "decoder_layers", True)),
+    embeddings=None, embeddings_layernorm="encoder.layernorm_embedding", pooler=None, head="classification_head",
+    head_hidden_layer=True, shapes=_bart_shapes,
+    unsupported={"prefix": "autopelt's encoder-decoder prefix is T5's (relative positions, T5's attention), which "
+                           "BART's attention is not"})
+
+
 ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds the dense layer
     "bert": Architecture(family="bert", backbone="bert", head_hidden_layer=False, pooler="pooler.dense",
                          **_BERT_LIKE),
@@ -277,6 +309,7 @@ ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds
                          aliases={"query": "qkv", "key": "qkv", "value": "qkv"}),
     "t5": _t5(gated=False),
     "mt5": _t5(gated=True),
+    "bart": _BART,
 }
 
 
@@ -286,6 +319,9 @@ def declared(config) -> Architecture:
     model_type = config.model_type
     if model_type == "t5" and getattr(config, "is_gated_act", False):
         return _T5_GATED
+    if model_type == "bart" and config.encoder_ffn_dim != config.decoder_ffn_dim:
+        raise UserError(f"a BART whose encoder and decoder FFNs differ ({config.encoder_ffn_dim}, "
+                        f"{config.decoder_ffn_dim}) is not supported: autopelt declares one FFN width")
     if model_type == "albert" and config.num_hidden_groups != 1:
         raise UserError(f"an ALBERT with {config.num_hidden_groups} layer groups is not supported: autopelt declares "
                         "the one group of shared layers every released ALBERT has")

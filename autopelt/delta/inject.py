@@ -167,7 +167,7 @@ def check_fits(spec: DeltaSpec, config) -> None:
     """
     arch = architecture_of(config)
     if spec.pooling == "mean" and arch.reads_one_token:
-        token = "decoder's state at the last <eos>" if arch.family == "t5" else "last token"
+        token = "decoder's state at the last <eos>" if len(arch.stacks) == 2 else "last token"
         raise UserError(f"mean pooling is for encoders: a {arch.family} classifier's head reads the {token} "
                         "(use --pooling cls)")
     for method in spec.methods:

@@ -82,7 +82,7 @@ def portfolio_for_model(portfolio, config) -> tuple[object, str]:
                         "--portfolio none")
     said = []
     if arch.reads_one_token and any(m.pooling != "cls" for m in portfolio.members):
-        said.append(f"its members read the last {'</s>' if arch.family == 't5' else 'token'}, as a {arch.family} "
+        said.append(f"its members read the last {'</s>' if len(arch.stacks) == 2 else 'token'}, as a {arch.family} "
                     "classifier does (they were learned reading the mean)")
     if dropped:
         said.append(f"left out, as a {arch.family} model cannot take them: {', '.join(dropped)}")
