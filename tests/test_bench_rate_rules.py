@@ -1,0 +1,38 @@
+"""bench/rate_rules.py: each rule's rate, the ladder around them, and the summary's choice of the best rate by dev."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import rate_rules  # noqa: E402
+
+
+def test_each_rule_gives_its_rate():
+    rates = rate_rules.rule_rates(3e-3, 768, lora_rate=1e-3, reference=2e-3)
+    assert rates["absolute"] == 3e-3
+    assert rates["calibrated"] == pytest.approx(1.5e-3)
+    assert rates["transfer"] == pytest.approx(3e-3 * 0.5 ** 0.781)
+    assert "calibrated" not in rate_rules.rule_rates(3e-3, 768, lora_rate=None, reference=2e-3)
+
+
+def test_the_ladder_holds_every_rules_thirds_and_triples_once():
+    rungs = rate_rules.ladder({"a": 1e-3, "b": 1.02e-3})  # within 5%: one ladder
+    assert rungs == [pytest.approx(1e-3 / 3, rel=1e-2), 1e-3, 3e-3]
+    assert len(rate_rules.ladder({"a": 1e-3, "b": 1e-2})) == 6
+
+
+def test_the_summary_picks_the_best_mean_dev_and_reports_each_rules_test():
+    rules = {"absolute": 3e-3, "transfer": 1e-3}
+    rows = [{"model": "m", "task": "t", "member": "x", "status": "ok", "rate": rate, "seed": seed, "rules": rules,
+             "dev": dev, "test": test}
+            for rate, seed, dev, test in [(1e-3, 0, 0.8, 0.7), (1e-3, 1, 0.9, 0.8), (3e-3, 0, 0.95, 0.9),
+                                          (3e-3, 1, 0.6, 0.5), (9e-3, 0, 0.5, 0.5)]]
+    [entry] = rate_rules.summarise(rows)
+    assert entry["best_rate"] == 1e-3 and entry["best_dev"] == pytest.approx(0.85)  # mean dev, not one seed
+    assert entry["transfer_off"] == 0 and entry["absolute_off"] == pytest.approx(round(math.log10(3), 2))
+    assert entry["transfer_test"] == pytest.approx(0.75) and entry["absolute_test"] == pytest.approx(0.7)
