@@ -52,11 +52,11 @@ def test_rates_stay_as_measured_unless_calibrated_is_asked_for_and_one_line_says
     assert forced.calibrate and "rates: calibrated" in line
     shipped, line = for_search("auto", "SmolLM2-135M-Instruct", "default")  # the shipped one, on another model
     assert not shipped.calibrate and shipped.calibration
-    assert "rates: as measured on all-MiniLM-L6-v2; on SmolLM2-135M-Instruct they beat" in line
-    assert line.endswith("--rates calibrated tries those")
+    assert "rates: as measured on all-MiniLM-L6-v2, not on SmolLM2-135M-Instruct (the default, kept where" in line
+    assert line.endswith("--rates calibrated or transfer fit them to this model")
     calibrated, line = for_search("auto", "SmolLM2-135M-Instruct", "default", rates="calibrated")
     assert calibrated.calibrate and "times this study's LoRA rate" in line
-    with pytest.raises(UserError, match="--rates must be one of absolute, calibrated"):
+    with pytest.raises(UserError, match="--rates must be one of absolute, calibrated, transfer"):
         for_search("auto", "SmolLM2-135M-Instruct", "default", rates="auto")
 
 
@@ -139,3 +139,17 @@ def test_the_header_says_lora_sweeps_as_the_calibration(tmp_path):
     study, control = _study(tmp_path, "said", _portfolio(tmp_path / "p.json"), baselines=True, rates="calibrated")
     said = _baseline_rates(control.plan, control.plan.baselines)
     assert said.startswith("lora sweeps its learning rate") and "calibrated like its members" in said
+
+
+def test_transferred_rates_scale_every_member_and_baseline_by_the_hidden_sizes():
+    shipped, _ = for_search("auto", "SmolLM2-135M-Instruct", "default")
+    moved, line = for_search("auto", "SmolLM2-135M-Instruct", "default", rates="transfer", hidden_size=576)
+    scale = (384 / 576) ** 0.781
+    for before, after in zip(shipped.members, moved.members):
+        assert after.learning_rate == pytest.approx(before.learning_rate * scale, rel=2e-3)
+        assert after.name == before.name and after.methods == before.methods
+    assert moved.baseline_rates["unipelt_apl"] == pytest.approx(shipped.baseline_rates["unipelt_apl"] * scale,
+                                                                rel=2e-3)
+    assert not moved.calibrate and f"= {scale:.2f}" in line and "rates: transfer: members train at" in line
+    with pytest.raises(UserError, match="--rates transfer needs the hidden size"):
+        for_search("auto", "SmolLM2-135M-Instruct", "default", rates="transfer")

@@ -32,7 +32,11 @@ TASK_KINDS = ("classification", "generation")
 SPACE = "default"  # the search space whose studies a portfolio opens
 SIZE = 16
 SHIPPED = Path(__file__).parent / "data" / "portfolio-all-MiniLM-L6-v2.json"
-RATES = ("absolute", "calibrated")  # --rates; docs/learning-rates.md says why absolute is the default
+RATES = ("absolute", "calibrated", "transfer")  # --rates; docs/learning-rates.md says why absolute is the default
+# --rates transfer: a rate measured on a model of hidden size H0 is used on one of hidden size H as rate x (H0/H)^P
+# (Thinking Machines' cookbook, tinker_cookbook/hyperparam_utils.py: P = 0.781 for Llama models); H0 per portfolio model
+TRANSFER_POWER = 0.781
+HIDDEN_SIZES = {"all-MiniLM-L6-v2": 384}
 CALIBRATION_BASELINE = "lora"  # the baseline whose sweep measures a study's calibration
 
 
@@ -186,7 +190,7 @@ def _member(entry: dict) -> Config:
 
 
 def for_search(choice: str, model_name: str, space_name: str, features: MetaFeatures | None = None,
-               rates: str = "absolute") -> tuple[Portfolio | None, str]:
+               rates: str = "absolute", hidden_size: int | None = None) -> tuple[Portfolio | None, str]:
     """The portfolio a search runs first, and the line(s) saying which and why.
 
     Args:
@@ -196,7 +200,9 @@ def for_search(choice: str, model_name: str, space_name: str, features: MetaFeat
         space_name: the search space's name.
         features: the task's meta-features; with a portfolio that carries a prior, its members are chosen for them.
         rates: how its members' rates are read (RATES): "absolute" as recorded (the default), "calibrated"
-            relative to the LoRA rate the study sweeps on its own model and task.
+            relative to the LoRA rate the study sweeps on its own model and task, "transfer" scaled by a power of
+            the hidden sizes (TRANSFER_POWER).
+        hidden_size: the study's model's hidden size (what "transfer" scales by).
 
     Returns:
         (the portfolio or None, a line for the console; a second line names the tasks the prior judged similar).
@@ -222,7 +228,7 @@ def for_search(choice: str, model_name: str, space_name: str, features: MetaFeat
         learned = portfolio.built_from.get("tasks", [])
         source = "the tasks most like this one (below)" if similar else f"{len(learned)} tasks"
         line = f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} from {source}, run first"
-    portfolio, rates_line = _rates(portfolio, model_name, rates)
+    portfolio, rates_line = _rates(portfolio, model_name, rates, hidden_size)
     if portfolio.baseline_rates:
         line += "; " + ", ".join(f"{name} at its learned rate {rate:g}" for name, rate in portfolio.baseline_rates.items())
     return portfolio, line + (f"\n{rates_line}" if rates_line else "") + (f"\nprior: {similar}" if similar else "")
@@ -255,9 +261,10 @@ def for_generation(choice: str, model_name: str) -> tuple[Portfolio | None, str]
                        f"generation ({tasks}), run first")
 
 
-def _rates(portfolio: Portfolio, model_name: str, rates: str) -> tuple[Portfolio, str]:
-    """The portfolio set to calibrate or not (`rates`, see for_search), and the line that says which rates it
-    trains at ("" on its own model at its recorded rates: the portfolio's line names the model they came from)."""
+def _rates(portfolio: Portfolio, model_name: str, rates: str, hidden_size: int | None = None) -> tuple[Portfolio, str]:
+    """The portfolio set to calibrate, to transfer, or neither (`rates`, see for_search), and the line that says which
+    rates it trains at ("" on its own model at its recorded rates: the portfolio's line names the model they came
+    from)."""
     if rates == "calibrated" and not portfolio.calibration:
         raise UserError(f"--rates calibrated: portfolio {portfolio.source} records no LoRA rates to calibrate "
                         "against (built before calibration, or from studies without a LoRA baseline); pass --rates "
@@ -267,8 +274,25 @@ def _rates(portfolio: Portfolio, model_name: str, rates: str) -> tuple[Portfolio
             f"rates: calibrated: members train at their rate on {portfolio.model} times this study's LoRA rate "
             f"(its baseline's sweep, run first) over {portfolio.reference_rate:.2g}, LoRA's rate on the tasks they "
             "were learned from")
+    if rates == "transfer":
+        return _transferred(portfolio, hidden_size)
     if model_name != portfolio.model:
-        return portfolio, (f"rates: as measured on {portfolio.model}; on {model_name} they beat rates calibrated to "
-                           "its LoRA sweep where both were measured (SmolLM2-135M, docs/learning-rates.md)"
-                           + ("; --rates calibrated tries those" if portfolio.calibration else ""))
+        return portfolio, (f"rates: as measured on {portfolio.model}, not on {model_name} (the default, kept where "
+                           "calibrated rates were measured against it: SmolLM2-135M, 2 tasks, docs/learning-rates.md)"
+                           + ("; --rates calibrated or transfer fit them to this model" if portfolio.calibration
+                              else "; --rates transfer fits them to this model"))
     return portfolio, ""  # on its own model: the first line says where its rates were measured
+
+
+def _transferred(portfolio: Portfolio, hidden_size: int | None) -> tuple[Portfolio, str]:
+    """Every member's and learned baseline's rate times (H0 / H)^TRANSFER_POWER, H0 the portfolio model's hidden size."""
+    reference = HIDDEN_SIZES.get(portfolio.model)
+    if reference is None or not hidden_size:
+        raise UserError(f"--rates transfer needs the hidden size of the portfolio's model ({portfolio.model}) and of "
+                        "this one; pass --rates absolute or calibrated")
+    scale = (reference / hidden_size) ** TRANSFER_POWER
+    members = tuple(replace(m, learning_rate=float(f"{m.learning_rate * scale:.3g}")) for m in portfolio.members)
+    baselines = {name: float(f"{rate * scale:.3g}") for name, rate in portfolio.baseline_rates.items()}
+    return replace(portfolio, members=members, baseline_rates=baselines), (
+        f"rates: transfer: members train at their rate on {portfolio.model} times ({reference}/{hidden_size})^"
+        f"{TRANSFER_POWER} = {scale:.2f} (the hidden-size rule of Thinking Machines' cookbook)")

@@ -35,9 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="configurations run first, learned across tasks: auto (default: the shipped portfolio, "
                            "for the default space; on a generation task one measured for generation on the model, "
                            "where one is), none, or a portfolio file")
-    what.add_argument("--rates", choices=("absolute", "calibrated"), default="absolute",
+    what.add_argument("--rates", choices=("absolute", "calibrated", "transfer"), default="absolute",
                       help="the portfolio's learning rates: as measured on its model (absolute, default), or "
-                           "relative to the LoRA rate this study's LoRA baseline sweeps first (calibrated)")
+                           "relative to the LoRA rate this study's LoRA baseline sweeps first (calibrated), or "
+                           "scaled by a power of the two models' hidden sizes (transfer)")
     what.add_argument("--gradient-checkpointing", action="store_true",
                       help="every trial recomputes the model's activations in the backward pass: less memory, "
                            "more time")

@@ -51,7 +51,8 @@ class SearchOptions:
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
     finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
     backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
-    rates: str = "absolute"  # the portfolio's rates: absolute, or calibrated to the study's LoRA rate (portfolio.py)
+    rates: str = "absolute"  # the portfolio's rates: absolute, calibrated to the study's LoRA rate, or transferred by
+    # the hidden sizes (portfolio.py)
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
     gradient_checkpointing: bool = False  # of every trial whose delta can take it (TrialSettings')
 
@@ -155,7 +156,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     data, loaded = (None, {}) if generation else _check_data(task, data_dir, options)
     portfolio, portfolio_note = _generation_portfolio(options.portfolio, model) if generation else \
         _portfolio(options.portfolio, model, space,
-                   lambda: _task_features(task, loaded.get(task.train_split), model, options.k), options.rates)
+                   lambda: _task_features(task, loaded.get(task.train_split), model, options.k), options.rates,
+                   getattr(model_config, "hidden_size", None))
     if portfolio is not None:
         from autopelt.search.space_models import portfolio_for_model
 
@@ -182,7 +184,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     )
 
 
-def _portfolio(choice: str, model: str, space, features, rates: str = "absolute"):
+def _portfolio(choice: str, model: str, space, features, rates: str = "absolute", hidden_size: int | None = None):
     """The portfolio and its line(s); `features()` gives the task's meta-features (None where they cannot be read:
     the portfolio learned from every task answers); `rates` how its members' rates are read (portfolio.RATES)."""
     from autopelt.models import model_name
@@ -190,7 +192,7 @@ def _portfolio(choice: str, model: str, space, features, rates: str = "absolute"
 
     if choice == "none":
         return for_search("none", model_name(model), space.name, rates=rates)
-    return for_search(choice or "auto", model_name(model), space.name, features(), rates)
+    return for_search(choice or "auto", model_name(model), space.name, features(), rates, hidden_size)
 
 
 def _calibration(portfolio, note: str, baselines: list[str], budget: Budget):
