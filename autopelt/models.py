@@ -165,8 +165,10 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0):
-    """The base model with a freshly initialised sequence-classification head, seeded."""
+def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0, dtype=None):
+    """The base model with a freshly initialised sequence-classification head, seeded. Its linear weights are read
+    straight into `dtype` (a trial's autocast dtype; None: fp32), whatever the checkpoint stores, with no fp32 copy
+    first; the head and everything else in fp32 (`train.device.settle_dtypes`)."""
     import torch
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -185,18 +187,20 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
         # a fine-tuned checkpoint's head may have another number of labels: it is replaced below anyway
         model = AutoModelForSequenceClassification.from_pretrained(
             name_or_path, config=config, ignore_mismatched_sizes=True, local_files_only=bool(offline),
-            dtype=torch.float32)  # fp32 whatever the checkpoint stores: the trainer casts the frozen part itself
+            dtype=dtype or torch.float32)  # built on the meta device, each tensor read once, in dtype (transformers 5)
     except OSError as error:
         raise UserError(f"cannot load model {name_or_path!r} ({_cause(error, offline)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    _fresh_head(model, seed)
+    _settle_loaded(model, dtype, keep_fp32=_head_modules(model))
+    _fresh_head(model, seed)  # drawn in fp32, whatever the trial computes in
     return model
 
 
-def load_language_model(name_or_path: str, seed: int = 0):
+def load_language_model(name_or_path: str, seed: int = 0, dtype=None):
     """The base model with its own LM head (a decoder's causal LM, T5's encoder-decoder), seeded; a one-line error
-    for a family autopelt does not know."""
+    for a family autopelt does not know. Its linear weights (the LM head's too) are read straight into `dtype` (a
+    trial's autocast dtype; None: fp32), whatever the checkpoint stores; everything else in fp32."""
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -211,12 +215,34 @@ def load_language_model(name_or_path: str, seed: int = 0):
     hf_logging.disable_progress_bar()
     try:
         model = model_class(config, lm=True).from_pretrained(name_or_path, config=config,
-                                                             local_files_only=bool(offline))
+                                                             local_files_only=bool(offline),
+                                                             dtype=dtype or torch.float32)
     except (OSError, ValueError) as error:
         raise UserError(f"cannot load model {name_or_path!r} as a language model ({_cause(error, offline)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+    _settle_loaded(model, dtype)
     return model
+
+
+def _settle_loaded(model, dtype, keep_fp32=()) -> None:
+    """A model just loaded in `dtype`: its linear weights stay there (except those under the `keep_fp32` modules,
+    a fresh head); everything else, which autocast reads in fp32 (norms, embeddings, biases), goes to fp32 as
+    `train.device.settle_dtypes` keeps it. Nothing to do at fp32."""
+    import torch
+
+    from autopelt.train.device import settle_dtypes
+
+    if dtype in (None, torch.float32):
+        return
+    kept = {id(p) for module in keep_fp32 for p in module.parameters()}
+    settle_dtypes(model, dtype, frozen=lambda param: id(param) not in kept)
+
+
+def _head_modules(model) -> list:
+    from autopelt.delta.sites import architecture_of
+
+    return [model.get_submodule(part) for part in architecture_of(model.config).head_parts]
 
 
 def read_as_trained(spec: dict, model: str | None) -> dict:

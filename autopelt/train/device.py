@@ -146,27 +146,70 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def load_dtype(precision: str) -> torch.dtype:
+    """The dtype a resolved precision's frozen linear weights are loaded in: its autocast dtype, fp32 without."""
+    return _DTYPES.get(precision, torch.float32)
+
+
 def grad_scaler(device: torch.device, dtype: torch.dtype | None):
     """fp16 needs loss scaling; bf16 and fp32 do not."""
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
-def cast_frozen_weights(model: nn.Module, dtype: torch.dtype | None) -> int:
+def optimiser_step(loss: torch.Tensor, optimiser, scaler, params, grad_clip: float) -> None:
+    """Backward from `loss` and one optimiser step, both loops' own: under fp16's loss scale (a step whose gradients
+    overflow is skipped and the scale backs off; `grad_scaler` is disabled, a no-op, at bf16 and fp32), the
+    gradients unscaled before they are clipped to `grad_clip`."""
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimiser)
+    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    scaler.step(optimiser)
+    scaler.update()
+
+
+def cast_frozen_weights(model: nn.Module, dtype: torch.dtype | None, frozen=None) -> int:
     """Store every frozen linear weight (and frozen bias) in `dtype`, once, so that autocast does not cast it again
     on every call (its cast cache keeps only tensors that require grad). Exact: autocast would compute the same
     cast each time. Trainable parameters stay fp32. Returns the number of tensors cast."""
     if dtype is None:
         return 0
+    frozen = frozen or (lambda param: not param.requires_grad)
     cast = 0
     with torch.no_grad():
         for module in model.modules():
             if type(module) is not nn.Linear:  # plain linears only: a delta's own layers stay as they are
                 continue
             for param in (module.weight, module.bias):
-                if param is not None and not param.requires_grad and param.dtype != dtype:
+                if param is not None and frozen(param) and param.dtype != dtype:
                     param.data = param.data.to(dtype)
                     cast += 1
     return cast
+
+
+def settle_dtypes(model: nn.Module, dtype: torch.dtype | None, frozen=None) -> int:
+    """Mixed precision's storage, whatever the checkpoint or the load stored: every frozen plain linear's weight in
+    `dtype` (what autocast computes it in; `cast_frozen_weights`), everything else in fp32: the trainable parameters
+    (master weights: the delta, the head, BitFit's biases, with fp32 optimiser state), and the frozen norms,
+    embeddings, biases and buffers that autocast reads in fp32 (an embedding tied to a linear, a language model's
+    head, stays with the linear). `frozen(param)` says what is frozen (default: not requires_grad; a model just
+    loaded has everything trainable). A linear's frozen bias goes to `dtype` too, as `cast_frozen_weights` does,
+    once the delta is in. Returns the number of tensors changed."""
+    frozen = frozen or (lambda param: not param.requires_grad)
+    low = {id(m.weight) for m in model.modules() if type(m) is nn.Linear and frozen(m.weight)} if dtype else set()
+    changed = 0
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.is_floating_point() and id(param) not in low and param.dtype != torch.float32:
+                param.data = param.data.float()
+                changed += 1
+        for module in model.modules():
+            for name, buffer in module.named_buffers(recurse=False):
+                if buffer.is_floating_point() and buffer.dtype != torch.float32:
+                    setattr(module, name, buffer.float())
+                    changed += 1
+    if dtype is None:
+        return changed
+    return changed + cast_frozen_weights(model, dtype, frozen)
 
 
 def rng_state(device: torch.device) -> dict:
@@ -184,23 +227,28 @@ def set_rng_state(device: torch.device, state: dict) -> None:
 
 
 class PeakMemory:
-    """Peak memory of one trial, in MiB: CUDA's allocator counter, reset at the start; on a CPU, resident memory
-    sampled every `every` seconds by a daemon thread. (The process's own maximum would not do: a reused Ray
-    worker runs many trials, and it would carry every earlier trial's peak.)"""
+    """Peak memory of one trial, in MiB: on the host, resident memory (`host_mb`); on CUDA, also the allocator's
+    counter, reset at the start (`device_mb`); `mb` is the device's where there is one, else the host's.
+
+    The host's peak is the process's own maximum (ru_maxrss, exact, counted by the kernel) where it rose during
+    the trial: then the trial reached it. Where it did not (a reused Ray worker whose earlier trial, or a first
+    load, set a higher maximum), it is the resident memory sampled every `every` seconds by a daemon thread,
+    which can miss a spike shorter than that. `host_by` says which ("ru_maxrss" or "sampled")."""
 
     def __init__(self, device: torch.device, every: float = 0.05):
         self.device, self.every = device, every
         self._peak = 0
+        self._maxrss_before = self._maxrss_after = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            self._peak = resident_bytes()
-            self._thread = threading.Thread(target=self._sample, name="autopelt-peak-memory", daemon=True)
-            self._thread.start()
+        self._maxrss_before = max_resident_bytes()
+        self._peak = resident_bytes()
+        self._thread = threading.Thread(target=self._sample, name="autopelt-peak-memory", daemon=True)
+        self._thread.start()
         return self
 
     def _sample(self) -> None:
@@ -211,12 +259,43 @@ class PeakMemory:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self._peak = max(self._peak, resident_bytes())
+        self._maxrss_after = max_resident_bytes()
+
+    @property
+    def host_by(self) -> str:
+        before, after = self._maxrss_before, self._maxrss_after
+        return "ru_maxrss" if None not in (before, after) and after > before else "sampled"
+
+    @property
+    def host_mb(self) -> float:
+        return (self._maxrss_after if self.host_by == "ru_maxrss" else self._peak) / 2**20
+
+    @property
+    def device_mb(self) -> float | None:
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_allocated(self.device) / 2**20
 
     @property
     def mb(self) -> float:
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        return max(self._peak, resident_bytes()) / 2**20
+        device = self.device_mb
+        return self.host_mb if device is None else device
+
+    def record(self) -> dict:
+        """What a trial's result holds: `peak_memory_mb` (as `mb`), `peak_host_memory_mb`, `peak_device_memory_mb`
+        (None without CUDA) and `peak_host_memory_by`."""
+        return {"peak_memory_mb": self.mb, "peak_host_memory_mb": self.host_mb,
+                "peak_device_memory_mb": self.device_mb, "peak_host_memory_by": self.host_by}
+
+
+def max_resident_bytes() -> int | None:
+    """This process's peak resident memory so far (ru_maxrss), in bytes; None where the system has no such count."""
+    try:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (AttributeError, OSError, ValueError):
+        return None
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
 def resident_bytes() -> int:
@@ -225,8 +304,7 @@ def resident_bytes() -> int:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+        return max_resident_bytes() or 0
 
 
 OUT_OF_MEMORY_TEXTS = ("out of memory", "can't allocate memory", "not enough memory")  # CUDA, CPU (POSIX, Windows)

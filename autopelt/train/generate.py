@@ -13,6 +13,7 @@ import time
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from autopelt import delta
 from autopelt.data.generation import (
@@ -29,6 +30,12 @@ DEFAULT_RATE = 1e-3  # the rate a generation delta trains at where none is given
 SWEEP_START = (3e-4, 1e-3, 3e-3)  # a generation sweep's first candidates: LoRA's usual decade on decoders
 SWEEP_MAX = 5  # candidates at most, walking the half-decade ladder while the best sits at an edge
 MAX_NEW_TOKENS = 64
+LOSS_ROWS = 512  # target tokens whose logits are computed at once: a (LOSS_ROWS, vocabulary) block in fp32 at most
+# Families whose language model's logits are its head on the backbone's last states, nothing after (read in
+# transformers 5's modeling files: no soft-capping as Gemma 2 and 3 have, no scale; tests/test_generation_loss.py
+# checks those it has tiny models of against the model's own logits): their loss computes the head at the target
+# positions alone. Any other family's loss reads the model's whole logits, in the dtype it computes in.
+HEAD_ON_LAST_STATE = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "olmo2", "gpt2"})
 
 
 def generation_task(settings) -> GenerationTask:
@@ -50,12 +57,26 @@ def check_generator(config) -> None:
                         f"{arch.family} is an encoder with a classifier head")
 
 
+def check_generation_tokenizer(tokenizer, model: str) -> None:
+    """A one-line error unless the tokenizer has an end-of-sequence token: it ends every target (`encode`), and
+    generation stops at it."""
+    if tokenizer.eos_token_id is None:
+        from autopelt.models import model_name
+
+        raise UserError(f"the tokenizer of {model_name(model)} has no end-of-sequence token, which ends every "
+                        "generation target: give it one (tokenizer.eos_token = '...', then tokenizer.save_pretrained "
+                        "into the model folder) or pass a model whose tokenizer has one")
+
+
 def check_generation_inputs(settings, task: GenerationTask) -> None:
-    """One line before any training: the data folder and both columns exist, and the model can generate."""
-    from autopelt.models import load_config, resolve_model
+    """One line before any training: the data folder and both columns exist, the model can generate and its
+    tokenizer ends a text."""
+    from autopelt.models import load_config, load_tokenizer, resolve_model
 
     load_generation_splits(task, settings.data_dir)
-    check_generator(load_config(resolve_model(settings.model), 2))
+    model = resolve_model(settings.model)
+    check_generator(load_config(model, 2))
+    check_generation_tokenizer(load_tokenizer(model), model)
 
 
 def encode(tokenizer, task: GenerationTask, row: dict, max_length: int, seq2seq: bool) -> dict:
@@ -86,16 +107,46 @@ def collate(examples: list[dict], pad_id: int, left: bool = False) -> dict[str, 
 
 
 def lm_loss(model: nn.Module, batch: dict) -> tuple[torch.Tensor, int]:
-    """Mean cross-entropy over target tokens, and their number (a causal LM predicts token t+1 at t)."""
+    """Mean cross-entropy over target tokens, and their number (a causal LM predicts token t+1 at t).
+
+    The logits that count are those at target positions (a decoder's prompt and padding have none): where the
+    family allows (HEAD_ON_LAST_STATE) the backbone's states are taken there and only they go through the head;
+    the cross-entropy then runs LOSS_ROWS targets at a time, each block cast to fp32 alone and, under autograd,
+    recomputed in the backward pass instead of kept. So no (batch, length, vocabulary) tensor is ever cast to
+    fp32: at batch 128 and a 128k vocabulary one would be about 20 GB."""
     labels = batch["labels"]
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   **({"labels": labels} if model.config.is_encoder_decoder else {})).logits
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if model.config.is_encoder_decoder:  # T5: the decoder reads the targets shifted right, as labels= would
+        inputs["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(labels=labels)
+        rows, head = model(**inputs).logits, None
+    elif model.config.model_type in HEAD_ON_LAST_STATE:
+        rows, head = architecture_of(model.config).backbone_of(model)(**inputs).last_hidden_state, \
+            model.get_output_embeddings()
+    else:
+        rows, head = model(**inputs).logits, None
     if not model.config.is_encoder_decoder:
-        logits, labels = logits[:, -labels.shape[1]:][:, :-1], labels[:, 1:]  # a prompt may have put L tokens first
-    targets = int((labels != IGNORE).sum())
-    loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                       ignore_index=IGNORE)
-    return loss, targets
+        rows, labels = rows[:, -labels.shape[1]:][:, :-1], labels[:, 1:]  # a prompt may have put L tokens first
+    kept = labels != IGNORE
+    targets = int(kept.sum())
+    return _summed_cross_entropy(head, rows[kept], labels[kept]) / targets, targets
+
+
+def _summed_cross_entropy(head: nn.Module | None, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The summed fp32 cross-entropy of `head(rows)` ((N, H) states, or with no head (N, V) logits) against
+    `targets` (N,), LOSS_ROWS rows at a time."""
+    total = torch.zeros((), dtype=torch.float32, device=rows.device)
+    for start in range(0, rows.shape[0], LOSS_ROWS):
+        block = (head, rows[start:start + LOSS_ROWS], targets[start:start + LOSS_ROWS])
+        if torch.is_grad_enabled() and rows.requires_grad:  # the block's logits are recomputed in the backward pass
+            total = total + checkpoint(_block_cross_entropy, *block, use_reentrant=False, preserve_rng_state=False)
+        else:
+            total = total + _block_cross_entropy(*block)
+    return total
+
+
+def _block_cross_entropy(head: nn.Module | None, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = rows if head is None else head(rows)
+    return nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
 
 
 @torch.no_grad()
@@ -171,6 +222,7 @@ class GenerationRun:
         self.total = settings.max_steps or self.steps_per_epoch * settings.epochs
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimiser,
                                                           warmup_then_linear(self.total, settings.warmup_ratio))
+        self.scaler = devices.grad_scaler(device, dtype)  # fp16's loss scale, as the classification loop's
         self.generator = torch.Generator().manual_seed(settings.seed)
         self.best, self.history, self.step, self.seconds, self.stopped = None, [], 0, 0.0, False
 
@@ -191,9 +243,8 @@ class GenerationRun:
                 loss, _ = lm_loss(self.model, batch)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"the training loss became {float(loss)} at step {self.step + 1}")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
-            self.optimiser.step(), self.schedule.step(), self.optimiser.zero_grad()
+            devices.optimiser_step(loss, self.optimiser, self.scaler, self.params, self.settings.grad_clip)
+            self.schedule.step(), self.optimiser.zero_grad()
             self.step += 1
             if self.on_step:
                 self.on_step(self.step, self.total, float(loss.detach()))
@@ -222,7 +273,8 @@ class GenerationRun:
     def snapshot(self) -> dict:
         return {"params": [p.detach().clone() for p in self.params],
                 "optimiser": copy.deepcopy(self.optimiser.state_dict()), "schedule": self.schedule.state_dict(),
-                "generator": self.generator.get_state(), "rng": devices.rng_state(self.device),
+                "scaler": self.scaler.state_dict(), "generator": self.generator.get_state(),
+                "rng": devices.rng_state(self.device),
                 "recorded": copy.deepcopy((self.best, self.history, self.step, self.seconds, self.stopped))}
 
     def restore(self, snapshot: dict) -> None:
@@ -231,6 +283,7 @@ class GenerationRun:
                 param.copy_(value)
         self.optimiser.load_state_dict(snapshot["optimiser"])
         self.schedule.load_state_dict(snapshot["schedule"])
+        self.scaler.load_state_dict(snapshot["scaler"])
         self.generator.set_state(snapshot["generator"])
         devices.set_rng_state(self.device, snapshot["rng"])
         self.best, self.history, self.step, self.seconds, self.stopped = copy.deepcopy(snapshot["recorded"])

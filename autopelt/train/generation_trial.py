@@ -14,7 +14,8 @@ from autopelt.data.generation import PROMPT, load_generation_splits, make_genera
 from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.generate import (
-    MAX_NEW_TOKENS, check_generator, encode, generation_task, score_generation, train_generation,
+    MAX_NEW_TOKENS, check_generation_tokenizer, check_generator, encode, generation_task, score_generation,
+    train_generation,
 )
 
 
@@ -34,7 +35,7 @@ def run_generation(settings, result: dict, outcome, report=None, on_step=None) -
     device = devices.pick_device(settings.device)
     with devices.PeakMemory(device) as memory:
         model, tokenizer = _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step)
-    result["peak_memory_mb"] = memory.mb
+    result.update(memory.record())
     if settings.out_dir:
         metadata = {"base_model": portable_name(model_name), "task": task.name, "generation": {
             "input_column": task.input_column, "target_column": task.target_column, "prompt": PROMPT}}
@@ -44,14 +45,15 @@ def run_generation(settings, result: dict, outcome, report=None, on_step=None) -
 
 def _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step):
     tokenizer = load_tokenizer(model_name)
-    model = load_language_model(model_name, seed=settings.seed)
+    check_generation_tokenizer(tokenizer, model_name)
+    precision = devices.resolve_precision(settings.precision, device)
+    dtype = devices.autocast_dtype(precision)
+    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
     check_generator(model.config)
     backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
     delta.apply_delta(model, spec, seed=settings.seed)
     model.to(device)
-    precision = devices.resolve_precision(settings.precision, device)
-    dtype = devices.autocast_dtype(precision)
-    devices.cast_frozen_weights(model, dtype)
+    devices.settle_dtypes(model, dtype)  # the delta in fp32, the frozen linears in the trial's dtype
     result.update(precision=precision, params=delta.count_parameters(spec, model.config, lm=True).to_dict())
     seq2seq = bool(model.config.is_encoder_decoder)
     rows = lambda split: [encode(tokenizer, task, r, settings.max_length, seq2seq) for r in split]  # noqa: E731
@@ -83,11 +85,12 @@ def score_saved_generation(settings, delta_dir) -> dict:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
     tokenizer = load_tokenizer(model_name)
-    model = load_language_model(model_name, seed=settings.seed)
+    precision = devices.resolve_precision(settings.precision, device)
+    dtype = devices.autocast_dtype(precision)
+    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
     delta.load_delta(model, delta_dir, seed=settings.seed)
     model.to(device)
-    dtype = devices.autocast_dtype(devices.resolve_precision(settings.precision, device))
-    devices.cast_frozen_weights(model, dtype)
+    devices.settle_dtypes(model, dtype)
     test, _ = score_generation(model, tokenizer, splits.test, task, settings.eval_batch_size,
                                settings.max_new_tokens or MAX_NEW_TOKENS, device, dtype)
     return test

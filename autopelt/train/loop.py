@@ -194,11 +194,7 @@ class Training:
             loss = training_loss(self.model, batch, self.routing, self.consistency, self.mixed)
         if not torch.isfinite(loss):
             raise NonFiniteLoss(f"the loss became {float(loss.detach())} at step {self.outcome.steps + 1}")
-        self.scaler.scale(loss).backward()
-        self.scaler.unscale_(self.optimizer)
-        torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        devices.optimiser_step(loss, self.optimizer, self.scaler, self.params, self.settings.grad_clip)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         outcome = self.outcome

@@ -43,6 +43,7 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
               "lr_choice": None, "protocol": None, "metric": None, "attention": None, "attention_choice": None,
               "phase_seconds": {},
               "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
+              "peak_host_memory_mb": None, "peak_device_memory_mb": None, "peak_host_memory_by": None,
               "gates": None, "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
     try:
@@ -117,7 +118,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
             for split, features in data.extra_tests.items() if settings.score_test else ():
                 result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
         result["eval_seconds"] = trained.eval_seconds + phases["test"]
-    result["peak_memory_mb"] = memory.mb
+    result.update(memory.record())
     if settings.out_dir:
         with timed(phases, "save"):
             if predictions:  # on disk, not in the result a search worker sends back
@@ -146,13 +147,15 @@ def score_saved(result: dict) -> tuple[dict, dict]:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
     data = prepare_data(settings, load_tokenizer(model_name), task)
-    model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
+    precision = result.get("precision") or devices.resolve_precision(settings.precision, device)
+    dtype = devices.autocast_dtype(precision)
+    model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed,
+                       dtype=devices.load_dtype(precision))
     if result.get("attention"):
         backbone.set_attention(model, result["attention"])
     delta.load_delta(model, delta_dir, seed=settings.seed)
     model.to(device)
-    dtype = devices.autocast_dtype(result.get("precision") or devices.resolve_precision(settings.precision, device))
-    devices.cast_frozen_weights(model, dtype)
+    devices.settle_dtypes(model, dtype)
     test, _ = evaluate(model, data.test, task, settings, device, dtype)
     extra = {split: evaluate(model, features, task, settings, device, dtype)[0]
              for split, features in data.extra_tests.items()}
@@ -163,14 +166,15 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     """The model with the delta in place, on `device`, its frozen weights in the trial's precision; the autocast
     dtype. Records precision, attention and parameter counts in `result`, and the seconds of each part."""
     phases = result["phase_seconds"]
+    precision = devices.resolve_precision(settings.precision, device)
+    dtype = devices.autocast_dtype(precision)
     with timed(phases, "model"):
         torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
-        model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed)
+        model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed,
+                           dtype=devices.load_dtype(precision))  # the frozen weights read in the trial's dtype
         backbone.set_backbone_dropout(model, settings.backbone_dropout)  # before the delta: its dropout stays
         if task.regression:
             result["head_centered"] = backbone.center_regression_head(model, data.train.labels)
-    precision = devices.resolve_precision(settings.precision, device)
-    dtype = devices.autocast_dtype(precision)
     with timed(phases, "attention"):
         attention = backbone.choose_attention(settings.attention, model, first_batch(data.train, settings.batch_size),
                                               device, dtype, settings.backbone_dropout, attention_cache(settings))
@@ -180,7 +184,7 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
         backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
-        devices.cast_frozen_weights(model, dtype)  # the frozen backbone is cast once, not at every step
+        devices.settle_dtypes(model, dtype)  # what trains in fp32 (BitFit's biases too), the frozen linears in dtype
     result["precision"] = precision
     result["params"] = delta.count_parameters(spec, model.config, task.num_labels).to_dict()
     return model, dtype
