@@ -75,9 +75,11 @@ def test_every_method_a_family_takes_trains_and_the_others_are_refused_in_one_li
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_three_trial_search_runs_on_every_family(family, family_dirs, sst2_dir, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """The default space, its portfolio and baseline as the family takes them: what it cannot take is said."""
     monkeypatch.chdir(tmp_path)
     code = cli.main(["search", "--model", str(family_dirs(family)), "--data-dir", str(sst2_dir), "--task", "sst2",
-                     "--k", "24", "--space", "tiny", "--budget", "3", "--study-name", f"fam-{family}"])
+                     "--k", "24", "--epochs", "1", "--budget", "3", "--study-name", f"fam-{family}"])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
-    assert "study fam-" in out and "best: #" in out
+    assert "study fam-" in out and "best: #" in out and "3 complete" in out
+    assert ("baseline unipelt_apl left out" in out) == (refusal(family, "unipelt_apl") is not None)

@@ -147,6 +147,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
         from autopelt.train.generate import check_generator
 
         check_generator(model_config)
+    from autopelt.delta.sites import architecture_of
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn
@@ -166,7 +167,12 @@ def prepare(options: SearchOptions) -> SearchPlan:
     baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
     if portfolio is not None and portfolio.calibrate:
         portfolio, portfolio_note, baselines = _calibration(portfolio, portfolio_note, baselines, budget)
-    baselines = [name for name in baselines if not cannot_apply_preset(name, model_config)]
+    refused = {name: why for name in baselines if (why := cannot_apply_preset(name, model_config))}
+    baselines = [name for name in baselines if name not in refused]
+    if refused:  # said, not dropped in silence: UniPELT is every study's baseline where the family takes it
+        portfolio_note = "\n".join(filter(None, [portfolio_note] + [
+            f"baseline {name} left out: a {architecture_of(model_config).family} model cannot take it ({why})"
+            for name, why in refused.items()]))
     portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
     finalists = _finalists(options, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
