@@ -165,3 +165,14 @@ def test_a_delta_for_another_head_size_is_refused(tiny_model_dir, tmp_path):
     with pytest.raises(UserError, match="delta is merged"):
         autopelt.save(autopelt.load(None, tmp_path / "d", merge=True), tmp_path / "e")
     assert not (tmp_path / "e").exists()
+
+
+def test_a_delta_of_another_format_is_one_line_naming_the_format(tmp_path):
+    import json
+
+    from autopelt.delta.io import read_delta_header
+
+    (tmp_path / "delta.json").write_text(json.dumps({"format": "autopelt-delta/1", "spec": {"methods": []}}))
+    with pytest.raises(UserError, match=r"is not an autopelt delta \(format 'autopelt-delta/1', expected "
+                                        r"autopelt-delta/2\)$"):
+        read_delta_header(tmp_path)

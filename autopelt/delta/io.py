@@ -14,15 +14,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from autopelt.delta.inject import apply_delta
-from autopelt.delta.legacy import upgrade_v1
 from autopelt.delta.registry import method_of
 from autopelt.delta.sites import architecture_of
 from autopelt.delta.spec import DeltaSpec, parse_spec
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 
-FORMAT = "autopelt-delta/2"  # 2: the methods' reference forms; a format-1 spec is read through `upgrade_v1`
-FORMAT_1 = "autopelt-delta/1"
+FORMAT = "autopelt-delta/2"  # 2: the methods' reference forms (format 1 was never released)
 SPEC_FILE, WEIGHTS_FILE = "delta.json", "delta.safetensors"
 
 
@@ -60,7 +58,7 @@ def save_delta(model: nn.Module, spec, out_dir, metadata: dict | None = None) ->
 
 
 def read_delta_header(delta_dir) -> dict:
-    """The header of a saved delta; a format-1 header's specs are given in today's fields (see `legacy.py`)."""
+    """The header of a saved delta (format 2; a folder of another format is a one-line error)."""
     path = Path(delta_dir) / SPEC_FILE
     if not path.is_file():
         raise UserError(f"{delta_dir} is not an autopelt delta folder (no {SPEC_FILE}); pass an export folder")
@@ -68,8 +66,6 @@ def read_delta_header(delta_dir) -> dict:
         header = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise UserError(f"cannot read {path}: {error}") from None
-    if header.get("format") == FORMAT_1:
-        return {**header, **{key: upgrade_v1(header[key]) for key in ("spec", "trained_spec") if key in header}}
     if header.get("format") != FORMAT:
         raise UserError(f"{path} is not an autopelt delta (format {header.get('format')!r}, expected {FORMAT})")
     return header
