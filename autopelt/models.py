@@ -300,8 +300,9 @@ def _fresh_head(model, seed: int) -> None:
 
     generator = torch.Generator().manual_seed(seed)
     std = getattr(model.config, "initializer_range", 0.02)
+    parts = [model.get_submodule(part) for part in architecture_of(model.config).head_parts]
     with torch.no_grad():
-        for module in getattr(model, architecture_of(model.config).head).modules():
+        for module in (module for part in parts for module in part.modules()):
             if isinstance(module, torch.nn.Linear):
                 module.weight.normal_(0.0, std, generator=generator)
                 if module.bias is not None:

@@ -15,7 +15,7 @@ the seeds: dev selects) and the test metric each rule's x1 rate gives (test repo
 `<work>/trials.jsonl`, written as it ends, so a killed run resumes where it stopped.
 
     python bench/rate_rules.py run --model mpnet-base --task sst2 --k 500 --data-dir ../shared/data/glue --seeds 0 1
-    python bench/rate_rules.py summary --work benchmarks/work/rate-rules     # writes benchmarks/results/rate-rules-*
+    python bench/rate_rules.py summary       # writes benchmarks/results/rate-rules-*
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ REFERENCE_HIDDEN = 384  # all-MiniLM-L6-v2's hidden size: where the portfolio's 
 TRANSFER_POWER = 0.781  # the cookbook's exponent for Llama models (hyperparam_utils.get_lr)
 LADDER = (1 / 3, 1.0, 3.0)
 RULES = ("absolute", "calibrated", "transfer")
-DEFAULT_WORK = Path(__file__).resolve().parents[1] / "benchmarks" / "work" / "rate-rules"
+DEFAULT_WORK = Path(__file__).resolve().parents[1] / "benchmarks" / "runs" / "rate-rules"  # committed: a later
+# session resumes where this one stopped
 
 
 def rule_rates(recorded: float, hidden: int, lora_rate: float | None, reference: float | None) -> dict[str, float]:

@@ -117,9 +117,9 @@ def parameter_groups(model: nn.Module, settings: TrialSettings) -> list[dict]:
         return [{"params": [p for _, p in trainable]}]
     from autopelt.delta.sites import architecture_of
 
-    prefix = architecture_of(model.config).head + "."
-    head = [p for name, p in trainable if name.startswith(prefix)]
-    rest = [p for name, p in trainable if not name.startswith(prefix)]
+    prefixes = tuple(part + "." for part in architecture_of(model.config).head_parts)
+    head = [p for name, p in trainable if name.startswith(prefixes)]
+    rest = [p for name, p in trainable if not name.startswith(prefixes)]
     groups = [{"params": rest}] if rest else []
     if head:
         groups.append({"params": head, "lr": settings.learning_rate * settings.head_lr_scale})
