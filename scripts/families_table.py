@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "families.md"
-BLOCK = re.compile(r"(<!-- results: families -->\n).*?(<!-- /results -->)", re.S)
+BLOCK = re.compile(r"(<!-- families:start -->\n).*?(<!-- families:end -->)", re.S)
 COLUMNS = ("lora", "dora", "vera", "ia3", "houlsby", "adapter", "compacter++", "prefix", "prompt", "bitfit", "adamix",
            "unipelt_apl")
 # The test file that trains each family with every method it takes (a shared declaration: the family it serves)
@@ -73,7 +73,7 @@ def main() -> int:
     args = parser.parse_args()
     text = PAGE.read_text()
     if not BLOCK.search(text):
-        print(f"{PAGE} has no '<!-- results: families -->' block", file=sys.stderr)
+        print(f"{PAGE} has no '<!-- families:start -->' block", file=sys.stderr)
         return 2
     new = BLOCK.sub(lambda m: m.group(1) + table() + m.group(2), text)
     if args.check:
