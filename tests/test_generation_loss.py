@@ -134,3 +134,19 @@ def test_a_tokenizer_without_an_end_of_sequence_token_is_one_line_exit_2_and_not
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "has no end-of-sequence token" in err and "eos_token" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_search_with_a_tokenizer_without_an_end_of_sequence_token_is_refused_before_its_study(tmp_path, capsys):
+    folder = make_tiny_lm_folder(tmp_path / "lm")
+    tokenizer = word_tokenizer()
+    tokenizer.eos_token = None
+    tokenizer.save_pretrained(folder)
+    data = write_e2e_like(tmp_path / "gen")
+    args = ["search", "--task", "e2e", "--input-column", "mr", "--target-column", "ref", "--model", str(folder),
+            "--data-dir", str(data), "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--budget", "2",
+            "--out", str(tmp_path / "study")]
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has no end-of-sequence token" in err
+    assert not (tmp_path / "study.db").exists() and not (tmp_path / "study").exists()

@@ -142,11 +142,12 @@ def prepare(options: SearchOptions) -> SearchPlan:
     num_labels = 2 if generation else task.num_labels  # a generation trial's model has no task head
     model_config = load_config(model, num_labels)
     check_model_folder(model)  # weights and a tokenizer: without them every trial fails
-    load_tokenizer(model)
+    tokenizer = load_tokenizer(model)
     if generation:
-        from autopelt.train.generate import check_generator
+        from autopelt.train.generate import check_generation_tokenizer, check_generator
 
         check_generator(model_config)
+        check_generation_tokenizer(tokenizer, model)  # an end-of-sequence token ends every target
     from autopelt.delta.sites import architecture_of
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
