@@ -121,12 +121,13 @@ def test_specs_that_do_not_fit_the_model(spec, words):
         delta.apply_delta(tiny_model(), spec)
 
 
-def test_an_unsupported_architecture_is_a_clear_error():
-    from transformers import OPTConfig
+def test_an_architecture_autopelt_cannot_read_is_a_clear_error():
+    """An undeclared type is read by its structure (test_discover.py); an undeclared encoder-decoder cannot be."""
+    from transformers import PegasusConfig
 
-    with pytest.raises(UserError, match="model type 'opt' is not supported yet; supported: bert, gpt2, llama"):
-        delta.count_parameters(delta.PRESETS["lora"], OPTConfig(num_hidden_layers=2, hidden_size=32,
-                                                                num_attention_heads=4))
+    with pytest.raises(UserError, match="model type 'pegasus' is an encoder-decoder autopelt does not know; declare"):
+        delta.count_parameters(delta.PRESETS["lora"], PegasusConfig(vocab_size=100, d_model=32, encoder_layers=1,
+                                                                    decoder_layers=1))
 
 
 def test_loading_a_delta_whose_weights_do_not_match_fails_cleanly(tmp_path):

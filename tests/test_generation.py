@@ -167,17 +167,18 @@ def test_a_generation_task_on_an_encoder_classifier_is_refused(tiny_model_dir, d
     assert not (tmp_path / "out").exists()
 
 
-def test_an_unsupported_architecture_is_one_line_exit_2(data_dir, tmp_path, capsys):
-    from transformers import AutoModelForCausalLM, OPTConfig
+def test_an_architecture_autopelt_cannot_read_is_one_line_exit_2(data_dir, tmp_path, capsys):
+    from transformers import AutoModelForSeq2SeqLM, PegasusConfig
 
-    folder = tmp_path / "opt"
-    AutoModelForCausalLM.from_config(OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                               num_attention_heads=2, ffn_dim=32, word_embed_proj_dim=16)
-                                     ).save_pretrained(folder)
+    folder = tmp_path / "pegasus"
+    AutoModelForSeq2SeqLM.from_config(PegasusConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1,
+                                                    encoder_attention_heads=2, decoder_attention_heads=2,
+                                                    encoder_ffn_dim=32, decoder_ffn_dim=32)).save_pretrained(folder)
     args = train_args(folder, data_dir, tmp_path / "out", "--method", "lora")
+    capsys.readouterr()  # what saving the model printed
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert "model type 'opt' is not supported yet" in err and len(err.splitlines()) == 1
+    assert "model type 'pegasus' is an encoder-decoder autopelt does not know" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
