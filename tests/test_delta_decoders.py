@@ -404,3 +404,16 @@ def test_a_t5_prefix_in_peft_form_has_a_gate_per_decoder_layer_that_trains_and_r
     model(**batch, labels=batch["decoder_input_ids"]).loss.backward()
     assert bool((model.prefix_gates.logit.grad != 0).all())  # every decoder layer's gate, rows read or not
     assert set(delta.gate_values(model.eval(), batch)["prefix"]) == {"2", "3"}  # the decoder's layers
+
+
+def test_a_decoder_prompt_leads_the_token_types_too_where_a_tokenizer_gives_them():
+    """GPT-2 adds a type embedding where token_type_ids are passed (a BERT-style tokenizer gives them): the soft
+    tokens lead them with type 0, so the model sees as many types as tokens."""
+    model = build("prompt", "gpt2")
+    batch = decoder_batch("gpt2")
+    typed = {**batch, "token_type_ids": torch.zeros_like(batch["input_ids"])}
+    with torch.no_grad():
+        logits_typed = model(**typed).logits
+        alone = model(**{k: v[:1] for k, v in typed.items()}).logits
+    assert logits_typed.shape == (3, 2)
+    torch.testing.assert_close(alone[0], logits_typed[0], rtol=1e-5, atol=1e-5)

@@ -38,7 +38,7 @@ def family_dirs(tmp_path_factory, minilm_path):
 def train(folder, data_dir, out, *flags) -> int:
     return cli.main(["train", "--model", str(folder), "--data-dir", str(data_dir), "--task", "sst2", "--k", "16",
                      "--epochs", "1", "--batch-size", "8", "--lr", "0.01", "--max-length", "24", "--threads", "1",
-                     "--attention", "eager", "--out", str(out), *flags])  # eager: every family has it, untimed
+                     "--out", str(out), *flags])
 
 
 def refusal(family: str, preset: str) -> str | None:

@@ -219,6 +219,9 @@ class LeadingPrompt:
                 kwargs["position_ids"] = torch.cat([lead, positions + length], dim=-1)
             if mask is not None:
                 kwargs["attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]).expand(-1, length), mask], -1)
+            types = kwargs.get("token_type_ids")  # GPT-2 reads them where a tokenizer gives them: type 0 leads
+            if types is not None:
+                kwargs["token_type_ids"] = torch.cat([torch.zeros_like(types[:, :1]).expand(-1, length), types], -1)
         else:
             _lead(kwargs, length, tokens, length, cached - length)
         return (), kwargs
