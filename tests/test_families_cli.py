@@ -72,15 +72,9 @@ def test_every_method_a_family_takes_trains_and_the_others_are_refused_in_one_li
             assert len(lines) == 1 and not (out / "result.json").exists(), (preset, printed.err)
 
 
-# One family of each kind the search treats differently (the baseline or the portfolio's members refused, a head of
-# several modules, shared layers, fused projections, eager-only attention, two stacks): a search starts Ray and
-# trains 3 trials, about a minute and a half on 2 cores, so every family's would add half an hour to CI
-SEARCHED = ("mpnet", "deberta-v2", "distilbert", "albert", "modernbert", "gemma2", "phi3", "bart")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("family", SEARCHED)
-def test_a_three_trial_search_runs_on_a_family_of_each_kind(family, family_dirs, sst2_dir, tmp_path, monkeypatch, capsys):  # noqa: F811
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_three_trial_search_runs_on_every_family(family, family_dirs, sst2_dir, tmp_path, monkeypatch, capsys):  # noqa: F811
     """The default space, its portfolio and baseline as the family takes them: what it cannot take is said."""
     monkeypatch.chdir(tmp_path)
     code = cli.main(["search", "--model", str(family_dirs(family)), "--data-dir", str(sst2_dir), "--task", "sst2",
