@@ -9,6 +9,8 @@ and docs/families.md is generated from these declarations (scripts/families_tabl
 
 from __future__ import annotations
 
+import dataclasses
+
 from autopelt.delta.sites import Architecture, Stack
 from autopelt.errors import UserError
 
@@ -179,11 +181,7 @@ _GEMMA2_STACK = Stack(
     layernorms={"attention_output": "input_layernorm", "output": "pre_feedforward_layernorm"},
 )
 # OLMo 2: the norm after each sublayer only (residual + norm(f(x)))
-_OLMO2_STACK = Stack(
-    layers="layers", linears=_LLAMA_STACK.linears, self_attention="self_attn",
-    dropouts={"attention_output": "post_attention_layernorm", "output": "post_feedforward_layernorm"},
-    layernorms={"attention_output": "post_attention_layernorm", "output": "post_feedforward_layernorm"},
-)
+_OLMO2_STACK = dataclasses.replace(_GEMMA2_STACK, layernorms=dict(_GEMMA2_STACK.dropouts))
 _FUSED_QKV = {"query": "qkv", "key": "qkv", "value": "qkv"}
 _ENCODER = dict(embeddings="embeddings", embeddings_layernorm="embeddings.LayerNorm", head="classifier",
                 shapes=_encoder_shapes)
