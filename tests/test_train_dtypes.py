@@ -220,16 +220,29 @@ def test_every_trial_records_its_peak_host_memory(kind, make_settings, llama_che
     assert written["peak_memory_mb"] == written["peak_host_memory_mb"]
 
 
-def test_the_host_peak_is_the_process_maximum_where_the_trial_raised_it():
-    """ru_maxrss is exact where the trial set the process's maximum; otherwise the sampled resident memory."""
-    import time
+_HOST_PEAK_PROBE = """
+import json, time, torch
+from autopelt.train import device as devices
+cpu = torch.device("cpu")
+high = max(devices.max_resident_bytes(), devices.resident_bytes())
+with devices.PeakMemory(cpu, every=10.0) as raised:  # no sample in time: only ru_maxrss can see the spike
+    big = torch.ones((high - devices.resident_bytes() + 2**28) // 4)  # 256 MiB above the maximum, touched
+    del big
+with devices.PeakMemory(cpu, every=0.01) as quiet:
+    time.sleep(0.05)
+print(json.dumps({"high": high, "raised": [raised.host_by, raised.host_mb], "quiet": [quiet.host_by, quiet.host_mb]}))
+"""
 
-    cpu = torch.device("cpu")
-    high = devices.max_resident_bytes()
-    with devices.PeakMemory(cpu, every=10.0) as raised:  # no sample in time: only ru_maxrss can see the spike
-        big = torch.ones((high - devices.resident_bytes() + 2**26) // 4)  # above the process's maximum, touched
-        del big
-    assert raised.host_by == "ru_maxrss" and raised.host_mb * 2**20 >= high
-    with devices.PeakMemory(cpu, every=0.01) as quiet:
-        time.sleep(0.05)
-    assert quiet.host_by == "sampled" and quiet.host_mb < raised.host_mb
+
+def test_the_host_peak_is_the_process_maximum_where_the_trial_raised_it():
+    """ru_maxrss is exact where the trial set the process's maximum; otherwise the sampled resident memory.
+    In a fresh process: the suite's own earlier peaks must not decide what this one can raise."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run([sys.executable, "-c", _HOST_PEAK_PROBE], capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    seen = json.loads(probe.stdout.strip().splitlines()[-1])
+    (raised_by, raised_mb), (quiet_by, quiet_mb) = seen["raised"], seen["quiet"]
+    assert raised_by == "ru_maxrss" and raised_mb * 2**20 >= seen["high"]
+    assert quiet_by == "sampled" and quiet_mb < raised_mb
