@@ -25,14 +25,13 @@ dev only: their dev rows split in two halves, the ensemble and the single answer
 on the other, both ways, at every budget; the rule of the highest mean over tasks and budgets wins. Test is only
 reported.
 
-    python bench/ensemble_loo.py [--meta metalearning/data/all-MiniLM-L6-v2.json]
-                                 [--predictions metalearning/data/predictions] [--out benchmarks/results]
+    python bench/ensemble_loo.py [--meta lab/metalearning/data/all-MiniLM-L6-v2.json]
+                                 [--predictions lab/metalearning/data/predictions] [--out benchmarks/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -46,6 +45,7 @@ from autopelt.study.floors import Floors
 from results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lab"))  # the meta-dataset's pipeline: never installed
 BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16)
 RULES = tuple(Rule(max_size=size, stop=stop) for size in (4, 8, 16, 32) for stop in ("best", "no_gain")) + (
     Rule(max_size=16, stop="best", bags=8),)
@@ -259,11 +259,12 @@ def verdict(summary: list[dict]) -> list[str]:
     for arm in ("ensemble", "answer"):
         vs_single, vs_seeds = line[arm] - line["single"], line[arm] - line["seeds"]
         gap = line[f"{arm}_worst_gap"]
-        worst = ("worst seed not measured (no task has two worlds: seeds holding half its configurations)" if gap is None else
-                 f"worst seed {gap:.2f} below its mean (target ≤ {TARGET_WORST_SEED}: "
+        worst = ("worst seed not measured (no task has two worlds: seeds holding half its configurations)"
+                 if gap is None else f"worst seed {gap:.2f} below its mean (target ≤ {TARGET_WORST_SEED}: "
                  f"{'met' if gap <= TARGET_WORST_SEED else 'missed'}; over the {line['two_seed_tasks']} tasks with "
                  "two seeds)")
-        checks.append(f"{arm} at {TARGET_BUDGET}: {vs_single:+.2f} over the single answer (target ≥ +{TARGET_VS_SINGLE}: "
+        checks.append(f"{arm} at {TARGET_BUDGET}: {vs_single:+.2f} over the single answer "
+                      f"(target ≥ +{TARGET_VS_SINGLE}: "
                       f"{'met' if vs_single >= TARGET_VS_SINGLE else 'missed'}), {vs_seeds:+.2f} over the seed "
                       f"ensemble of {line['seed_members']:.1f} runs (target ≥ +{TARGET_VS_SEEDS}: "
                       f"{'met' if vs_seeds >= TARGET_VS_SEEDS else 'missed'}), {worst}")
@@ -298,8 +299,8 @@ def training_precision(meta: Path) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--meta", default=str(ROOT / "metalearning/data/all-MiniLM-L6-v2.json"))
-    parser.add_argument("--predictions", default=str(ROOT / "metalearning/data/predictions"))
+    parser.add_argument("--meta", default=str(ROOT / "lab/metalearning/data/all-MiniLM-L6-v2.json"))
+    parser.add_argument("--predictions", default=str(ROOT / "lab/metalearning/data/predictions"))
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     parser.add_argument("--name", default="ensemble-loo")
     args = parser.parse_args(argv)

@@ -3,8 +3,8 @@
 For each of the meta-dataset's tasks, two portfolios are built from the other tasks' dev scores
 (autopelt/portfolio/select.py): the global one (every other task) and the task-aware one (the k other tasks nearest
 in meta-feature space, autopelt/portfolio/prior.py, k chosen by a leave-one-task-out over the other tasks alone,
-metalearning/prior.py: the held-out task never chooses its own k). Every strategy is simulated on the held-out
-task at budgets of 1, 2, 4, 8 and 16 full-trial equivalents (metalearning/simulate.py), on each seed's trials:
+lab/metalearning/prior.py: the held-out task never chooses its own k). Every strategy is simulated on the held-out
+task at budgets of 1, 2, 4, 8 and 16 full-trial equivalents (lab/metalearning/simulate.py), on each seed's trials:
 selection by dev only, the answer scored on test. Each arm's mean over seeds is reported, and its worst seed.
 
 Strategies: task-aware (successive halving over the task-aware portfolio), task-aware + sampler (half the budget
@@ -37,11 +37,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))  # the meta-dataset's pipeline: never installed
 
-from autopelt.portfolio import select
-from metalearning import metadata, prior, simulate
-from autopelt.study.answers import MARGIN_SE
-from results import NAME, write_results
+from autopelt.portfolio import select  # noqa: E402
+from autopelt.study.answers import MARGIN_SE  # noqa: E402
+from metalearning import metadata, prior, simulate  # noqa: E402
+from results import NAME, write_results  # noqa: E402
 
 BUDGETS = (1, 2, 4, 8, 16)
 ARMS = ("task-aware", "task-aware+sampler", "global", "global+sampler", "random", "random+halving", "tuned-lora",

@@ -4,7 +4,7 @@
 
 In README.md and every page under docs/, everything between `<!-- results: NAME -->` and `<!-- /results -->` is
 replaced by the table of the newest `NAME-<date>.json` under benchmarks/results/ or an experiment's folder
-(experiments/<topic>/), and one line saying where, when and how it was measured. A marker whose benchmark has no
+(lab/experiments/<topic>/), and one line saying where, when and how it was measured. A marker whose benchmark has no
 file is an error (exit 2, the page left as it was): a page shows no empty results block. --check changes nothing
 and exits 1 when a page is out of date (for CI).
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-EXPERIMENTS = ROOT / "experiments"
+EXPERIMENTS = ROOT / "lab" / "experiments"
 BLOCK = re.compile(r"(<!-- results: ([a-z0-9._-]+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
 def newest(name: str, *folders: Path) -> dict | None:
     """The newest results file of benchmark `name` (by the date in its file name) in `folders` (default:
-    benchmarks/results/ and every experiments/<topic>/), or None."""
+    benchmarks/results/ and every lab/experiments/<topic>/), or None."""
     folders = folders or (RESULTS, *sorted(EXPERIMENTS.glob("*/")))
     pattern = f"{name}-[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].json"
     files = sorted((path for folder in folders for path in folder.glob(pattern)), key=lambda path: path.name)

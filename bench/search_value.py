@@ -171,7 +171,7 @@ def parse_args() -> argparse.Namespace:
                         help="re-train every baseline, or only UniPELT(APL) and the single method best on dev")
     parser.add_argument("--portfolio", default="auto",
                         help="autopelt's portfolio: auto (the shipped one), none, or a file, e.g. one built without "
-                             "this task: python -m metalearning prior --leave-out TASK --out FILE")
+                             "this task: PYTHONPATH=lab python -m metalearning prior --leave-out TASK --out FILE")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cpus-per-trial", type=int, default=1)
     parser.add_argument("--text-columns")

@@ -26,6 +26,8 @@ import numpy as np
 
 from results import ROOT, write_results
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))  # the meta-dataset's pipeline: never installed
+
 CONFIG = "lora-r8-qv-ffn-b16@2e-3"
 
 
@@ -129,7 +131,8 @@ COLUMNS = ["task", "metric", "seeds", "single_test", "single_worst_test", "ensem
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pool", required=True, help="a folder written by `python -m metalearning pool`")
+    parser.add_argument("--pool", required=True,
+                        help="a folder written by `PYTHONPATH=lab python -m metalearning pool`")
     parser.add_argument("--tasks", default="sst2,trec,tweeteval_emotion")
     parser.add_argument("--seeds", default="0,1,2,3")
     parser.add_argument("--threads", type=int, default=1)

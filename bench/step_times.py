@@ -34,7 +34,7 @@ from torch import nn
 
 from autopelt import delta
 from autopelt.errors import UserError
-from autopelt.models import default_model, load_model, resolve_model
+from autopelt.models import load_model, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.loop import supervised_loss, training_loss
 
@@ -172,7 +172,9 @@ def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: l
         consistency = adamix.consistency if adamix else 0.0
         mixed = delta.has_mixtures(model)
         step = optimiser_step(
-            model, lambda model=model, routing=routing, c=consistency, m=mixed: training_loss(model, dict(data), routing, c, m),
+            model,
+            lambda model=model, routing=routing, c=consistency, m=mixed:
+                training_loss(model, dict(data), routing, c, m),
             dtype)
         built[label] = (step, switch)
         params[label] = delta.count_parameters(spec, model.config).trainable

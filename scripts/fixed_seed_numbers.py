@@ -3,11 +3,11 @@
     python scripts/fixed_seed_numbers.py OUT.json [--data-dir ../shared/data/glue]
     diff <(python -m json.tool before.json) <(python -m json.tool after.json)
 
-Runs `autopelt train` (LoRA, sst2, K=64, 2 epochs, seed 0) and `autopelt search` (sst2, K=64, 12 trials, one
-worker, seed 0, a fresh SQLite study) in a temporary folder on all-MiniLM-L6-v2, with this checkout's autopelt (so a worktree of the commit before
-the refactor gives the numbers before), and writes what each trial
-recorded that a refactor could move: its configuration, learning rate and where it came from, its state, dev and
-test metrics and the answer. Wall times and paths are left out: they differ between any two runs.
+Runs `autopelt train` (LoRA, sst2, K=64, 2 epochs, seed 0) and `autopelt search` (sst2, K=64, 12 trials, one worker,
+seed 0, a fresh SQLite study) in a temporary folder on all-MiniLM-L6-v2, with this checkout's autopelt (so a
+worktree of the commit before the refactor gives the numbers before), and writes what each trial recorded that a
+refactor could move: its configuration, learning rate and where it came from, its state, dev and test metrics and
+the answer. Wall times and paths are left out: they differ between any two runs.
 """
 
 from __future__ import annotations

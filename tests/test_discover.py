@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from conftest import tiny_batch
-from familymodels import DECODERS, ENCODERS, family_config, family_model
+from familymodels import DECODERS, ENCODERS, family_config
 from tinymodels import sst2_dir  # noqa: F401  (fixture)
 
 from autopelt import cli, delta

@@ -27,7 +27,7 @@ from autopelt.cli import main
 from autopelt.ensemble.study import study_ensemble
 from autopelt.export.ensemble import study_trial_dirs
 from autopelt.portfolio.portfolio import to_file
-from metalearning.design import BY_NAME
+from support.configs import BY_NAME
 
 MEMBERS = ("lora-r8-qv@3e-3", "pfeiffer-48@3e-3", "lora-r8-qv-b16@2e-3")
 

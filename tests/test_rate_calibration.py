@@ -11,15 +11,14 @@ import math
 
 import pytest
 from support import fakes
+from support.configs import BY_NAME
 
 from autopelt.errors import UserError
 from autopelt.portfolio import build
 from autopelt.portfolio.portfolio import for_search, load, to_file
 from autopelt.search.controller import WAIT
+from autopelt.search.rate_policy import portfolio_rate
 from autopelt.study.record import read_all
-from metalearning import build as meta_build
-from metalearning import metadata
-from metalearning.design import BY_NAME
 from test_portfolio import _study
 
 MEMBERS = ("lora-r8-qv@3e-3", "lora-r8-qv-b16@2e-3", "pfeiffer-48@1e-3")
@@ -38,10 +37,10 @@ def test_the_reference_is_loras_rate_on_the_tasks_the_members_came_from(tmp_path
     nearest = dataclasses.replace(portfolio, reference_tasks=("b",))  # the prior chose them from task b alone
     assert math.isclose(nearest.reference_rate, 4e-3)
     calibrating = dataclasses.replace(portfolio, calibrate=True)
-    rate, account = calibrating.calibrated_rate(3e-3, lora_rate=5e-4)  # this model's LoRA wants 4x less
+    rate, account = portfolio_rate(calibrating, 3e-3, lora_rate=5e-4)  # this model's LoRA wants 4x less
     assert math.isclose(rate, 7.5e-4) and account["how"] == "calibrated" and math.isclose(account["scale"], 1.5)
-    assert calibrating.calibrated_rate(3e-3, lora_rate=None) == (3e-3, {})  # no LoRA rate: as recorded
-    assert portfolio.calibrated_rate(3e-3, lora_rate=5e-4) == (3e-3, {})  # a study that does not calibrate
+    assert portfolio_rate(calibrating, 3e-3, lora_rate=None) == (3e-3, {})  # no LoRA rate: as recorded
+    assert portfolio_rate(portfolio, 3e-3, lora_rate=5e-4) == (3e-3, {})  # a study that does not calibrate
 
 
 def test_rates_stay_as_measured_unless_calibrated_is_asked_for_and_one_line_says_which(tmp_path):
@@ -123,16 +122,6 @@ def test_a_portfolio_built_from_calibrated_studies_records_their_lora_rates(tmp_
     assert load(tmp_path / "mine.json").calibration == {"task-a": fakes.SWEPT_RATE, "task-b": fakes.SWEPT_RATE}
 
 
-def test_the_shipped_portfolios_calibration_is_loras_simulated_sweep_on_every_task():
-    meta = metadata.shipped()
-    from autopelt.portfolio.portfolio import SHIPPED
-
-    portfolio = load(SHIPPED)
-    assert portfolio.calibration == meta_build.calibration(meta, meta.tasks)
-    assert set(portfolio.calibration) == set(meta.tasks)
-    assert {portfolio.calibration[t] for t in ("clinc150", "hwu64", "trec_fine")} == {1e-2}  # many classes
-
-
 def test_the_header_says_lora_sweeps_as_the_calibration(tmp_path):
     from autopelt.search.view import _baseline_rates
 
@@ -145,11 +134,12 @@ def test_transferred_rates_scale_every_member_and_baseline_by_the_hidden_sizes()
     shipped, _ = for_search("auto", "SmolLM2-135M-Instruct", "default")
     moved, line = for_search("auto", "SmolLM2-135M-Instruct", "default", rates="transfer", hidden_size=576)
     scale = (384 / 576) ** 0.781
-    for before, after in zip(shipped.members, moved.members):
-        assert after.learning_rate == pytest.approx(before.learning_rate * scale, rel=2e-3)
-        assert after.name == before.name and after.methods == before.methods
-    assert moved.baseline_rates["unipelt_apl"] == pytest.approx(shipped.baseline_rates["unipelt_apl"] * scale,
-                                                                rel=2e-3)
-    assert not moved.calibrate and f"= {scale:.2f}" in line and "rates: transfer: members train at" in line
+    assert moved.transfer == pytest.approx(scale) and moved.members == shipped.members  # recorded rates kept
+    for member in moved.members:  # what the policy trains them at
+        assert portfolio_rate(moved, member.learning_rate, None)[0] == pytest.approx(member.learning_rate * scale,
+                                                                                      rel=2e-3)
+    learned = moved.baseline_rates["unipelt_apl"]
+    assert portfolio_rate(moved, learned, None)[0] == pytest.approx(learned * scale, rel=2e-3)
+    assert not moved.calibrate and f"= {scale:.2f}" in line and "rates: transfer: members and learned baseline rates train at" in line
     with pytest.raises(UserError, match="--rates transfer needs the hidden size"):
         for_search("auto", "SmolLM2-135M-Instruct", "default", rates="transfer")

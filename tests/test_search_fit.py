@@ -22,7 +22,7 @@ def pinned_portfolio(tmp_path, model):
     the shipped one's learned UniPELT rate: the estimates below are then fixed numbers."""
     from autopelt.models import model_name
     from autopelt.portfolio.portfolio import to_file
-    from metalearning.design import BY_NAME
+    from support.configs import BY_NAME
 
     path = tmp_path / "pinned.json"
     if not path.exists():

@@ -13,7 +13,7 @@ from autopelt import delta
 from autopelt.errors import UserError
 from autopelt.search.space import load_space
 from autopelt.search.space_models import cannot_apply_preset, for_model
-from metalearning.design import BY_NAME
+from support.configs import BY_NAME
 
 
 def draws(space, config, trials=60):

@@ -102,7 +102,7 @@ def model_card(manifest: dict) -> str:
                "anyway")
     lines = [f"# autopelt ensemble of {len(members)} deltas on {manifest.get('task')}", "",
              f"- base model: `{manifest.get('base_model')}`",
-             f"- selection: greedy forward selection with replacement on dev predictions (Caruana et al. 2004)",
+             "- selection: greedy forward selection with replacement on dev predictions (Caruana et al. 2004)",
              f"- dev {manifest['metric']}: ensemble {manifest['dev']:.4f}, single answer {single['dev']:.4f} "
              f"({single['summary']}); {verdict}",
              f"- inference cost: **{len(members)} forward passes an input** on one backbone load "

@@ -180,7 +180,7 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
         summary = metrics["reseed"]["summary"]
         lines.append(f"- over {metrics['reseed']['seeds']} seeds: "
                      + ", ".join(f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items()))
-    lines += ["", "Run it:", "", "```", f"autopelt predict --delta . --text \"…\"", "```"]
+    lines += ["", "Run it:", "", "```", "autopelt predict --delta . --text \"…\"", "```"]
     if no_peft is None:
         lines += ["", "Or with peft:", "", "```python",
                   "from peft import PeftModel",

@@ -1,4 +1,4 @@
-"""Build a portfolio file from a user's own finished studies (the meta-dataset's pipeline is metalearning/)."""
+"""Build a portfolio file from a user's own finished studies (the meta-dataset's pipeline is lab/metalearning/)."""
 
 from __future__ import annotations
 

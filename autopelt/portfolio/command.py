@@ -3,7 +3,7 @@
     autopelt portfolio build --storage URL [--study NAME ...] --out portfolio.json [--size 16]
 
 The shipped prior (a meta-dataset over 21 tasks and the task-aware portfolio built from it) is made by the
-pipeline in the repository's metalearning/ folder, which this package never imports.
+pipeline in the repository's lab/metalearning/ folder, which this package never imports.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ class Portfolio:
     calibration: dict[str, float] = field(default_factory=dict)  # task -> LoRA's swept rate on the portfolio's model
     reference_tasks: tuple[str, ...] = ()  # the tasks its members were chosen from (the prior's nearest); () all
     calibrate: bool = False  # a study trains members at rates relative to its own LoRA rate (for_search decides)
+    transfer: float = 1.0  # or at their rates times this, (H0 / H)^TRANSFER_POWER (for_search decides)
     task_kind: str = "classification"  # or "generation": the tasks it was learned on, the searches it opens
 
     @property
@@ -60,16 +61,6 @@ class Portfolio:
         rates = [self.calibration[t] for t in self.reference_tasks if t in self.calibration] \
             or list(self.calibration.values())
         return math.exp(sum(map(math.log, rates)) / len(rates)) if rates else None
-
-    def calibrated_rate(self, rate: float, lora_rate: float | None) -> tuple[float, dict]:
-        """(the rate a member or learned baseline rate `rate` trains at in a study whose LoRA baseline swept to
-        `lora_rate`, its account): `rate` x lora_rate / reference; `rate` itself where the study does not
-        calibrate, or has no LoRA rate (its LoRA baseline failed or ran out of time)."""
-        reference = self.reference_rate
-        if not self.calibrate or reference is None or not lora_rate:
-            return rate, {}
-        return rate * lora_rate / reference, {"how": "calibrated", "recorded": rate, "reference": reference,
-                                              "calibration": lora_rate, "scale": rate / reference}
 
     def for_task(self, features: MetaFeatures | None) -> tuple[Portfolio, str]:
         """This portfolio with its members chosen for a task of `features` by its prior, and one line saying from
@@ -222,15 +213,18 @@ def for_search(choice: str, model_name: str, space_name: str, features: MetaFeat
                             "classifies: pass a portfolio learned on classification, or --portfolio none")
         line = f"portfolio {choice} ({len(portfolio.members)} configurations learned on {portfolio.model})"
     elif space_name != SPACE:
-        return None, f"no portfolio: the shipped one opens the {SPACE!r} space, and this search draws from {space_name!r}"
+        return None, (f"no portfolio: the shipped one opens the {SPACE!r} space, and this search draws from "
+                      f"{space_name!r}")
     else:
         portfolio, similar = load(SHIPPED).for_task(features)
         learned = portfolio.built_from.get("tasks", [])
         source = "the tasks most like this one (below)" if similar else f"{len(learned)} tasks"
-        line = f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} from {source}, run first"
+        line = (f"portfolio: {len(portfolio.members)} configurations learned on {portfolio.model} from {source}, "
+                "run first")
     portfolio, rates_line = _rates(portfolio, model_name, rates, hidden_size)
     if portfolio.baseline_rates:
-        line += "; " + ", ".join(f"{name} at its learned rate {rate:g}" for name, rate in portfolio.baseline_rates.items())
+        line += "; " + ", ".join(f"{name} at its learned rate {rate:g}"
+                                 for name, rate in portfolio.baseline_rates.items())
     return portfolio, line + (f"\n{rates_line}" if rates_line else "") + (f"\nprior: {similar}" if similar else "")
 
 
@@ -285,14 +279,14 @@ def _rates(portfolio: Portfolio, model_name: str, rates: str, hidden_size: int |
 
 
 def _transferred(portfolio: Portfolio, hidden_size: int | None) -> tuple[Portfolio, str]:
-    """Every member's and learned baseline's rate times (H0 / H)^TRANSFER_POWER, H0 the portfolio model's hidden size."""
+    """The portfolio set to train every member's and learned baseline's rate times (H0 / H)^TRANSFER_POWER, H0 the
+    portfolio model's hidden size (search/rate_policy.py applies it)."""
     reference = HIDDEN_SIZES.get(portfolio.model)
     if reference is None or not hidden_size:
         raise UserError(f"--rates transfer needs the hidden size of the portfolio's model ({portfolio.model}) and of "
                         "this one; pass --rates absolute or calibrated")
     scale = (reference / hidden_size) ** TRANSFER_POWER
-    members = tuple(replace(m, learning_rate=float(f"{m.learning_rate * scale:.3g}")) for m in portfolio.members)
-    baselines = {name: float(f"{rate * scale:.3g}") for name, rate in portfolio.baseline_rates.items()}
-    return replace(portfolio, members=members, baseline_rates=baselines), (
-        f"rates: transfer: members train at their rate on {portfolio.model} times ({reference}/{hidden_size})^"
+    return replace(portfolio, transfer=scale), (
+        f"rates: transfer: members and learned baseline rates train at their rate on {portfolio.model} times "
+        f"({reference}/{hidden_size})^"
         f"{TRANSFER_POWER} = {scale:.2f} (the hidden-size rule of Thinking Machines' cookbook)")

@@ -7,7 +7,7 @@ the meta-dataset's tasks; a feature that does not vary there is not used) are th
 from, by the same greedy selection as the global one (select.py; TabRepo's zero-shot selection restricted to
 neighbours, as auto-sklearn 1.0 warm-starts from its nearest datasets). A task farther from its nearest than any
 meta-dataset task is from its own nearest (`unlike`) is unlike all of them: the global portfolio answers, and the
-search says so. `k` was chosen by leave-one-task-out (metalearning/prior.py; docs/portfolio.md).
+search says so. `k` was chosen by leave-one-task-out (lab/metalearning/prior.py; docs/portfolio.md).
 """
 
 from __future__ import annotations

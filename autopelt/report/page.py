@@ -81,7 +81,8 @@ def _sections(contents: ReportContents) -> tuple[list[str], int]:
         "trial and each gated baseline.", gates,
     ))
     out.append(_section("Top trials", "Complete, full-fidelity trials, best first.",
-                        rows_table(contents.top, metric, contents.header.metric) if contents.top else _note("none yet")))
+                        rows_table(contents.top, metric, contents.header.metric) if contents.top
+                        else _note("none yet")))
     return out, next(counter)
 
 
@@ -138,7 +139,8 @@ def _best_html(header: Header) -> str:
 def rows_table(rows: list[Row], metric: str, test_metric: str | None = None) -> str:
     head = ("<tr><th class='num'>rank</th><th class='num'>trial</th><th>kind</th><th>delta</th>"
             f"<th class='num'>params %</th><th class='num'>stored</th><th class='num'>dev {e(metric)}</th>"
-            f"<th class='num'>test {e(test_metric or metric)}</th><th class='num'>epochs</th><th class='num'>seconds</th></tr>")
+            f"<th class='num'>test {e(test_metric or metric)}</th><th class='num'>epochs</th>"
+            "<th class='num'>seconds</th></tr>")
     body = "".join(
         f"<tr class='{'searched' if r.name == 'searched' else 'baseline'}'><td class='num'>{rank}</td>"
         f"<td class='num'>#{r.number}</td><td class='kind'>{e(r.phase or r.name)}</td><td>{e(r.summary)}</td>"

@@ -1,11 +1,11 @@
 """The end of a search: its best few trials trained again with another seed, and the answer picked by their mean.
 
-One seed's dev metric picks the luckiest of deltas that sit within about a point of each other; the mean dev of
-two seeds ranks them by test far better (docs/search.md, Finalists; `experiments/selection/dev_ranks.py`). So the budget
-keeps room for the finalists: when the rest of it is spent (on a trial budget, once this process's trials have
-finished, so they can be finalists), the best `finalists` answer trials (`answers.ranked`) are queued once more,
-each with its own delta, learning rate and batch size, the study's rows, and training seed `--seed` + 1000 (far
-from the 1, 2, 3, ... of `autopelt export --reseed` and of a user's seed sweep, so that re-running the answer with
+One seed's dev metric picks the luckiest of deltas that sit within about a point of each other; the mean dev of two
+seeds ranks them by test far better (docs/search.md, Finalists; `lab/experiments/selection/dev_ranks.py`). So the
+budget keeps room for the finalists: when the rest of it is spent (on a trial budget, once this process's trials
+have finished, so they can be finalists), the best `finalists` answer trials (`answers.ranked`) are queued once
+more, each with its own delta, learning rate and batch size, the study's rows, and training seed `--seed` + 1000
+(far from the 1, 2, 3, ... of `autopelt export --reseed` and of a user's seed sweep, so that re-running the answer with
 those shares no run with its selection). They are never stopped early, and the answer is the finalist with the
 best mean dev (answers.py).
 

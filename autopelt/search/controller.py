@@ -24,13 +24,12 @@ from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
 from autopelt.numbers import is_finite_number
 from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
-from autopelt.search import (baselines, claims, confirm, learning_rates, portfolio_phase, rate_policy, recovery,
-                             refine)
+from autopelt.search import baselines, claims, confirm, portfolio_phase, rate_policy, recovery, refine
 from autopelt.search.baselines import baseline_hparams, baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
 from autopelt.study import answers, optuna_private, record
-from autopelt.study.record import TrialRecord, read_all
+from autopelt.study.record import TrialKind, TrialRecord
 from autopelt.train.settings import TrialSettings
 
 log = logging.getLogger(__name__)
@@ -120,7 +119,7 @@ class Controller:
         portfolio); then WAIT while nothing else is queued to run first, so that no worker draws ahead of them."""
         if self._members_held:
             trials = self.study.get_trials(deepcopy=False)
-            settled, _ = portfolio_phase.calibration(trials)
+            settled, _ = rate_policy.calibration(trials)
             if not settled:
                 return WAIT if not any(t.state == TrialState.WAITING for t in trials) else None
             self._members_held = False
@@ -165,7 +164,8 @@ class Controller:
                 return WAIT
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
-            finalist = bool(record.confirms(trial))
+            kind = record.kind_of(trial)
+            finalist = kind is TrialKind.FINALIST
             if final == _ASK and not finalist:  # queued before the finalists, and now too late
                 self._fail(trial, claims.BUDGET_REACHED)
                 continue
@@ -183,7 +183,7 @@ class Controller:
             if baseline and claims.baseline_alive(baseline, trials, below=trial.number):
                 self._fail(trial, claims.DUPLICATE_BASELINE)
                 continue
-            ticket = self._plan_trial(trial, baseline)
+            ticket = self._plan_trial(trial, kind, baseline)
             if ticket is not None:
                 return ticket
             if self.error:
@@ -301,13 +301,13 @@ class Controller:
         optuna_private.storage_of(self.study).record_heartbeat(optuna_private.trial_id(trial))
         return trial
 
-    def _plan_trial(self, trial: optuna.Trial, baseline: str | None) -> Ticket | None:
+    def _plan_trial(self, trial: optuna.Trial, kind: TrialKind, baseline: str | None) -> Ticket | None:
         """Draw and size the delta; a Ticket, or None when it was refused (recorded as FAIL)."""
         from autopelt.delta import count_parameters, parse_spec  # torch: the driver's, never a Ray worker's
 
         plan = self.plan
         try:
-            drawn, hparams = self._draw(trial, baseline)
+            drawn, hparams = self._draw(trial, kind, baseline)
             spec = parse_spec(drawn)
             count = count_parameters(spec, plan.model_config, plan.num_labels, lm=plan.generation)
         except UserError as error:
@@ -326,64 +326,41 @@ class Controller:
         # (the summary sets them beside the answer), after the search for the answer, never for the rest
         settings = self.trial_settings(spec.to_dict(), hparams, plan.out_dir / f"trial-{trial.number:05d}",
                                        seed=seed if isinstance(seed, int) else None,
-                                       score_test=bool(baseline or record.confirms(trial)))
+                                       score_test=kind in (TrialKind.BASELINE, TrialKind.FINALIST))
         record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
                                            hparams))
         self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
-        stoppable = baseline is None and not record.is_refinement(trial) and not record.confirms(trial) \
+        stoppable = kind in (TrialKind.DRAWN, TrialKind.MEMBER) \
             and record.portfolio_of(trial).get("rank") != 0  # the portfolio's first is the prior's favourite
         return Ticket(trial.number, settings, stoppable=stoppable)
 
-    def _draw(self, trial: optuna.Trial, baseline: str | None) -> tuple[dict, dict]:
-        """(spec, hparams) of the trial: its delta from its source, at the rate rate_policy decides."""
-        again = record.confirms(trial).get("trial")
-        if again is not None:
+    def _draw(self, trial: optuna.Trial, kind: TrialKind, baseline: str | None) -> tuple[dict, dict]:
+        """(spec, hparams) of the trial: its delta from its source (by its kind), at the rate rate_policy decides,
+        which the trial records (`lr_from`)."""
+        repeats = None
+        if kind is TrialKind.FINALIST:
+            again = record.confirms(trial)["trial"]
             original = next((t for t in self.study.get_trials(deepcopy=False) if t.number == again), None)
             if original is None:
                 raise UserError(f"trial {again}, queued as a finalist, is not in the study")
             original = record.read(original)
-            spec, hparams = confirm.settings_of(original)
-            return spec, rate_policy.trial_rate(hparams, repeats_rate=original.learning_rate).hparams
-        member = record.portfolio_of(trial)
-        if member:
-            if member.get("drawn"):  # queued with the parameters that draw it: record them for the sampler
+            (spec, hparams), repeats = confirm.settings_of(original), original.learning_rate
+        elif kind is TrialKind.MEMBER:
+            if record.portfolio_of(trial).get("drawn"):  # queued with the parameters that draw it: record them
                 self.plan.space.sample(trial, self.plan.num_layers)
-            spec, hparams = portfolio_phase.spec_and_hparams(self.plan, member)
-            rate, calibrated = self.plan.portfolio.calibrated_rate(hparams["learning_rate"], self._lora_rate())
-            if calibrated:
-                record.write(trial, record.attrs(lr_from=calibrated))
-            return spec, rate_policy.trial_rate(hparams, member_rate=rate).hparams
-        if baseline:
+            spec, hparams = portfolio_phase.spec_and_hparams(self.plan, record.portfolio_of(trial))
+        elif kind is TrialKind.BASELINE:
             if baseline not in PRESETS:
                 raise UserError(f"unknown baseline {baseline!r}")
             if record.is_drawn_baseline(trial):  # queued with the parameters that draw it: record them
                 self.plan.space.sample(trial, self.plan.num_layers)
-            learned = self._learned_rates()
-            rate = rate_policy.trial_rate(baseline_hparams(self.plan.epochs), baseline=baseline, learned=learned)
-            return baseline_spec(baseline, self.baseline_pooling), rate.hparams
-        spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
-        rate = rate_policy.trial_rate(hparams, spec=spec, measured=learning_rates.measured(read_all(self.study)))
-        if rate.lr_from:
-            record.write(trial, record.attrs(lr_from=rate.lr_from))
+            spec, hparams = baseline_spec(baseline, self.baseline_pooling), baseline_hparams(self.plan.epochs)
+        else:
+            spec, hparams = self.plan.space.sample(trial, self.plan.num_layers)
+        rate = rate_policy.decide(kind, hparams, trials=self.study.get_trials(deepcopy=False),
+                                  portfolio=self.plan.portfolio, spec=spec, baseline=baseline, repeats=repeats)
+        record.write(trial, record.attrs(lr_from=rate.lr_from))
         return spec, rate.hparams
-
-    def _lora_rate(self) -> float | None:
-        """The study's LoRA rate (its calibration), where its portfolio calibrates and the LoRA baseline has one."""
-        if self.plan.portfolio is None or not self.plan.portfolio.calibrate:
-            return None
-        return portfolio_phase.calibration(self.study.get_trials(deepcopy=False))[1]
-
-    def _learned_rates(self) -> dict[str, float] | None:
-        """The baselines' rates learned with the portfolio (calibrated as its members are; a calibrated portfolio's
-        baseline started before the study's LoRA rate is known sweeps its own); None without a portfolio."""
-        portfolio = self.plan.portfolio
-        if portfolio is None:
-            return None
-        if not portfolio.calibrate:
-            return portfolio.baseline_rates
-        lora = self._lora_rate()
-        return {name: portfolio.calibrated_rate(rate, lora)[0] for name, rate in portfolio.baseline_rates.items()} \
-            if lora else {}
 
     def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None,
                        score_test: bool = True) -> TrialSettings:
@@ -468,7 +445,7 @@ class Controller:
             return False
         if run.fidelity >= run.max_fidelity:  # trained to its end: stopping it would throw that away
             return False
-        if record.confirms(run.trial) or record.baseline_of(run.trial):
+        if record.kind_of(run.trial) in (TrialKind.FINALIST, TrialKind.BASELINE):
             return False
         self._superseded.add(number)
         return True

@@ -116,7 +116,6 @@ def prepare(options: SearchOptions) -> SearchPlan:
     """Check and resolve every input; raise UserError on the first bad one. Writes nothing (but a hub id's files
     fetched into the hub's cache: its config, and how it is pooled)."""
     from autopelt.data.generation import GenerationTask
-    from autopelt.delta.presets import BASELINES
     from autopelt.models import check_model_folder, load_config, load_tokenizer, own_pooling
     from autopelt.search.space import load_space
 
@@ -286,7 +285,8 @@ def _generation_data_dir(given: str | None, task) -> str:
 
     folder = _data_folder(given)
     if folder is None:
-        raise UserError(f"a generation task reads your own data: pass --data-dir DIR holding DIR/{task.name}/train.jsonl")
+        raise UserError("a generation task reads your own data: pass --data-dir DIR holding "
+                        f"DIR/{task.name}/train.jsonl")
     load_generation_splits(task, str(folder))
     return str(folder)
 

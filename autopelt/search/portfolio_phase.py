@@ -8,11 +8,8 @@ from __future__ import annotations
 from typing import Callable
 
 import optuna
-from optuna.trial import TrialState
-
-from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
 from autopelt.search.claims import ALIVE
-from autopelt.study.record import attrs, baseline_of, portfolio_of, read
+from autopelt.study.record import attrs, portfolio_of
 
 
 def enqueue_missing(study: optuna.Study, members, params_of: Callable) -> list[str]:
@@ -28,21 +25,6 @@ def enqueue_missing(study: optuna.Study, members, params_of: Callable) -> list[s
         study.enqueue_trial(params or {}, user_attrs=attrs(portfolio=tag))
         queued.append(member.name)
     return queued
-
-
-def calibration(trials) -> tuple[bool, float | None]:
-    """(settled, the study's LoRA rate): the rate its LoRA baseline chose by its sweep and trained to the end at
-    (portfolio.py's calibration); settled with None where no LoRA baseline is queued or running and none has one
-    (it failed, or a wall-time budget left it no time): the members then train at their recorded rates."""
-    alive = False
-    for trial in trials:
-        if baseline_of(trial) != CALIBRATION_BASELINE:
-            continue
-        run = read(trial)
-        if run.is_answer and run.learning_rate:
-            return True, run.learning_rate
-        alive = alive or trial.state in (TrialState.WAITING, TrialState.RUNNING)
-    return not alive, None
 
 
 def spec_and_hparams(plan, tag: dict) -> tuple[dict, dict]:

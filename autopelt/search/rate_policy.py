@@ -1,66 +1,181 @@
-"""Which learning rate a trial of a search trains at: the one place that decides, in this order.
+"""Which learning rate a trial of a search trains at, and why: the one place that decides.
 
-1. A finalist trains at the rate the trial it repeats trained at (its sweep is not run twice; confirm.py).
-2. A portfolio member trains at the rate recorded with it (`Portfolio.hparams`; portfolio/portfolio.py), which a
-   study that calibrates has scaled by its LoRA rate first (`Portfolio.calibrated_rate`).
-3. A baseline trains at the rate learned for it with the study's portfolio (`Portfolio.baseline_rates`, calibrated
-   alike), else it sweeps its own (`SWEEP`).
-4. A delta the space draws with `learning_rate: auto` trains at the measured rate of its families times the drawn
-   `lr_scale` (learning_rates.resolve); a refinement is such a delta, whose `lr_scale` refine.py chose to put it at
-   a factor of its baseline's rate. A rate the space draws itself (a number) stays as drawn.
-5. Otherwise the trial sweeps its own: `learning_rate` None in TrialSettings, train/lr_sweep.py.
+A trial's kind (`TrialKind`, study/record.py) is read once, from what queued or drew it; `decide` gives the rate
+from the kind and what the study knows so far (its trials, its portfolio):
 
-The modules named keep their computations (the sweep, the measured family rates, the recorded and learned rates);
-only which of them wins is stated here. The controller asks `trial_rate` for every trial it starts.
+- FINALIST: the rate of the trial it repeats (its sweep is not run twice; confirm.py).
+- MEMBER: the rate recorded with the portfolio member (measured on the portfolio's model), read as `--rates`
+  says (`portfolio_rate`): as recorded ("absolute"); times this study's LoRA rate over LoRA's rate on the tasks the
+  member was learned from ("calibrated"; as recorded where the study has no LoRA rate); times
+  (H0 / H)^TRANSFER_POWER, H0 and H the two models' hidden sizes ("transfer").
+- BASELINE: the rate learned for its preset with the portfolio, read alike; else it sweeps its own (no portfolio,
+  none learned, or a calibrating study whose LoRA rate is not known yet).
+- REFINEMENT and DRAWN: a space's `learning_rate: auto` is the geometric mean of the rates this study measured for
+  the delta's families (`measured`) times the drawn `lr_scale` (refine.py draws a refinement's scale to put it at
+  a factor of its baseline's rate); with none measured it sweeps. A rate the space draws as a number stays.
+- A trial left without a rate sweeps its own (`learning_rate` None in TrialSettings; train/lr_sweep.py).
+
+Every trial records why (`lr_from`, with `why` one of the names below). The family rates: a single-method baseline
+that sweeps measures its family's rate, so the sampler searches a narrow range around rates that learn on this
+task, model and budget, instead of four decades of which most learn nothing.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Sequence
 
-from autopelt.search import learning_rates
+from autopelt.delta.spec import parse_spec
+from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
+from autopelt.study.record import TrialKind, TrialRecord, baseline_of, read
 
 # why a trial trains at its rate: the rule that decided
 FINALIST = "finalist: the rate of the trial it repeats"
 MEMBER = "portfolio member: its recorded rate"
+CALIBRATED = "portfolio: its recorded rate calibrated to this study's LoRA rate"
+TRANSFERRED = "portfolio: its recorded rate transferred by hidden size"
 LEARNED = "baseline: the rate learned with the portfolio"
 FAMILY = "measured family rate x lr_scale"
 DRAWN = "drawn by the space"
 SWEEP = "sweep"
+
+AUTO = "auto"  # a space's `learning_rate: auto`
+# baseline preset -> the family whose rate it measures (UniPELT measures a combination, not a family)
+BASELINE_FAMILIES = {"lora": "lora", "adapter": "adapter", "prefix": "prefix", "compacter": "compacter",
+                     "bitfit": "bitfit", "prompt": "prompt"}
 
 
 @dataclass(frozen=True)
 class Rate:
     hparams: dict  # the trial's training hyper-parameters, `learning_rate` the rate it trains at (None: a sweep)
     why: str  # the rule that decided (one of the names above)
-    lr_from: dict = field(default_factory=dict)  # a drawn `auto` rate's account (the trial's `lr_from`), else {}
+    lr_from: dict = field(default_factory=dict)  # what the trial records: `why` and the rule's account
 
 
-def trial_rate(hparams: dict, *, repeats_rate: float | None = None, member_rate: float | None = None,
-               baseline: str | None = None, learned: Mapping[str, float] | None = None, spec: dict | None = None,
-               measured: Mapping[str, float] | None = None) -> Rate:
-    """The rate a trial trains at, and why.
+def decide(kind: TrialKind, hparams: dict, *, trials: Sequence = (), portfolio=None, spec: dict | None = None,
+           baseline: str | None = None, repeats: float | None = None) -> Rate:
+    """The rate a trial of `kind` trains at, and why.
 
     Args:
-        hparams: the trial's training hyper-parameters as its source gave them (drawn, recorded or a preset's).
-        repeats_rate: for a finalist, the rate the trial it repeats trained at.
-        member_rate: for a portfolio member, its recorded rate.
-        baseline: for a baseline, its preset's name; `learned`: the portfolio's baseline rates (None: no portfolio).
-        spec: for a drawn delta, its spec; `measured`: the study's measured family rates (learning_rates.measured).
-
-    Returns:
-        A `Rate`; `lr_from` is non-empty only for a drawn delta whose space says `learning_rate: auto`, and then
-        names the rule (`why`) beside learning_rates.resolve's account.
+        kind: the trial's kind (record.kind_of).
+        hparams: its training hyper-parameters as its source gave them (drawn, recorded or a preset's).
+        trials: the study's trials so far (FrozenTrials or TrialRecords): its LoRA rate and measured family rates.
+        portfolio: the study's portfolio (autopelt.portfolio.Portfolio) or None.
+        spec: the trial's delta spec (a drawn delta's families).
+        baseline: a baseline's preset name.
+        repeats: a finalist's: the rate the trial it repeats trained at.
     """
-    if repeats_rate is not None:
-        return Rate({**hparams, "learning_rate": repeats_rate}, FINALIST)
-    if member_rate is not None:
-        return Rate({**hparams, "learning_rate": member_rate}, MEMBER)
-    if baseline is not None:
-        rate = (learned or {}).get(baseline)
-        return Rate({**hparams, "learning_rate": rate}, SWEEP if rate is None else LEARNED)
-    resolved, lr_from = learning_rates.resolve(spec or {}, hparams, dict(measured or {}))
-    rate = resolved.get("learning_rate")
-    why = SWEEP if rate is None else FAMILY if lr_from.get("how") == "baselines" else DRAWN
-    return Rate(resolved, why, {**lr_from, "why": why} if lr_from else {})
+    if kind is TrialKind.FINALIST:
+        return _rate({**hparams, "learning_rate": hparams.get("learning_rate") if repeats is None else repeats},
+                     FINALIST)
+    if kind is TrialKind.MEMBER:
+        rate, account = portfolio_rate(portfolio, hparams["learning_rate"], _lora_rate(portfolio, trials))
+        return _rate({**hparams, "learning_rate": rate}, account.pop("why", MEMBER), account)
+    if kind is TrialKind.BASELINE:
+        learned = (portfolio.baseline_rates if portfolio is not None else {}).get(baseline)
+        lora = _lora_rate(portfolio, trials)
+        if learned is None or (portfolio.calibrate and not lora):  # a calibration not known yet: sweep
+            return _rate({**hparams, "learning_rate": None}, SWEEP)
+        rate, account = portfolio_rate(portfolio, learned, lora)
+        return _rate({**hparams, "learning_rate": rate}, LEARNED, account)
+    hparams = dict(hparams)
+    scale = hparams.pop("lr_scale", 1.0)
+    if hparams.get("learning_rate") != AUTO:
+        return _rate(hparams, DRAWN if hparams.get("learning_rate") is not None else SWEEP)
+    reference, known = reference_rate(spec or {}, measured(_records(trials)))
+    if reference is None:
+        return _rate({**hparams, "learning_rate": None}, SWEEP, {"how": "sweep", "scale": scale})
+    return _rate({**hparams, "learning_rate": reference * scale}, FAMILY,
+                 {"how": "baselines", "reference": reference, "scale": scale, "families": known})
+
+
+def _rate(hparams: dict, why: str, account: dict | None = None) -> Rate:
+    return Rate(hparams, why, {**(account or {}), "why": why})
+
+
+def portfolio_rate(portfolio, recorded: float, lora_rate: float | None) -> tuple[float, dict]:
+    """(the rate a member's or learned baseline's `recorded` rate trains at, its account): calibrated by the study's
+    LoRA rate where the portfolio calibrates and the rate is known; transferred by its scale where it transfers;
+    else `recorded`. The account names the rule (`why`) where it changed the rate."""
+    reference = portfolio.reference_rate
+    if portfolio.calibrate and reference is not None and lora_rate:
+        return recorded * lora_rate / reference, {"why": CALIBRATED, "how": "calibrated", "recorded": recorded,
+                                                  "reference": reference, "calibration": lora_rate,
+                                                  "scale": recorded / reference}
+    if portfolio.transfer != 1.0:
+        return float(f"{recorded * portfolio.transfer:.3g}"), {"why": TRANSFERRED, "how": "transfer",
+                                                               "recorded": recorded, "scale": portfolio.transfer}
+    return recorded, {}
+
+
+def _lora_rate(portfolio, trials: Sequence) -> float | None:
+    """The study's LoRA rate, where its portfolio calibrates and the LoRA baseline has one."""
+    if portfolio is None or not portfolio.calibrate:
+        return None
+    return calibration(trials)[1]
+
+
+def calibration(trials: Iterable) -> tuple[bool, float | None]:
+    """(settled, the study's LoRA rate): the rate its LoRA baseline chose by its sweep and trained to the end at;
+    settled with None where no LoRA baseline is queued or running and none has one (it failed, or a wall-time
+    budget left it no time): the members then train at their recorded rates."""
+    from optuna.trial import TrialState
+
+    alive = False
+    for trial in trials:
+        if (trial.baseline if isinstance(trial, TrialRecord) else baseline_of(trial)) != CALIBRATION_BASELINE:
+            continue
+        run = trial if isinstance(trial, TrialRecord) else read(trial)
+        if run.is_answer and run.learning_rate:
+            return True, run.learning_rate
+        alive = alive or run.state in (TrialState.WAITING, TrialState.RUNNING)
+    return not alive, None
+
+
+def _records(trials: Iterable) -> list[TrialRecord]:
+    return [t if isinstance(t, TrialRecord) else read(t) for t in trials]
+
+
+# -- the rates a study has measured for each family ---------------------------------------------------------
+
+def family(entry) -> str:
+    """The family a method entry's rate comes from: dense adapters share one, PHM/Compacter another; AdaMix
+    trains at its inner delta's rate."""
+    from autopelt.delta.spec import AdaMixConfig, AdapterConfig
+
+    inner = entry.delta if isinstance(entry, AdaMixConfig) else entry
+    if isinstance(inner, AdapterConfig):
+        return "adapter" if inner.projection == "dense" else "compacter"
+    return inner.method
+
+
+def families(spec: dict) -> list[str]:
+    return sorted({family(entry) for entry in parse_spec(spec).methods})
+
+
+def measured(trials: Iterable[TrialRecord]) -> dict[str, float]:
+    """Family -> the rate its single-method baseline chose and trained to the end at; for a family no baseline
+    measured, the rate of its best single-family portfolio member trained to the end."""
+    trials = list(trials)
+    rates, best = {}, {}
+    for trial in trials:
+        family_ = BASELINE_FAMILIES.get(trial.baseline or "")
+        if family_ and trial.is_answer and trial.learning_rate:
+            rates[family_] = trial.learning_rate
+    for trial in trials:  # else the best single-family portfolio member's rate
+        if not (trial.portfolio and trial.is_answer and trial.learning_rate and trial.spec and trial.values):
+            continue
+        names = families(trial.spec)
+        if len(names) == 1 and names[0] not in rates and trial.values[0] > best.get(names[0], (float("-inf"),))[0]:
+            best[names[0]] = (trial.values[0], trial.learning_rate)
+    return {**{name: rate for name, (_, rate) in best.items()}, **rates}
+
+
+def reference_rate(spec: dict, rates: dict[str, float]) -> tuple[float | None, dict[str, float]]:
+    """The geometric mean of the measured rates of the spec's families (those measured), and those rates;
+    (None, {}) when no family of the spec has one yet."""
+    known = {name: rates[name] for name in families(spec) if name in rates}
+    if not known:
+        return None, {}
+    return math.exp(sum(math.log(rate) for rate in known.values()) / len(known)), known

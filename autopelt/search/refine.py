@@ -9,7 +9,7 @@ The refinements, in order, each a trial of its own:
    the rate / sqrt 2;
 3. at FACTOR times the rate the baseline chose.
 
-Whether each earns its place is measured on the tasks the rules were not chosen on: experiments/portfolio-rules,
+Whether each earns its place is measured on the tasks the rules were not chosen on: lab/experiments/portfolio-rules,
 docs/portfolio.md ("Rules judged again").
 
 Refinements are drawn through the space like any other delta, so the sampler learns from them; early stopping never
@@ -32,7 +32,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autopelt.search import confirm, learning_rates
+from autopelt.search import confirm, rate_policy
 from autopelt.search.claims import covers
 from autopelt.study import answers, record
 from autopelt.study.record import TrialRecord
@@ -62,8 +62,8 @@ def ready(trials: list[FrozenTrial], baselines: list[str]) -> bool:
 
 def unsettled(trials: list[FrozenTrial]) -> set[str]:
     """The families whose measured rate may still change: those of the baselines still running."""
-    return {learning_rates.BASELINE_FAMILIES[name] for t in trials if t.state == TrialState.RUNNING
-            and (name := record.baseline_of(t)) in learning_rates.BASELINE_FAMILIES}
+    return {rate_policy.BASELINE_FAMILIES[name] for t in trials if t.state == TrialState.RUNNING
+            and (name := record.baseline_of(t)) in rate_policy.BASELINE_FAMILIES}
 
 
 def queued(trials: list[FrozenTrial]) -> bool:
@@ -87,13 +87,13 @@ def refinements(records: Iterable[TrialRecord], maximize: bool = True, skip: set
     more places (at its rate / sqrt 2), best baseline first; then each at FACTOR times its rate. A baseline with a
     family in `skip` is left out."""
     records = list(records)
-    rates = learning_rates.measured(records)
+    rates = rate_policy.measured(records)
     drawn = [r for r in records if r.baseline and r.baseline_drawn and r.learning_rate
              and isinstance(r.distributions.get(SCALE), FloatDistribution)]
     leading, first, last = [], [], []
     for base in answers.ranked(drawn, maximize)[:BEST]:  # the study's one rule for "best"
-        reference, _ = learning_rates.reference_rate(base.spec, rates)
-        if reference is None or skip & set(learning_rates.families(base.spec)):
+        reference, _ = rate_policy.reference_rate(base.spec, rates)
+        if reference is None or skip & set(rate_policy.families(base.spec)):
             continue
         pooling, half = (MEAN if _can_pool_mean(base) else None), _half_batch(base)
         if pooling or half is not None:  # both where the space says both; half the batch by the square-root rule

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -173,6 +174,32 @@ def read(trial: FrozenTrial) -> TrialRecord:
         refines=_mapping(a.get("refines")), confirms=_mapping(a.get("confirms")),
         portfolio=_mapping(a.get("portfolio")),
     )
+
+
+class TrialKind(str, Enum):
+    """What queued or drew a trial, read once from its attributes (`kind_of`): a finalist trains a trial again
+    (confirm.py), a member a portfolio configuration, a baseline a preset, a refinement a baseline's delta reshaped
+    (refine.py); the sampler drew the rest. What decides a trial's rate (search/rate_policy.py), whether it may be
+    stopped early and how the summary names it."""
+
+    FINALIST = "finalist"
+    MEMBER = "member"
+    BASELINE = "baseline"
+    REFINEMENT = "refinement"
+    DRAWN = "drawn"
+
+
+def kind_of(trial) -> TrialKind:
+    """The kind of a trial (live optuna.Trial or FrozenTrial)."""
+    if confirms(trial).get("trial") is not None:
+        return TrialKind.FINALIST
+    if portfolio_of(trial):
+        return TrialKind.MEMBER
+    if baseline_of(trial):
+        return TrialKind.BASELINE
+    if is_refinement(trial):
+        return TrialKind.REFINEMENT
+    return TrialKind.DRAWN
 
 
 def baseline_of(trial) -> str | None:

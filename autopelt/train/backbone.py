@@ -244,7 +244,7 @@ def center_regression_head(model: nn.Module, labels) -> bool:
     output initialised at the target mean, as is usual practice). A layer without a bias (Llama's and GPT-2's
     `score`) is given one: it trains with the head and is saved with the delta (`delta.load_delta` gives the
     fresh model's layer its bias back; peft's copy of such a head has none, so such a delta has no peft folder).
-    Returns False, changing nothing, where the head has no one-output Linear. Why: experiments/regression-head."""
+    Returns False, changing nothing, where the head has no one-output Linear. Why: lab/experiments/regression-head."""
     from autopelt.delta.sites import architecture_of
 
     head = getattr(model, architecture_of(model.config).head)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-import time
 
 from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields, task_name
 from autopelt.errors import UserError
@@ -174,7 +172,8 @@ def summary(result: dict) -> str:
         f"{result['task']} · {result['summary']} · seed {result['seed']}",
         f"  data      train {protocol['train_size']:,} · dev {protocol['dev_size']:,} · test {protocol['test_size']:,}"
         f" ({protocol['name']}{' K=' + str(protocol['k']) if protocol.get('k') else ''})",
-        f"  training  lr {result['learning_rate']:.3g}{_lr_how(result.get('lr_choice'))} · precision {result['precision']}",
+        f"  training  lr {result['learning_rate']:.3g}{_lr_how(result.get('lr_choice'))} · "
+        f"precision {result['precision']}",
         f"  params    {params['trainable']:,} trainable ({params['trainable_pct']:.3f}%) · "
         f"{params['stored']:,} stored ({params['stored_pct']:.3f}%)",
         f"  dev       {_metrics(result['dev'])}  (best epoch {result['best_epoch']} of {result['epochs_run']:g})",

@@ -17,8 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from autopelt import delta
 from autopelt.data.generation import (
-    GenerationTask, corpus_scores, generation_task_of, load_generation_splits, make_generation_splits,
-    references_by_input,
+    GenerationTask, corpus_scores, generation_task_of, load_generation_splits, references_by_input,
 )
 from autopelt.delta.sites import architecture_of
 from autopelt.errors import UserError

@@ -14,7 +14,7 @@ on either side of the best, once); nothing learned yet (walk down); a small lead
 learned only once it beats one class by LEARNED_SE standard errors); the fastest rate on the edge of stability
 (back off to the rung below when it has BACK_OFF_SHARE of the gain and BACK_OFF_LOSS_SHARE of the loss drop); and
 no rate learned at all (the two likeliest train on to the second evaluation). Each but the midpoints is kept
-because replaying the sweep without it on tasks it was not chosen on (experiments/sweep-rules/sweep_rules_loo.py)
+because replaying the sweep without it on tasks it was not chosen on (lab/experiments/sweep-rules/sweep_rules_loo.py)
 did worse for LoRA or prefix-tuning; the midpoints are undecided there (the replays without them leave the grid).
 docs/learning-rates.md has the cases, the judgement and the rules it removed.
 """
@@ -41,7 +41,7 @@ LEARNED_MARGIN = 0.01  # errors of the dev metric (a proportion of the dev rows)
 BACK_OFF_SHARE = 0.75  # the rate below the best is nearly as good when it has this share of the best's gain
 BACK_OFF_LOSS_SHARE = 0.6  # and this share of its drop in dev loss from the rung above (docs/learning-rates.md)
 # the special cases, by name: a sweep without one of them is what leave-one-task-out compares against
-# (experiments/sweep-rules/sweep_rules_loo.py; docs/learning-rates.md says which earned their place)
+# (lab/experiments/sweep-rules/sweep_rules_loo.py; docs/learning-rates.md says which earned their place)
 RULES = frozenset({"midpoints", "walk_down", "learned_margin", "back_off", "second_round"})
 
 
@@ -86,7 +86,7 @@ def train_at_chosen_rate(model: nn.Module, data, settings, device: torch.device,
 
 
 class _Sweep:
-    rules: frozenset = RULES  # the special cases in play (all of them but in experiments/sweep-rules/)
+    rules: frozenset = RULES  # the special cases in play (all of them but in lab/experiments/sweep-rules/)
 
     def __init__(self, model, data, settings, device, consistency, on_step):
         self.model, self.data, self.settings, self.device = model, data, settings, device

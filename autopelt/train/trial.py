@@ -39,7 +39,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     """
     started = time.perf_counter()
     result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
-              "model": settings.model, "seed": settings.seed, "precision": None, "learning_rate": settings.learning_rate,
+              "model": settings.model, "seed": settings.seed, "precision": None,
+              "learning_rate": settings.learning_rate,
               "lr_choice": None, "protocol": None, "metric": None, "attention": None, "attention_choice": None,
               "phase_seconds": {},
               "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
