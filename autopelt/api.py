@@ -175,7 +175,7 @@ def save(model, path, **metadata) -> Path:
 
 
 def _check_model(model) -> None:
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "get_submodule"):
@@ -255,7 +255,9 @@ def search_delta(task: str, *, budget: str | int = 20, echo: Callable[[str], Non
 
     Returns:
         The search's outcome: `.study` (the Optuna study), `.best` (the answer trial's record,
-        autopelt/study/record.py, or None), `.pareto` (multi-objective studies), `.seconds`, ….
+        autopelt/study/record.py, or None), `.ensemble` (the ensemble of its finished trials,
+        autopelt/ensemble/study.py, or None; `.answers` where it answers instead), `.pareto` (multi-objective
+        studies), `.seconds`, ….
 
     Raises:
         UserError: an unknown option or bad input (no data offline, a bad space), before any trial runs.

@@ -168,7 +168,7 @@ def load_tokenizer(name_or_path: str):
 def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0, dtype=None):
     """The base model with a freshly initialised sequence-classification head, seeded. Its linear weights are read
     straight into `dtype` (a trial's autocast dtype; None: fp32), whatever the checkpoint stores, with no fp32 copy
-    first; the head and everything else in fp32 (`train.device.settle_dtypes`)."""
+    first; the head and everything else in fp32 (`autopelt.dtypes.settle_dtypes`)."""
     import torch
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -204,7 +204,9 @@ def load_language_model(name_or_path: str, seed: int = 0, dtype=None):
     import torch
     from transformers.utils import logging as hf_logging
 
-    from autopelt.delta.sites import architecture_of, model_class
+    from autopelt.delta.sites import model_class
+
+    from autopelt.delta.families import architecture_of
 
     config = load_config(name_or_path, 2)
     architecture_of(config)
@@ -228,10 +230,10 @@ def load_language_model(name_or_path: str, seed: int = 0, dtype=None):
 def _settle_loaded(model, dtype, keep_fp32=()) -> None:
     """A model just loaded in `dtype`: its linear weights stay there (except those under the `keep_fp32` modules,
     a fresh head); everything else, which autocast reads in fp32 (norms, embeddings, biases), goes to fp32 as
-    `train.device.settle_dtypes` keeps it. Nothing to do at fp32."""
+    `autopelt.dtypes.settle_dtypes` keeps it. Nothing to do at fp32."""
     import torch
 
-    from autopelt.train.device import settle_dtypes
+    from autopelt.dtypes import settle_dtypes
 
     if dtype in (None, torch.float32):
         return
@@ -240,7 +242,7 @@ def _settle_loaded(model, dtype, keep_fp32=()) -> None:
 
 
 def _head_modules(model) -> list:
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
     return [model.get_submodule(part) for part in architecture_of(model.config).head_parts]
 
@@ -296,7 +298,7 @@ def _fresh_head(model, seed: int) -> None:
     """A checkpoint's own task head is never reused: every trial's head is random, from its seed."""
     import torch
 
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
     generator = torch.Generator().manual_seed(seed)
     std = getattr(model.config, "initializer_range", 0.02)

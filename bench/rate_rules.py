@@ -135,7 +135,7 @@ def run(args) -> None:
 
 
 def _num_layers(config) -> int:
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
     return architecture_of(config).num_layers(config)
 

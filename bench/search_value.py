@@ -425,11 +425,11 @@ def ensemble_members(storage: str, name: str, trials: list) -> tuple[list[tuple[
 
     from autopelt.ensemble.study import study_ensemble
     from autopelt.errors import UserError
-    from autopelt.export.ensemble import study_trial_dirs
+    from autopelt.study.record import trial_dirs
     from autopelt.study.record import read
 
     try:
-        chosen = study_ensemble(study_trial_dirs(optuna.load_study(study_name=name, storage=storage)))
+        chosen = study_ensemble(trial_dirs(optuna.load_study(study_name=name, storage=storage)))
     except UserError:
         return [], None
     by_folder = {str(Path(r.result_dir)): r for r in map(read, trials) if r.result_dir}

@@ -195,7 +195,7 @@ def _peft_lora(model, data, dtype):
     except ImportError:
         return None
     switch = Switch(model)
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
 
     arch = architecture_of(model.config)  # q,v of this family (BERT's query/value, Llama's q_proj/v_proj)

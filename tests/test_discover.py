@@ -15,7 +15,7 @@ from tinymodels import sst2_dir  # noqa: F401  (fixture)
 from autopelt import cli, delta
 from autopelt.delta.discover import _config_json, _discover
 from autopelt.delta.families import declared
-from autopelt.delta.sites import architecture_of
+from autopelt.delta.families import architecture_of
 from autopelt.errors import UserError
 
 READ_BY_STRUCTURE = [f for f in ENCODERS + DECODERS if f != "albert"]  # ALBERT's one shared layer needs declaring

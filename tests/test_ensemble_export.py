@@ -186,3 +186,27 @@ def test_no_soup_of_different_structures(tmp_path):
     assert "differ in structure" in why_not_soup([LORA, ADAPTER])
     assert "only LoRA" in why_not_soup([ADAPTER, ADAPTER])
     assert why_not_soup([LORA, LORA]) is None
+
+
+def test_the_searchs_ensemble_is_chosen_once_and_the_summary_prints_that_one(study_db):
+    """run_search chooses the study's ensemble (of_study) and carries it in SearchOutcome.ensemble; the summary is a
+    printer of it, and `export --ensemble` selects the same members from the same folders."""
+    from types import SimpleNamespace
+
+    from autopelt.ensemble.study import of_study, study_ensemble
+    from autopelt.search.view import ensemble_lines
+    from autopelt.study.record import trial_dirs
+
+    url, root = study_db
+    study = optuna.load_study(study_name="tiny", storage=url)
+    assert [d.name for d in trial_dirs(study)] == ["trial-0", "trial-1", "trial-2"]  # the pruned one has no folder
+    chosen = of_study(study)
+    again = study_ensemble(trial_dirs(study))
+    assert [m.folder for m in chosen.members] == [m.folder for m in again.members] and chosen.weights == again.weights
+    plan = SimpleNamespace(study_name="tiny")
+    assert len(chosen.members) == 1 and ensemble_lines(chosen, plan) == []  # one member: the single answer
+    assert ensemble_lines(None, plan) == []  # no trial kept predictions (a generation study)
+    from autopelt.ensemble.select import Rule
+
+    several = study_ensemble(trial_dirs(study), rule=Rule(max_size=3, bags=6, bag_fraction=0.34))
+    assert len(several.members) > 1 and ensemble_lines(several, plan)[: len(several.lines())] == several.lines()

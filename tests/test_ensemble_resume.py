@@ -25,7 +25,7 @@ from tinymodels import NEGATIVE, POSITIVE, sentence, tiny_model_dir  # noqa: F40
 
 from autopelt.cli import main
 from autopelt.ensemble.study import study_ensemble
-from autopelt.export.ensemble import study_trial_dirs
+from autopelt.study.record import trial_dirs
 from autopelt.portfolio.portfolio import to_file
 from support.configs import BY_NAME
 
@@ -75,7 +75,7 @@ def _ensemble(tmp_path, name: str):
 
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
     planned = {str(Path(r.result_dir)) for r in read_all(study) if r.result_dir and (r.baseline or r.portfolio)}
-    chosen = study_ensemble([d for d in study_trial_dirs(study) if str(d) in planned])
+    chosen = study_ensemble([d for d in trial_dirs(study) if str(d) in planned])
     members = [(m.result["settings"]["spec"], m.result["settings"]["learning_rate"]) for m in chosen.members]
     return study, chosen, members
 
@@ -140,4 +140,4 @@ def test_a_trial_the_study_failed_is_no_candidate_though_its_folder_holds_a_fini
         study.add_trial(create_trial(state=state, value=0.5 if state == TrialState.COMPLETE else None,
                                      params={"x": 0.1}, distributions={"x": FloatDistribution(0, 1)},
                                      user_attrs={"result_dir": str(folder)}))
-    assert [p.name for p in study_trial_dirs(study)] == ["trial-0", "trial-2", "trial-3"]
+    assert [p.name for p in trial_dirs(study)] == ["trial-0", "trial-2", "trial-3"]

@@ -17,7 +17,7 @@ from test_delta_methods import changes_output_at_init as encoder_changes_output
 from autopelt import delta
 from autopelt.delta.registry import innermost
 from autopelt.delta.spec import parse_spec
-from autopelt.delta.sites import architecture_of
+from autopelt.delta.families import architecture_of
 from autopelt.errors import UserError
 
 # What each family refuses, written out here (not read from the declarations), so a refusal that appears or goes

@@ -195,7 +195,7 @@ def test_a_search_on_a_generation_task_trains_language_model_deltas_and_scores_i
     for the baselines and the finalist as they train, and for the answer from its saved delta after the search."""
     from support import fakes
 
-    from autopelt.search.answer_scores import score_answers
+    from autopelt.study.answer_scores import score_answers
     from autopelt.search.controller import Controller
     from autopelt.search.plan import SearchOptions, prepare
     from autopelt.search.resume import open_study

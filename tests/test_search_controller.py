@@ -465,7 +465,7 @@ def test_a_time_budget_stops_asking_and_prunes_what_runs_at_the_deadline(tmp_pat
     study, control = make(tmp_path, budget="1s")
     ticket = control.next_trial()
     control.report(ticket.number, {"epoch": 1, "dev_metric": 0.5})
-    control.started -= 2  # the deadline passed
+    control.finalists.started -= 2  # the deadline passed
     assert control.next_trial() == DONE
     control.close()
     trial = study.trials[ticket.number]
@@ -700,10 +700,10 @@ def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials
     trials = study.get_trials(deepcopy=False)
     seconds = confirm.seconds_per_trial(read_all(study))
     slowest = max(confirm.seconds_of(r) for r in answers.ranked(read_all(study))[:3])
-    room = control._time_room(trials)
+    room = control.finalists.time_room(trials)
     assert seconds >= 0.6 and room.count == 3 and room.trial == seconds  # 3 rounds of 1, each as long as the
     assert room.seconds == pytest.approx(3 * max(seconds, slowest) * confirm.MARGIN)  # slowest finalist
-    control.started = time.monotonic() - (3600 - room.seconds + 0.1)  # inside the room: the best three again, then done
+    control.finalists.started = time.monotonic() - (3600 - room.seconds + 0.1)  # inside the room: the best three again, then done
     assert fakes.run_serially(control) == 3 and control.next_trial() == DONE
     trials = read_all(study)
     assert [t.confirms.get("trial") for t in trials[4:]] == [t.number for t in answers.ranked(trials[:4])[:3]]
@@ -728,9 +728,9 @@ def test_on_a_time_budget_the_room_is_one_round_while_a_baseline_still_runs(tmp_
     fakes.run_serially(control, stop_after=5)
     running = control.next_trial()  # the sixth baseline, still training
     assert read_all(study)[running.number].baseline == BASELINES[5]
-    assert control._time_room(study.get_trials(deepcopy=False)).count == 2  # one round of the two workers
+    assert control.finalists.time_room(study.get_trials(deepcopy=False)).count == 2  # one round of the two workers
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
-    assert control._time_room(study.get_trials(deepcopy=False)).count == 6  # a third of an hour holds three rounds
+    assert control.finalists.time_room(study.get_trials(deepcopy=False)).count == 6  # a third of an hour holds three rounds
 
 
 def test_on_a_time_budget_the_room_lasts_as_long_as_the_slowest_trial_to_train_again(tmp_path):
@@ -739,7 +739,7 @@ def test_on_a_time_budget_the_room_lasts_as_long_as_the_slowest_trial_to_train_a
     study, control = make(tmp_path, trials=trials, budget="1h")
     fakes.run_serially(control, stop_after=4)
     trials = study.get_trials(deepcopy=False)
-    room = control._time_room(trials)
+    room = control.finalists.time_room(trials)
     own = confirm.seconds_of(read(trials[0]))
     assert room.count == 3 and own > 2 * room.trial
     assert room.seconds == pytest.approx(3 * own * confirm.MARGIN)
@@ -751,9 +751,9 @@ def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
     trials = study.get_trials(deepcopy=False)
-    room = control._time_room(trials)
-    now = _stop_the_clock(monkeypatch)  # a fraction of a fake trial's milliseconds: a loaded machine passes it
-    control.started = now - (3600 - room.seconds - 0.5 * room.trial)  # half a trial before the room
+    room = control.finalists.time_room(trials)
+    now = _stop_the_clock(control)  # a fraction of a fake trial's milliseconds: a loaded machine passes it
+    control.finalists.started = now - (3600 - room.seconds - 0.5 * room.trial)  # half a trial before the room
     assert control.next_trial() == WAIT and len(study.trials) == 4  # nothing asked, nothing lost
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
     finalists = [control.next_trial() for _ in range(3)]  # nothing runs: the room begins now, not after the
@@ -766,10 +766,11 @@ def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_
     assert control.next_trial() == DONE and len(study.trials) == 7
 
 
-def _stop_the_clock(monkeypatch) -> float:
-    """The controller's clock stands at now: a test placed a fraction of a fake trial before the room stays there."""
+def _stop_the_clock(control) -> float:
+    """The controller's clock (injected: FinalistSchedule.clock) stands at now: a test placed a fraction of a fake
+    trial before the room stays there."""
     now = time.monotonic()
-    monkeypatch.setattr(controller_module, "time", type("Clock", (), {"monotonic": staticmethod(lambda: now)}))
+    control.finalists.clock = lambda: now
     return now
 
 
@@ -781,8 +782,8 @@ def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_r
                           budget="1h")
     fakes.run_serially(control, stop_after=1)
     trials = study.get_trials(deepcopy=False)
-    room = control._time_room(trials)
-    control.started = _stop_the_clock(monkeypatch) - (3600 - room.seconds - 0.1 * room.trial)
+    room = control.finalists.time_room(trials)
+    control.finalists.started = _stop_the_clock(control) - (3600 - room.seconds - 0.1 * room.trial)
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and read_all(study)[ticket.number].baseline == BASELINES[1]
 
@@ -809,8 +810,8 @@ def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_r
     study, control = make(tmp_path, trials={n: {"seconds_per_epoch": 0.1} for n in range(3)}, budget="1h")
     fakes.run_serially(control, stop_after=3)
     running = control.next_trial()  # a searched trial another worker is still training
-    room = control._time_room(study.get_trials(deepcopy=False)).seconds
-    control.started = time.monotonic() - (3600 - room + 0.1)
+    room = control.finalists.time_room(study.get_trials(deepcopy=False)).seconds
+    control.finalists.started = time.monotonic() - (3600 - room + 0.1)
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and ticket.settings.seed == 1000 and not ticket.stoppable
     assert read_all(study)[ticket.number].confirms["trial"] in {0, 1, 2}
@@ -823,8 +824,8 @@ def test_on_a_time_budget_searched_trials_still_running_are_stopped_for_the_fina
     running = control.next_trial()  # a searched trial, one epoch in when the finalists' room begins
     control.report(running.number, {"epoch": 1, "dev_metric": 0.4})
     assert not control.superseded(running.number)  # the room has not begun: it may still be a finalist
-    room = control._time_room(study.get_trials(deepcopy=False)).seconds
-    control.started = time.monotonic() - (3600 - room + 0.1)
+    room = control.finalists.time_room(study.get_trials(deepcopy=False)).seconds
+    control.finalists.started = time.monotonic() - (3600 - room + 0.1)
     finalist = control.next_trial()
     assert not control.superseded(finalist.number)
     assert control.superseded(running.number)  # it can no longer be the answer: its worker takes a finalist
@@ -847,7 +848,7 @@ def test_on_a_time_budget_baselines_start_in_its_first_half_and_what_is_left_goe
     study, control = make(tmp_path, trials={0: {"quality": 0.9}, 1: {"quality": 0.8}}, baselines=True, budget="1h",
                           space="default", finalists=0)
     fakes.run_serially(control, stop_after=3)  # UniPELT(APL), LoRA, the adapter
-    control.started = _stop_the_clock(monkeypatch) - 1800
+    control.finalists.started = _stop_the_clock(control) - 1800
     ticket = control.next_trial()
     trials = read_all(study)
     assert [(t.baseline, t.state, t.fail_reason) for t in trials[3:6]] == \
@@ -884,10 +885,10 @@ def test_on_a_time_budget_a_refinement_that_cannot_end_before_the_room_gives_way
     unipelt_b16 = refine.expected_seconds({"baseline": "unipelt_apl", "batch_size": 16}, records)
     assert lora_b16 == pytest.approx(3 * fast * refine.HALF_BATCH_SLOWER, abs=0.05)
     assert unipelt_b16 == pytest.approx(3 * slow * refine.HALF_BATCH_SLOWER, abs=0.05)
-    room = control._time_room(study.get_trials(deepcopy=False))
+    room = control.finalists.time_room(study.get_trials(deepcopy=False))
     spare = 2 * confirm.MARGIN * lora_b16  # room for LoRA at half the batch, not for UniPELT(APL)
     assert confirm.MARGIN * unipelt_b16 > spare
-    control.started = _stop_the_clock(monkeypatch) - (3600 - room.seconds - spare)
+    control.finalists.started = _stop_the_clock(control) - (3600 - room.seconds - spare)
     ticket = control.next_trial()
     trials = read_all(study)
     skipped = [t for t in trials if t.refines and t.state == TrialState.FAIL]
@@ -903,8 +904,8 @@ def test_on_a_time_budget_a_trial_that_has_reported_its_last_epoch_is_not_stoppe
     running = control.next_trial()
     for epoch in range(1, running.settings.epochs + 1):
         control.report(running.number, {"epoch": epoch, "dev_metric": 0.9})
-    room = control._time_room(study.get_trials(deepcopy=False)).seconds
-    control.started = time.monotonic() - (3600 - room + 0.1)
+    room = control.finalists.time_room(study.get_trials(deepcopy=False)).seconds
+    control.finalists.started = time.monotonic() - (3600 - room + 0.1)
     assert not isinstance(control.next_trial(), str)  # the finalists are queued
     assert not control.superseded(running.number)  # trained to its end: it finishes
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
@@ -916,7 +917,7 @@ def test_searched_trials_train_without_test_and_the_answer_is_scored_from_its_sa
     """Test is scored where it is read: a finalist's re-run scores it as it trains (the summary shows it), a
     searched trial does not, and the answer is scored once, after the search, from its saved delta, into its
     result.json and the study (read_all), to what scoring as it trained gives."""
-    from autopelt.search.answer_scores import score_answers
+    from autopelt.study.answer_scores import score_answers
     from autopelt.train import run_trial
 
     study, control = make(tmp_path, budget=4, task="sst2", model=str(tiny_model_dir), data_dir=str(sst2_dir),

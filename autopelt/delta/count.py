@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from autopelt.delta.inject import check_fits
 from autopelt.delta.registry import Shape, method_of
-from autopelt.delta.sites import architecture_of
+from autopelt.delta.families import architecture_of
 from autopelt.delta.spec import parse_spec
 
 

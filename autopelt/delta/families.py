@@ -324,3 +324,27 @@ def declared(config) -> Architecture:
         raise UserError(f"an ALBERT with {config.num_hidden_groups} layer groups is not supported: autopelt declares "
                         "the one group of shared layers every released ALBERT has")
     return ARCHITECTURES[model_type]
+
+
+def architecture_of(config) -> Architecture:
+    """The declared sites of a transformers config's family (families.py); for a model type declared nowhere, what
+    its structure shows (discover.py), or a one-line error when it shows no layers of linears."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in ARCHITECTURES:
+        return declared(config)
+    from autopelt.delta.discover import discovered
+
+    return discovered(config)
+
+
+def linear_shape(config, site: str) -> tuple[int, int]:
+    """(in_features, out_features) of a linear site, from the config alone (an alias gives its site's shape)."""
+    arch = architecture_of(config)
+    return arch.shapes(config)[arch.aliases.get(site, site)]
+
+
+def linears_of(config, arch: Architecture, targets, layers) -> list[tuple[str, int, int, int]]:
+    """(site, in_features, out_features, how many of the chosen layers have it) for each site `targets` name on
+    this family: what a method on linear layers counts."""
+    return [(site, *linear_shape(config, site), len(arch.site_layers(config, site, layers)))
+            for site in arch.sites(targets)]

@@ -21,7 +21,8 @@ from autopelt.delta.modules.lora import LoRALinear
 from autopelt.delta.modules.mixture import MixtureLinear, init_experts_
 from autopelt.delta.modules.vera import VeRALinear
 from autopelt.delta.registry import ENTRIES, Mixture, innermost, method_of
-from autopelt.delta.sites import Architecture, Stack, architecture_of, chosen_layers
+from autopelt.delta.sites import Architecture, Stack, chosen_layers
+from autopelt.delta.families import architecture_of
 from autopelt.delta.spec import DeltaSpec, parse_spec
 from autopelt.errors import UserError
 

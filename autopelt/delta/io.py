@@ -15,7 +15,7 @@ from torch import nn
 
 from autopelt.delta.inject import apply_delta
 from autopelt.delta.registry import method_of
-from autopelt.delta.sites import architecture_of
+from autopelt.delta.families import architecture_of
 from autopelt.delta.spec import DeltaSpec, parse_spec
 from autopelt.errors import UserError
 from autopelt.files import write_atomic

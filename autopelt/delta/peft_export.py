@@ -20,7 +20,8 @@ from torch import nn
 from autopelt.delta.io import delta_state, stored_spec
 from autopelt.delta.registry import method_of
 from autopelt.delta.families import ARCHITECTURES
-from autopelt.delta.sites import Architecture, architecture_of, chosen_layers
+from autopelt.delta.sites import Architecture, chosen_layers
+from autopelt.delta.families import architecture_of
 from autopelt.delta.spec import DeltaSpec, MethodConfig
 from autopelt.errors import UserError
 

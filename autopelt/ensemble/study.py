@@ -189,3 +189,18 @@ def _differs(best, other) -> str | None:
 def _data_seed(result: dict):
     settings = result.get("settings") or {}
     return settings["data_seed"] if settings.get("data_seed") is not None else settings.get("seed")
+
+
+def of_study(study, max_members: int | None = None) -> StudyEnsemble | None:
+    """The ensemble of a study's finished trials (`autopelt.study.record.trial_dirs`), set beside the study's
+    answer (autopelt/study/answers.py); None where no finished trial has dev predictions (a generation study's
+    trials keep none)."""
+    from autopelt.study import answers as study_answers
+    from autopelt.study.record import read_all, trial_dirs
+
+    found = study_answers.best(read_all(study))
+    try:
+        return study_ensemble(trial_dirs(study), max_members=max_members,
+                              answer_dir=found.result_dir if found else None)
+    except UserError:
+        return None

@@ -52,7 +52,8 @@ def run(args) -> int:
 
 def _ensemble(args, study) -> int:
     from autopelt.errors import UserError
-    from autopelt.export.ensemble import export_ensemble, study_trial_dirs
+    from autopelt.export.ensemble import export_ensemble
+    from autopelt.study.record import trial_dirs
 
     if args.reseed or (args.max_members is not None and args.max_members < 1):
         raise UserError("--ensemble takes --max-members K ≥ 1 and no --reseed")
@@ -60,7 +61,7 @@ def _ensemble(args, study) -> int:
     from autopelt.study.record import read_all
 
     found = answers.best(read_all(study))
-    out, chosen = export_ensemble(study_trial_dirs(study), args.out, args.max_members, study.study_name,
+    out, chosen = export_ensemble(trial_dirs(study), args.out, args.max_members, study.study_name,
                                   answer_dir=found.result_dir if found else None)
     print("\n".join(chosen.lines()))
     print(f"exported the ensemble ({chosen.forward_passes} forward passes an input) to {out}")

@@ -13,20 +13,6 @@ from pathlib import Path
 from autopelt.errors import UserError
 
 
-def study_trial_dirs(study) -> list[Path]:
-    """The result folders of the trials the study holds as finished (complete, or stopped early), in trial order.
-
-    A trial the study failed is left out even where its folder holds a finished result.json: a search killed
-    after a trial wrote its result and before the study recorded it runs that trial again, and the ensemble must
-    not count it twice (the resumed study's ensemble equals an uninterrupted one's)."""
-    from optuna.trial import TrialState
-
-    from autopelt.study.record import read_all
-
-    finished = (TrialState.COMPLETE, TrialState.PRUNED)
-    return [Path(t.result_dir) for t in read_all(study) if t.result_dir and t.state in finished]
-
-
 def export_ensemble(trial_dirs: list, out_dir, max_members: int | None = None, study_name: str = "",
                     rule=None, answer_dir=None) -> tuple:
     """Select the ensemble of `trial_dirs` and write it to the new folder `out_dir`; returns (folder, StudyEnsemble).

@@ -62,7 +62,7 @@ def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name:
     one-class floors (autopelt/study/floors.py), kept in metrics.json and shown in the model card."""
     result, delta_dir = trial_outputs(trial)
     if not result.get("test") and result.get("status") == "ok":
-        from autopelt.search.answer_scores import score_result_dir
+        from autopelt.study.answer_scores import score_result_dir
 
         result["test"], result["extra_tests"] = score_result_dir(trial.result_dir)
     out_dir = Path(out_dir)

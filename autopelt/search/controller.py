@@ -28,8 +28,9 @@ from autopelt.search import baselines, claims, confirm, portfolio_phase, rate_po
 from autopelt.search.baselines import baseline_hparams, baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.plan import SearchPlan
+from autopelt.search.schedule import ASK, DONE, WAIT, FinalistSchedule
 from autopelt.study import answers, optuna_private, record
-from autopelt.study.record import TrialKind, TrialRecord
+from autopelt.study.record import TrialKind
 from autopelt.train.settings import TrialSettings
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,6 @@ class Ticket:
     stoppable: bool
 
 
-WAIT = "wait"  # nothing to start now; ask again later (a running trial may still free budget)
-DONE = "done"  # nothing more to start in this process
-_ASK = "ask"  # a queued finalist waits to be asked
 
 
 @dataclass
@@ -64,14 +62,15 @@ class _Running:
     trial: optuna.Trial
     max_fidelity: int
     params_pct: float
-    started: float = field(default_factory=time.monotonic)
+    started: float  # on the search's clock
     fidelity: int = 0
     intermediate: dict[int, float] = field(default_factory=dict)
 
 
 class Controller:
     def __init__(self, study: optuna.Study, plan: SearchPlan, on_record: Callable[[FrozenTrial], None] | None = None,
-                 on_progress: Callable[[int, int, int, float | None], None] | None = None):
+                 on_progress: Callable[[int, int, int, float | None], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.study = study
         self.plan = plan
         # what the baselines' head reads: as the study was made (a study from before it was recorded: the first token)
@@ -80,7 +79,7 @@ class Controller:
         self.on_record = on_record or (lambda trial: None)
         self.on_progress = on_progress or (lambda *event: None)  # (trial, epoch, of epochs, dev metric)
         self.running: dict[int, _Running] = {}
-        self.started = time.monotonic()
+        self.finalists = FinalistSchedule(plan, answers.maximizes(study), clock)  # the search's clock too
         self.rejected = 0  # over --max-params, this process
         self.requeued = 0  # interrupted trials of dead controllers queued again by this process
         self.portfolio_queued: list[str] = []  # portfolio members queued by this process
@@ -93,10 +92,6 @@ class Controller:
         # refinements reshape the baselines; a portfolio already holds such reshaped configurations, learned
         # (and they were chosen on classification: a generation study has none)
         self._refinements_settled = not plan.baselines or plan.portfolio is not None or plan.generation
-        self._nothing_to_confirm = False  # the finalists' turn came and no trial answered the study
-        self._finalists_queued = False  # seen queued (by this process or another)
-        self._superseded: set[int] = set()  # trials stopped to free their worker for the finalists
-        self._left_after_baselines: float | None = None  # seconds of a wall-time budget the baselines left
         # a portfolio whose rates are calibrated: its members are queued once the study's LoRA rate is known
         self._members_held = plan.portfolio is not None and plan.portfolio.calibrate \
             and CALIBRATION_BASELINE in plan.baselines
@@ -140,9 +135,7 @@ class Controller:
     # -- what to run next ---------------------------------------------------------------------------
 
     def time_left(self) -> float | None:
-        if self.plan.deadline_seconds is None:
-            return None
-        return self.plan.deadline_seconds - (time.monotonic() - self.started)
+        return self.finalists.time_left()
 
     def next_trial(self) -> Ticket | str:
         """A Ticket, WAIT or DONE. Records refused and over-budget trials on the way."""
@@ -157,7 +150,8 @@ class Controller:
                     # an unmarked claim may be a killed controller's: wait until recovery can tell (its age)
                     return WAIT if self.running or recovery.unmarked(trials) else DONE
             self._queue_refinements(budget)
-            final = self._finalists(budget)
+            final = self.finalists.turn(self.study.get_trials(deepcopy=False), budget, bool(self.running),
+                                        self._queue_finalists)
             if final in (WAIT, DONE):
                 return final
             if self._members_held and self._queue_members() == WAIT:
@@ -166,18 +160,18 @@ class Controller:
             trials = self.study.get_trials(deepcopy=False)
             kind = record.kind_of(trial)
             finalist = kind is TrialKind.FINALIST
-            if final == _ASK and not finalist:  # queued before the finalists, and now too late
+            if final == ASK and not finalist:  # queued before the finalists, and now too late
                 self._fail(trial, claims.BUDGET_REACHED)
                 continue
-            limit = budget if finalist or budget is None else budget - self._trial_room(budget)
+            limit = budget if finalist or budget is None else budget - self.finalists.trial_room(budget)
             if budget is not None and not claims.admitted(trial.number, trials, limit):
                 self._fail(trial, claims.BUDGET_REACHED)
                 return WAIT
             baseline = record.baseline_of(trial)
-            if baseline and baselines.too_late(time.monotonic() - self.started, self.plan.deadline_seconds):
+            if baseline and baselines.too_late(self.finalists.elapsed(), self.plan.deadline_seconds):
                 self._fail(trial, claims.LATE_BASELINE)
                 continue
-            if not finalist and not self._ends_before_room(trial, trials):
+            if not finalist and not self.finalists.ends_before_room(trial, trials):
                 self._fail(trial, claims.BUDGET_REACHED)
                 continue
             if baseline and claims.baseline_alive(baseline, trials, below=trial.number):
@@ -200,98 +194,20 @@ class Controller:
                 return
             counts = claims.tally(trials)
             room = None if budget is None else \
-                max(0, budget - self._trial_room(budget) - counts.trained - counts.running) // 2
+                max(0, budget - self.finalists.trial_room(budget) - counts.trained - counts.running) // 2
             if refine.enqueue(self.study, trials, room):
                 log.info("queued the best baselines again, in more places, at half the batch and at other rates")
             elif not refine.due(trials, baselines.in_play(self.plan.baselines, trials)):
                 return  # none could be queued while a baseline runs: again once it has finished
         self._refinements_settled = True
 
-    def _trial_room(self, budget: int) -> int:
-        """Trials of a trial budget kept for the finalists (none once there was nothing to confirm)."""
-        if self._nothing_to_confirm:
-            return 0
-        return confirm.trial_room(budget, self.plan.finalists, len(self.plan.baselines))
-
-    def _finalists(self, budget: int | None) -> str | None:
-        """The search's last step (confirm.py). None: not there yet, draw on; _ASK: a queued finalist waits to
-        be asked; WAIT or DONE: what next_trial answers."""
-        if self.plan.finalists <= 0 or self._nothing_to_confirm:
-            return None
-        trials = self.study.get_trials(deepcopy=False)
-        if budget is not None:
-            count = self._trial_room(budget)
-            counts = claims.tally(trials)
-            if count <= 0 or counts.trained + counts.running < budget - count:
-                return None
-        elif not self._finalists_queued:  # once queued, a trial drawn now would only be stopped (superseded)
-            left, room = self.time_left(), self._time_room(trials)
-            if left is None or room is None:
-                return None
-            if left > room.seconds:  # before the room
-                if self._next_fits(trials, left, room):
-                    return None
-                if self.running:
-                    return WAIT  # its worker waits for the finalists
-                # nothing runs: the room begins now, rather than after the workers sat idle
-            count = room.count
-        self._finalists_queued = self._finalists_queued or confirm.queued(trials)
-        if not self._finalists_queued:
-            if self.running and budget is not None:  # they may be finalists; on a wall-time budget the
-                return WAIT  # finalists start at once (other processes' trials are never waited for)
-            if not confirm.enqueue(self.study, trials, count, confirm.seed_for(self.plan.options.seed)):
-                self._nothing_to_confirm = True  # no trial answers the study, or the best were trained again
-                return None
-            log.info("queued the best trials again with seed %d", confirm.seed_for(self.plan.options.seed))
-            self._finalists_queued = True
-            trials = self.study.get_trials(deepcopy=False)
-        if confirm.waiting(trials):
-            return _ASK
-        return WAIT if self.running else DONE
-
-    def _time_room(self, trials: list[FrozenTrial]) -> confirm.Room | None:
-        """The finalists' room on a wall-time budget (confirm.py): one round until the baselines have finished,
-        then the rounds that fit in a third of what they left, each as long as the slowest trial to train again
-        (at least the median trial); None while no trial measures the time of one."""
-        records = [record.read(t) for t in trials]
-        seconds = confirm.seconds_per_trial(records)
-        if seconds is None:
-            return None
-        workers = self.plan.options.workers
-        if self._left_after_baselines is None and refine.due(trials, baselines.in_play(self.plan.baselines, trials)):
-            self._left_after_baselines = self.time_left()
-        # while they run: one round (they leave less than is left now; the room begins then only if that is little)
-        left = self._left_after_baselines if self._left_after_baselines is not None else 0.0
-        count = confirm.time_count(self.plan.finalists, workers, left, seconds)
-        slowest = confirm.slowest_finalist(records, count, answers.maximizes(self.study))
-        return confirm.Room(confirm.time_room(max(seconds, slowest or 0.0), count, workers), count, seconds)
-
-    @staticmethod
-    def _next_fits(trials: list[FrozenTrial], left: float, room: confirm.Room) -> bool:
-        """Whether the trial the study asks next can end before the room, with the margin: a queued refinement at
-        its own expected time (one that cannot is skipped for the next queued one that can, `_ends_before_room`),
-        any other trial at the study's median trial. A baseline always starts (in the first half of the budget,
-        baselines.py): the study is compared with it; so does the portfolio's first configuration."""
-        waiting = sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: t.number)
-        if waiting and (record.baseline_of(waiting[0]) or record.portfolio_of(waiting[0]).get("rank") == 0):
-            return True  # what the study asks next (Optuna pops the oldest queued trial): the portfolio's first
-            #              is the prior's favourite, which the budget was checked to hold (fit.py)
-        records = [record.read(t) for t in trials]
-        for trial in waiting:
-            if not record.is_refinement(trial):
-                break
-            if _fits(record.read(trial).refines, left, room, records):
-                return True
-        return left - room.seconds >= confirm.MARGIN * room.trial
-
-    def _ends_before_room(self, trial: optuna.Trial, trials: list[FrozenTrial]) -> bool:
-        """A refinement starts on a wall-time budget only if it can end before the finalists' room at its own
-        expected time (a refinement that began too late was otherwise stopped at its last report)."""
-        refines, left = trial.user_attrs.get("refines"), self.time_left()
-        if not isinstance(refines, dict) or not refines or left is None or self._finalists_queued:
-            return True
-        room = self._time_room(trials)
-        return room is None or _fits(refines, left, room, [record.read(t) for t in trials])
+    def _queue_finalists(self, count: int) -> bool:
+        """Queue the best `count` trials again with the finalists' seed (confirm.py); whether any was."""
+        seed = confirm.seed_for(self.plan.options.seed)
+        if not confirm.enqueue(self.study, self.study.get_trials(deepcopy=False), count, seed):
+            return False
+        log.info("queued the best trials again with seed %d", seed)
+        return True
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():  # heartbeats are ours to record, not Study.optimize's
@@ -329,7 +245,8 @@ class Controller:
                                        score_test=kind in (TrialKind.BASELINE, TrialKind.FINALIST))
         record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
                                            hparams))
-        self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base)
+        self.running[trial.number] = _Running(trial, max_fidelity, 100.0 * count.stored / count.base,
+                                              started=self.finalists.clock())
         stoppable = kind in (TrialKind.DRAWN, TrialKind.MEMBER) \
             and record.portfolio_of(trial).get("rank") != 0  # the portfolio's first is the prior's favourite
         return Ticket(trial.number, settings, stoppable=stoppable)
@@ -433,28 +350,16 @@ class Controller:
         self._record(run, TrialState.COMPLETE, attrs, values)
 
     def superseded(self, number: int) -> bool:
-        """Whether to stop a running trial now, at its latest report: on a wall-time budget, once the finalists
-        are queued, a searched trial or a refinement can no longer be the answer (finalists rank first), and
-        its worker is due to a finalist. (On the SNLI benchmark a searched trial of 413 s held a worker into the
-        finalists' room, and the last two finalists were cut by the deadline.) Baselines train on: they are the
-        reference the study is compared with, and so does a trial that has reported its last epoch: it is trained
-        (a refinement was once stopped so, with the study's best dev). On a trial budget every trial
-        has finished before the finalists."""
+        """Whether to stop a running trial now, at its latest report, to free its worker for the finalists
+        (schedule.FinalistSchedule.supersedes)."""
         run = self.running.get(number)
-        if run is None or self.plan.deadline_seconds is None or not self._finalists_queued:
-            return False
-        if run.fidelity >= run.max_fidelity:  # trained to its end: stopping it would throw that away
-            return False
-        if record.kind_of(run.trial) in (TrialKind.FINALIST, TrialKind.BASELINE):
-            return False
-        self._superseded.add(number)
-        return True
+        return run is not None and self.finalists.supersedes(number, run.trial, run.fidelity, run.max_fidelity)
 
     def stop_early(self, number: int, why: str = "early stopping") -> None:
         """The scheduler (or the deadline) stopped the trial after its last report: PRUNED at that fidelity."""
         run = self.running.pop(number, None)
         if run is not None:
-            why = record.FOR_FINALISTS if number in self._superseded else why
+            why = record.FOR_FINALISTS if number in self.finalists.superseded else why
             self._record(run, TrialState.PRUNED, record.stopped(run.fidelity, why))
 
     def crash(self, number: int, reason: str) -> None:
@@ -486,7 +391,7 @@ class Controller:
         trial = run.trial
         if self._multi and run.intermediate:
             attrs = {**attrs, **record.intermediate_values(run.intermediate)}
-        attrs = {**attrs, **record.attrs(seconds=round(time.monotonic() - run.started, 3))}
+        attrs = {**attrs, **record.attrs(seconds=round(self.finalists.clock() - run.started, 3))}
         try:
             record.write(trial, attrs)
             frozen = self.study.tell(trial, values, state=state)
@@ -520,10 +425,3 @@ class Controller:
         self._last_maintenance = now
         for trial in recovery.interrupted_trials(self.study, own=self.running):
             self.requeued += recovery.fail_and_requeue(self.study, trial)
-
-
-def _fits(refines: dict, left: float, room: confirm.Room, records: list[TrialRecord]) -> bool:
-    """A refinement (its `refines`) can end before the room, at its expected time with the margin (the study's
-    median trial while its baseline has not measured it)."""
-    expected = refine.expected_seconds(refines, records)
-    return left - room.seconds >= confirm.MARGIN * (room.trial if expected is None else expected)

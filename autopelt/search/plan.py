@@ -147,7 +147,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
 
         check_generator(model_config)
         check_generation_tokenizer(tokenizer, model)  # an end-of-sequence token ends every target
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn

@@ -3,6 +3,7 @@
     from autopelt.search.run import SearchOptions, run_search
     outcome = run_search(SearchOptions(task="rte", budget=10))
     outcome.best  # the best trial's TrialRecord (autopelt/study/record.py), or None
+    outcome.ensemble  # the ensemble of its finished trials (autopelt/ensemble/study.py); .answers: it answers
 
 Every input is checked before the study exists (`plan.prepare`); a bad one raises UserError and leaves the
 database as it was.
@@ -10,14 +11,14 @@ database as it was.
 
 from __future__ import annotations
 
-from autopelt.errors import UserError
-
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import optuna
 
+from autopelt.ensemble.study import StudyEnsemble, of_study
+from autopelt.errors import UserError
 from autopelt.search.controller import Controller, SearchStopped
 from autopelt.search.fit import fit_time_budget
 from autopelt.search.plan import SearchOptions, SearchPlan, prepare
@@ -37,6 +38,8 @@ class SearchOutcome:
     best: TrialRecord | None  # the best answer trial (autopelt/study/answers.py); its dev_value is the value it
     #                           was ranked by, as the summary, the report and the dashboard show it (dev_of says which)
     pareto: list[TrialRecord]  # multi-objective studies only: the Pareto front, smallest delta first
+    ensemble: StudyEnsemble | None  # the ensemble of the study's finished trials, beside `best` (`.answers`: it
+    #                                 answers instead, by the margin); None where no trial kept dev predictions
     recorded: int  # trained trials this process recorded
     rejected: int  # deltas over --max-params this process refused
     interrupted: bool  # stopped before its budget (Ctrl-C); the next run resumes
@@ -67,7 +70,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
             interrupted = interrupted or bool(controller.running and not _time_up(controller))
             controller.close()
     if not interrupted:
-        from autopelt.search.answer_scores import score_answers
+        from autopelt.study.answer_scores import score_answers
 
         best = answers.best(read_all(study))
         if best is not None and not best.test:  # a generation task generates for every test input: minutes
@@ -77,13 +80,14 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     best = answers.best(records)
     write_answer(study, best, plan.metric)  # the dashboard's copy of the answer the summary prints
     record_floors(study, controller)
+    ensemble = None if plan.generation else of_study(study)
     seconds = time.monotonic() - started
-    for line in summary_lines(study, plan, seconds, controller.rejected):
+    for line in summary_lines(study, plan, seconds, controller.rejected, ensemble=ensemble):
         echo(line)
     if controller.error:
         raise SearchStopped(controller.error)
     return SearchOutcome(
-        study=study, plan=plan, best=best,
+        study=study, plan=plan, best=best, ensemble=ensemble,
         pareto=answers.pareto_front(records) if len(study.directions) > 1 else [],
         recorded=len(controller.finished), rejected=controller.rejected, interrupted=interrupted, seconds=seconds,
     )

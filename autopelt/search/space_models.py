@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from autopelt.delta.inject import why_not
-from autopelt.delta.sites import architecture_of
+from autopelt.delta.families import architecture_of
 from autopelt.delta.spec import METHODS
 from autopelt.errors import UserError
 from autopelt.search.space_tree import Choice, Fixed

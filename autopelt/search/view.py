@@ -6,8 +6,6 @@ process recorded a trial, and name the same best trial as export and the report 
 
 from __future__ import annotations
 
-from autopelt.errors import UserError
-
 import shlex
 import time
 from typing import Callable
@@ -118,7 +116,9 @@ class LiveView:
         return format_duration(elapsed / worth * (left - sum(self.partial.values()))) if worth else "?"
 
 
-def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejected: int = 0) -> list[str]:
+def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejected: int = 0,
+                  ensemble=None) -> list[str]:
+    """What a search prints at its end; `ensemble` the study's (SearchOutcome.ensemble), chosen before."""
     trials = read_all(study)
     count = {state: sum(t.state == state for t in trials) for state in TrialState}
     failed = [t for t in trials if t.state == TrialState.FAIL and _reason(t) not in NOT_DONE_REASONS
@@ -149,7 +149,7 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
     if baselines:
         lines.append(baseline_cost(trials))
         lines += baselines
-    lines += ensemble_lines(study, plan)
+    lines += ensemble_lines(ensemble, plan)
     lines.append("next:")
     lines += [f"  {command}" for command in next_commands(plan, answered=best is not None)]
     return lines
@@ -171,19 +171,10 @@ def floor_lines(study: optuna.Study, trials: list, best, plan: SearchPlan) -> li
     return [line, note] if note else [line]
 
 
-def ensemble_lines(study: optuna.Study, plan: SearchPlan) -> list[str]:
-    """The ensemble of the study's finished trials (autopelt/ensemble/study.py), beside the single answer."""
-    if getattr(plan, "generation", False):
-        return []
-    from autopelt.ensemble.study import study_ensemble
-    from autopelt.export.ensemble import study_trial_dirs
-
-    try:
-        found = answers.best(read_all(study))
-        chosen = study_ensemble(study_trial_dirs(study), answer_dir=found.result_dir if found else None)
-    except UserError:
-        return []
-    if len(chosen.members) < 2:
+def ensemble_lines(chosen, plan: SearchPlan) -> list[str]:
+    """The study's ensemble (`SearchOutcome.ensemble`: autopelt/ensemble/study.py) beside the single answer, and how
+    to export it; nothing for an ensemble of fewer than two trials."""
+    if chosen is None or len(chosen.members) < 2:
         return []
     hint = (f"  export it: autopelt export --study {shlex.quote(plan.study_name)} --ensemble "
             f"--out {shlex.quote(plan.study_name)}-ensemble") if chosen.answers else None

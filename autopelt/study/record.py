@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -226,6 +227,16 @@ def portfolio_of(trial) -> dict:
 def is_drawn_baseline(trial) -> bool:
     """A baseline (live optuna.Trial or FrozenTrial) queued with the space's parameters that draw it."""
     return trial.user_attrs.get("baseline_drawn") is True
+
+
+def trial_dirs(study) -> list[Path]:
+    """The result folders of the trials the study holds as finished (complete, or stopped early), in trial order.
+
+    A trial the study failed is left out even where its folder holds a finished result.json: a search killed
+    after a trial wrote its result and before the study recorded it runs that trial again, and the ensemble must
+    not count it twice (the resumed study's ensemble equals an uninterrupted one's)."""
+    finished = (TrialState.COMPLETE, TrialState.PRUNED)
+    return [Path(t.result_dir) for t in read_all(study) if t.result_dir and t.state in finished]
 
 
 LATER_TESTS = "tests_scored_later"  # study attribute: {"<trial number>": {"test": {...}, "extra_tests": {...}}}

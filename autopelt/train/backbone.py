@@ -74,7 +74,7 @@ def checkpointing_refusal(config, spec) -> str | None:
     when it can: a decoder's prefix (and T5's in peft's form) travels in the key/value cache, which transformers
     drops when checkpointing."""
     from autopelt.delta import parse_spec
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
     methods = parse_spec(spec).methods if spec is not None else ()
     seq2seq = getattr(config, "is_encoder_decoder", False)  # T5's prefix in peft's form goes through the cache too
@@ -245,7 +245,7 @@ def center_regression_head(model: nn.Module, labels) -> bool:
     `score`) is given one: it trains with the head and is saved with the delta (`delta.load_delta` gives the
     fresh model's layer its bias back; peft's copy of such a head has none, so such a delta has no peft folder).
     Returns False, changing nothing, where the head has no one-output Linear. Why: lab/experiments/regression-head."""
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
     head = getattr(model, architecture_of(model.config).head)
     outputs = [module for module in head.modules() if isinstance(module, nn.Linear) and module.out_features == 1]

@@ -19,7 +19,7 @@ from autopelt import delta
 from autopelt.data.generation import (
     GenerationTask, corpus_scores, generation_task_of, load_generation_splits, references_by_input,
 )
-from autopelt.delta.sites import architecture_of
+from autopelt.delta.families import architecture_of
 from autopelt.errors import UserError
 from autopelt.train import device as devices
 from autopelt.train.loop import NonFiniteLoss, warmup_then_linear

@@ -115,7 +115,7 @@ def parameter_groups(model: nn.Module, settings: TrialSettings) -> list[dict]:
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     if settings.head_lr_scale == 1 or settings.learning_rate is None:
         return [{"params": [p for _, p in trainable]}]
-    from autopelt.delta.sites import architecture_of
+    from autopelt.delta.families import architecture_of
 
     prefixes = tuple(part + "." for part in architecture_of(model.config).head_parts)
     head = [p for name, p in trainable if name.startswith(prefixes)]

@@ -8,7 +8,8 @@ from typing import ClassVar
 from autopelt.delta.config import BIAS_SITES, MethodConfig
 from autopelt.delta.fields import BOOL, LAYER_INDICES, declare, site_list
 from autopelt.delta.registry import Method, method_of, register
-from autopelt.delta.sites import chosen_layers, linear_shape
+from autopelt.delta.sites import chosen_layers
+from autopelt.delta.families import linear_shape
 from autopelt.errors import UserError
 
 

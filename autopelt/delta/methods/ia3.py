@@ -8,7 +8,7 @@ from typing import ClassVar
 from autopelt.delta.config import LINEAR_SITES, MethodConfig
 from autopelt.delta.fields import LAYER_INDICES, declare, site_list
 from autopelt.delta.registry import Method, register
-from autopelt.delta.sites import linear_shape, linears_of
+from autopelt.delta.families import linear_shape, linears_of
 
 
 @dataclass(frozen=True)

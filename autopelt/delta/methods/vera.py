@@ -10,7 +10,7 @@ from autopelt.delta.fields import (
     BOOL, LAYER_INDICES, NON_NEGATIVE_INT, NON_ZERO_NUMBER, POSITIVE_INT, PROBABILITY, declare, site_list,
 )
 from autopelt.delta.registry import Method, register
-from autopelt.delta.sites import linear_shape, linears_of
+from autopelt.delta.families import linear_shape, linears_of
 
 
 @dataclass(frozen=True)
