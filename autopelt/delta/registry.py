@@ -4,7 +4,9 @@ A method is one file (the built-in ones: autopelt/delta/methods/) that declares 
 `register(Method(...))` with it: what it builds and where (`build`), how many parameters that is (`count`), what
 it asks of a model (`fits`, `refuses`), and its peft form or why it has none (`peft`). The spec parses it, the
 search spaces list its fields, `apply_delta` builds it, `count_parameters` counts it and `export` writes it, all
-through this entry; nothing else names the method. A method outside the package registers itself the same way
+through this entry, and so do the trial (its extra loss, checkpointing), the search (its rate family) and the
+ensemble's soup; outside autopelt/delta/ no code compares a method's name (tests/test_delta_registry.py lists the
+few places that still do, to move). A method outside the package registers itself the same way
 when its file is imported.
 
 This module is torch-free, as every method's file is at import time: a `build` imports its modules when it runs.
@@ -82,6 +84,15 @@ class Method:
     peft_tensors: `peft_tensors(model)` -> tensors peft holds in a form of its own, by peft's names (a prefix as
               peft's embedding).
     aliases:  other names read as this method with these fields (`compacter`: an adapter with PHM projections).
+    rate_family: `rate_family(config)` -> the family whose learning rate it trains at (the search measures one
+              rate a family: search/rate_policy.py); default its name. A wrapper trains at its delta's.
+    extra_loss: `extra_loss(config)` -> the weight of the training loss's term of its own (AdaMix's consistency
+              between two routings, train/loop.py); 0 for none.
+    checkpointing_refusal: `checkpointing_refusal(config, model_config, arch)`: why it cannot train with gradient
+              checkpointing on this model, or None (a decoder's prefix travels in the key/value cache).
+    soup:     how members of one structure average into one delta (ensemble/soup.py): "ranks" (low-rank factors
+              stacked: LoRA), "average" (the tensors averaged: BitFit), or None (not linear in its tensors).
+    soup_refuses: `soup_refuses(config)`: why this config of a soupable method is not, or None (a gated LoRA).
     """
 
     config: type[MethodConfig]
@@ -99,6 +110,11 @@ class Method:
     peft_names: dict[str, str] = field(default_factory=dict)
     peft_tensors: Callable[[Any], dict] | None = None
     aliases: dict[str, dict] = field(default_factory=dict)
+    rate_family: Callable[[Any], str] | None = None
+    extra_loss: Callable[[Any], float] = lambda config: 0.0
+    checkpointing_refusal: Callable[[Any, Any, Architecture], str | None] = _nothing
+    soup: str | None = None
+    soup_refuses: Callable[[Any], str | None] = _nothing
 
     @property
     def name(self) -> str:
@@ -137,6 +153,13 @@ def innermost(config: MethodConfig) -> MethodConfig:
     """The delta a config builds: itself, or what a wrapper (AdaMix) wraps."""
     entry = ENTRIES.get(config.method)  # a config may be in METHODS alone: parsed and searched, never built
     return config if entry is None or entry.wraps is None else innermost(entry.wraps(config))
+
+
+def rate_family(config: MethodConfig) -> str:
+    """The family whose learning rate a config trains at (`Method.rate_family`; a wrapper: its delta's)."""
+    inner = innermost(config)
+    entry = ENTRIES.get(inner.method)
+    return entry.rate_family(inner) if entry is not None and entry.rate_family else inner.method
 
 
 def normalise_method(name: Any) -> str | None:

@@ -21,23 +21,24 @@ import numpy as np
 
 from autopelt.errors import UserError
 
-SOUPABLE = ("lora", "bitfit")
-
-
 def why_not_soup(specs: list[dict]) -> str | None:
-    """Why these members (their stored specs) cannot be souped, or None when they can."""
+    """Why these members (their stored specs) cannot be souped, or None when they can: one structure whose
+    methods all average (their registry entries' `soup`), with a low-rank one among them (`"ranks"`: a LoRA)."""
+    from autopelt.delta import parse_spec
+    from autopelt.delta.registry import method_of
+
     if len(specs) < 2:
         return "one member: nothing to average"
     if any(spec != specs[0] for spec in specs[1:]):
         return "the members differ in structure (a soup averages deltas of one structure)"
-    methods = specs[0].get("methods", [])
-    kinds = [m.get("method") for m in methods]
-    if not any(kind == "lora" for kind in kinds) or any(kind not in SOUPABLE for kind in kinds):
-        return f"only LoRA (with BitFit) deltas are souped, not {'+'.join(kinds)}"
-    loras = [m for m in methods if m.get("method") == "lora"]
-    if any(m.get("gate") or m.get("dora") for m in loras):
-        return "a gated LoRA or DoRA is not linear in its parameters"
-    if len({bool(m.get("rslora")) for m in loras}) > 1:
+    methods = parse_spec(specs[0]).methods
+    souped = [method_of(m).soup for m in methods]
+    if "ranks" not in souped or None in souped:
+        return f"only LoRA (with BitFit) deltas are souped, not {'+'.join(m.method for m in methods)}"
+    refused = next((why for m in methods if (why := method_of(m).soup_refuses(m))), None)
+    if refused:
+        return refused
+    if len({m.rslora for m in methods if method_of(m).soup == "ranks"}) > 1:
         return "LoRA and rsLoRA mixed in one delta"
     return None
 
@@ -59,7 +60,10 @@ def soup_state(spec: dict, states: list[dict], weights) -> tuple[dict, dict]:
         raise UserError("no soup: the members' saved tensors differ although their specs agree")
     weights = [float(w) for w in np.asarray(weights, dtype=np.float64) / np.sum(weights)]
     members = len(states)
-    rslora = any(m.get("rslora") for m in spec["methods"] if m.get("method") == "lora")
+    from autopelt.delta.registry import method_of
+
+    parsed = parse_spec(spec)
+    rslora = any(m.rslora for m in parsed.methods if method_of(m).soup == "ranks")
     ratio = math.sqrt(members) if rslora else members  # s / s' when the rank grows members-fold
     soup = {}
     for name in states[0]:
@@ -70,8 +74,7 @@ def soup_state(spec: dict, states: list[dict], weights) -> tuple[dict, dict]:
             soup[name] = torch.cat([t * (w * ratio) for t, w in zip(tensors, weights)], dim=1)  # (out, members·r)
         else:
             soup[name] = sum(t * w for t, w in zip(tensors, weights))
-    parsed = parse_spec(spec)
-    methods = tuple(dataclasses.replace(m, rank=m.rank * members) if m.method == "lora" else m
+    methods = tuple(dataclasses.replace(m, rank=m.rank * members) if method_of(m).soup == "ranks" else m
                     for m in parsed.methods)
     return dataclasses.replace(parsed, methods=methods).to_dict(), soup
 

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from autopelt.delta import registry
 from autopelt.delta.spec import parse_spec
 from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
 from autopelt.study.record import TrialKind, TrialRecord, baseline_of, read
@@ -140,14 +141,9 @@ def _records(trials: Iterable) -> list[TrialRecord]:
 # -- the rates a study has measured for each family ---------------------------------------------------------
 
 def family(entry) -> str:
-    """The family a method entry's rate comes from: dense adapters share one, PHM/Compacter another; AdaMix
-    trains at its inner delta's rate."""
-    from autopelt.delta.spec import AdaMixConfig, AdapterConfig
-
-    inner = entry.delta if isinstance(entry, AdaMixConfig) else entry
-    if isinstance(inner, AdapterConfig):
-        return "adapter" if inner.projection == "dense" else "compacter"
-    return inner.method
+    """The family a method entry's rate comes from (its registry entry's `rate_family`: dense adapters share one,
+    PHM/Compacter another, AdaMix trains at its inner delta's)."""
+    return registry.rate_family(entry)
 
 
 def families(spec: dict) -> list[str]:

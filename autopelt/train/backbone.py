@@ -75,13 +75,13 @@ def checkpointing_refusal(config, spec) -> str | None:
     drops when checkpointing."""
     from autopelt.delta import parse_spec
     from autopelt.delta.families import architecture_of
+    from autopelt.delta.registry import innermost, method_of
 
-    methods = parse_spec(spec).methods if spec is not None else ()
-    seq2seq = getattr(config, "is_encoder_decoder", False)  # T5's prefix in peft's form goes through the cache too
-    in_cache = lambda m: architecture_of(config).causal or (seq2seq and m.shift_positions)  # noqa: E731
-    if any(m.method == "prefix" and in_cache(m) for m in methods):
-        return (f"--gradient-checkpointing: a {config.model_type} prefix travels in the key/value cache, which "
-                "transformers drops when checkpointing; train the prefix without it")
+    for config_ in (parse_spec(spec).methods if spec is not None else ()):
+        inner = innermost(config_)
+        why = method_of(inner).checkpointing_refusal(inner, config, architecture_of(config))
+        if why:
+            return why
     return None
 
 

@@ -14,6 +14,7 @@ import torch
 from autopelt import delta
 from autopelt.data import pad_batch
 from autopelt.data.cache import default_cache_dir
+from autopelt.delta.registry import method_of
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, portable_name, resolve_model
@@ -93,8 +94,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         result["protocol"] = data.protocol
         model, dtype = _build_model(settings, spec, task, model_name, data, device, result)
 
-        adamix = next((m for m in spec.methods if m.method == "adamix"), None)
-        consistency = adamix.consistency if adamix else 0.0
+        consistency = max((method_of(m).extra_loss(m) for m in spec.methods), default=0.0)  # AdaMix's
         if test_each:
             report = _scoring_test(report, model, data, settings, device, dtype)
         trained, choice = train_at_chosen_rate(model, data, settings, device, consistency, report, on_step, outcome)

@@ -87,4 +87,5 @@ def stored(cfg: AdaMixConfig) -> MethodConfig:
     return method_of(cfg.delta).stored(cfg.delta)
 
 
-METHOD = register(Method(AdaMixConfig, build, count, wraps=lambda cfg: cfg.delta, stored=stored))
+METHOD = register(Method(AdaMixConfig, build, count, wraps=lambda cfg: cfg.delta, stored=stored,
+                         extra_loss=lambda cfg: cfg.consistency))

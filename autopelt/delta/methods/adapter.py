@@ -136,4 +136,5 @@ def fits(cfg: AdapterConfig, config, arch) -> None:
 
 
 METHOD = register(Method(AdapterConfig, build, count, order=40, fits=fits, aliases=ALIASES,
-                         peft="peft has no bottleneck adapters (AdapterHub has)"))
+                         peft="peft has no bottleneck adapters (AdapterHub has)",
+                         rate_family=lambda cfg: "adapter" if cfg.projection == "dense" else "compacter"))

@@ -88,4 +88,5 @@ def peft_beside(cfg: BitFitConfig, other: MethodConfig) -> str:
 
 
 METHOD = register(Method(BitFitConfig, build, count, order=0, refuses=refuses, peft_beside=peft_beside,
-                         peft="peft has no BitFit of its own (its biases can go beside a LoRA or VeRA)"))
+                         peft="peft has no BitFit of its own (its biases can go beside a LoRA or VeRA)",
+                         soup="average"))

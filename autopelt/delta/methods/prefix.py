@@ -190,5 +190,15 @@ def peft_refuses(cfg: PrefixConfig, arch) -> str | None:
     return None
 
 
+def checkpointing_refusal(config: PrefixConfig, model_config, arch) -> str | None:
+    """A decoder's prefix (and T5's in peft's form, `shift_positions`) travels in the key/value cache, which
+    transformers drops when checkpointing."""
+    if arch.causal or (getattr(model_config, "is_encoder_decoder", False) and config.shift_positions):
+        return (f"--gradient-checkpointing: a {model_config.model_type} prefix travels in the key/value cache, "
+                "which transformers drops when checkpointing; train the prefix without it")
+    return None
+
+
 METHOD = register(Method(PrefixConfig, build, count, order=50, refuses=refuses, stored=stored, peft=peft,
-                         peft_refuses=peft_refuses, peft_tensors=peft_tensors))
+                         peft_refuses=peft_refuses, peft_tensors=peft_tensors,
+                         checkpointing_refusal=checkpointing_refusal))
