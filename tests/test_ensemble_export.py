@@ -210,3 +210,38 @@ def test_the_searchs_ensemble_is_chosen_once_and_the_summary_prints_that_one(stu
 
     several = study_ensemble(trial_dirs(study), rule=Rule(max_size=3, bags=6, bag_fraction=0.34))
     assert len(several.members) > 1 and ensemble_lines(several, plan)[: len(several.lines())] == several.lines()
+
+
+def test_the_ensembles_test_metric_is_its_members_test_predictions_averaged(study_db, tmp_path):
+    """with_test: the members' test predictions (from predictions.npz, or one forward pass from the saved delta,
+    which gives what the trial itself predicted) averaged with the selection's weights and scored like dev."""
+    import numpy as np
+
+    from autopelt.ensemble.select import Rule, accuracy, combine
+    from autopelt.ensemble.study import study_ensemble, with_test
+    from autopelt.train.predictions import load, save
+
+    _, root = study_db
+    folders = []
+    for source in sorted(root.glob("trial-*")):  # copies: one loses its test predictions, to be computed again
+        folder = tmp_path / source.name
+        shutil.copytree(source, folder)
+        result = json.loads((folder / "result.json").read_text())
+        result["delta_dir"] = str(folder / "delta")
+        (folder / "result.json").write_text(json.dumps(result))
+        folders.append(folder)
+    kept = load(folders[0])
+    assert "test" in kept  # the fixture's trials scored test as they trained
+    save(folders[0], {name: array for name, array in kept.items() if not name.startswith("test")})
+    chosen = study_ensemble(folders, rule=Rule(max_size=3, bags=6, bag_fraction=0.34))
+    said = []
+    scored = with_test(chosen, said.append)
+    assert said == [f"scoring the ensemble's {len(chosen.members)} members on the test split …"]
+    again = load(folders[0])
+    np.testing.assert_allclose(again["test"].astype(np.float32), kept["test"].astype(np.float32), atol=2e-3)
+    assert np.array_equal(again["test_labels"], kept["test_labels"]) and "dev" in again  # dev kept beside it
+    tests = [load(m.folder)["test"] for m in chosen.members]
+    assert scored.test == pytest.approx(accuracy(combine(tests, chosen.weights), kept["test_labels"]))
+    assert scored.single_test == pytest.approx(accuracy(load(chosen.single.folder)["test"], kept["test_labels"]))
+    assert f"test accuracy {scored.test:.4f} vs the single answer's {scored.single_test:.4f}" in scored.lines()[0]
+    assert scored.to_dict()["test"] == scored.test and chosen.test is None  # computed after, never before

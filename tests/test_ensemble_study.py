@@ -64,7 +64,7 @@ def test_the_ensemble_is_set_beside_the_studys_answer_and_what_was_left_out_is_o
     assert beside.dev == plain.dev == 1.0 and len(beside.members) == 2
     assert beside.answers and not plain.answers  # 1.0 beats 0.5 by more than the margin, not 0.75
     lines = beside.lines()
-    assert "0.5000 on the same run's predictions (answer)" in lines[0]
+    assert "the single answer's 0.5000, on the dev rows that chose its members (answer)" in lines[0]
     left = [line for line in lines if "left out" in line]
     assert left == [next(line for line in lines if line.startswith("  left out: 3 trial(s) ("))]
     assert "… 1 more" in left[0]

@@ -50,6 +50,8 @@ class StudyEnsemble:
     rule: Rule
     metric: str
     left_out: list[str] = field(default_factory=list)
+    test: float | None = None  # its test metric (`with_test`), computed after every choice; None until then
+    single_test: float | None = None  # the single answer's, computed alike beside it
 
     @property
     def forward_passes(self) -> int:
@@ -61,10 +63,12 @@ class StudyEnsemble:
         verdict = ("the ensemble answers" if self.answers else
                    f"the single answer stays (the ensemble's dev gain {100 * (self.dev - self.single_dev):+.2f} "
                    f"is not above the margin {100 * self.margin:.2f})")
+        test = f"; test {self.metric} {self.test:.4f}" if self.test is not None else ""
+        test += f" vs the single answer's {self.single_test:.4f}" if test and self.single_test is not None else ""
         out = [f"ensemble of {len(self.members)} trials (greedy selection with replacement, Caruana et al. 2004): "
-               f"dev {self.metric} {self.dev:.4f} vs the single answer's {self.single_dev:.4f} on the same run's "
-               f"predictions ({self.single.summary}); {verdict}; inference: {self.forward_passes} forward passes an "
-               f"input"]
+               f"dev {self.metric} {self.dev:.4f} vs the single answer's {self.single_dev:.4f}, on the dev rows "
+               f"that chose its members ({self.single.summary}){test}; {verdict}; inference: {self.forward_passes} "
+               f"forward passes an input"]
         out += [f"  {weight:.3f} × {member.summary} (dev {member.dev:.4f}) {member.folder}"
                 for member, weight in zip(self.members, self.weights)]
         if self.left_out:
@@ -79,7 +83,8 @@ class StudyEnsemble:
                 "dev": self.dev, "single": {"folder": str(self.single.folder), "summary": self.single.summary,
                                             "dev": self.single_dev},
                 "answers": self.answers, "margin": self.margin, "rule": self.rule.to_dict(), "metric": self.metric,
-                "forward_passes": self.forward_passes, "left_out": self.left_out}
+                "forward_passes": self.forward_passes, "left_out": self.left_out, "test": self.test,
+                "single_test": self.single_test}
 
 
 def study_ensemble(trial_dirs: list, rule: Rule = DEFAULT_RULE, margin: float = DEFAULT_MARGIN,
@@ -145,10 +150,13 @@ def _candidates(trial_dirs) -> tuple[list[tuple[Member, dict]], list[str]]:
 
     usable, left_out = [], []
     for folder in map(Path, trial_dirs):
+        if not (folder / "result.json").is_file():
+            left_out.append(f"{folder}: stopped before its end (early stopping or the deadline)")
+            continue
         try:
             result = json.loads((folder / "result.json").read_text())
         except (OSError, json.JSONDecodeError):
-            left_out.append(f"{folder}: no readable result.json")
+            left_out.append(f"{folder}: an unreadable result.json")
             continue
         if result.get("status") != "ok" or result.get("dev_metric") is None:
             left_out.append(f"{folder}: not finished ({result.get('status')})")
@@ -204,3 +212,24 @@ def of_study(study, max_members: int | None = None) -> StudyEnsemble | None:
                               answer_dir=found.result_dir if found else None)
     except UserError:
         return None
+
+
+def with_test(chosen: StudyEnsemble, say=lambda line: None) -> StudyEnsemble:
+    """The ensemble with its test metric: each member's test predictions (train.trial.test_predictions: kept where
+    it scored test, else one forward pass from its saved delta), averaged with its weight, scored against the test
+    labels as dev was. Test is read here and nowhere in the choice of members or weights. `say` gets one line
+    before the forward passes. Raises UserError where a member kept no delta or predictions."""
+    from autopelt.ensemble.select import combine
+    from autopelt.train.trial import test_predictions
+
+    say(f"scoring the ensemble's {len(chosen.members)} members on the test split …")
+    scored = [test_predictions(member.folder) for member in chosen.members]
+    labels = scored[0]["test_labels"]
+    if any(not np.array_equal(s["test_labels"], labels) for s in scored[1:]):
+        raise UserError("the ensemble's members were scored on different test rows; train them on one data seed")
+    regression = scored[0]["test"].ndim == 1
+    first = chosen.members[0].result
+    metric = metric_of(first.get("task"), first.get("metric"), regression)
+    averaged = combine([s["test"] for s in scored], chosen.weights)
+    single = test_predictions(chosen.single.folder)["test"]
+    return dataclasses.replace(chosen, test=float(metric(averaged, labels)), single_test=float(metric(single, labels)))

@@ -17,7 +17,7 @@ from typing import Callable
 
 import optuna
 
-from autopelt.ensemble.study import StudyEnsemble, of_study
+from autopelt.ensemble.study import StudyEnsemble, of_study, with_test
 from autopelt.errors import UserError
 from autopelt.search.controller import Controller, SearchStopped
 from autopelt.search.fit import fit_time_budget
@@ -81,6 +81,11 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     write_answer(study, best, plan.metric)  # the dashboard's copy of the answer the summary prints
     record_floors(study, controller)
     ensemble = None if plan.generation else of_study(study)
+    if ensemble is not None and len(ensemble.members) > 1 and not interrupted:
+        try:  # read after every choice: test never chooses a member or a weight
+            ensemble = with_test(ensemble, echo)
+        except UserError as error:
+            echo(f"the ensemble's test was not scored: {error}")
     seconds = time.monotonic() - started
     for line in summary_lines(study, plan, seconds, controller.rejected, ensemble=ensemble):
         echo(line)
