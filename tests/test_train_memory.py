@@ -186,3 +186,46 @@ def test_a_search_trial_can_leave_the_test_split_unscored(make_settings):
     unscored = run_trial(make_settings(max_steps=2, epochs=1, score_test=False))
     assert scored["test"] and unscored["test"] is None and unscored["extra_tests"] == {}
     assert unscored["dev"] == scored["dev"]  # the same training and dev evaluation
+
+
+def test_a_step_in_micro_batches_is_the_step_of_the_whole_batch(make_settings):
+    """Gradients accumulated over micro-batches of 3, 3 and 2 rows, each loss weighted by its rows, give the step
+    one batch of 8 gives (to float rounding: each micro-batch is padded to its own longest row)."""
+    states = []
+    for micro in (None, 3):
+        settings = make_settings(max_steps=2, epochs=1, batch_size=8, micro_batch_size=micro, learning_rate=1e-2,
+                                 precision="fp32")
+        task = resolve_task(settings)
+        model_name = resolve_model(settings.model)
+        data = prepare_data(settings, load_tokenizer(model_name), task)
+        model = delta.apply_delta(load_model(model_name, task.num_labels, seed=0), TINY_LORA, seed=0)
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+        Training(model, data, settings, torch.device("cpu")).run()
+        states.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
+    assert any(not torch.equal(states[0][n], before[n]) for n in before)  # it trained
+    for name in states[0]:
+        torch.testing.assert_close(states[1][name], states[0][name], rtol=1e-4, atol=1e-6)
+
+
+def test_a_trial_that_runs_out_of_memory_retries_at_half_the_micro_batch(make_settings, monkeypatch):
+    """Out of memory at 32 and 16 rows a step: the trial runs again at 8 with the same step, and records it."""
+    real = trial_module.train_at_chosen_rate
+
+    def fits_at_eight(model, data, settings, *args, **kwargs):
+        if (settings.micro_batch_size or settings.batch_size) > 8:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, data, settings, *args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "train_at_chosen_rate", fits_at_eight)
+    result = run_trial(make_settings(device="cpu", batch_size=32, learning_rate=1e-3, epochs=1))
+    assert result["status"] == "ok", result["reason"]
+    assert result["memory_retries"] == [32, 16] and result["settings"]["micro_batch_size"] == 8
+    assert result["settings"]["batch_size"] == 32  # the same step: its rows accumulated
+
+    def never_fits(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(trial_module, "train_at_chosen_rate", never_fits)
+    failed = run_trial(make_settings(device="cpu", batch_size=4, learning_rate=1e-3, epochs=1))
+    assert failed["status"] == "failed" and failed["memory_retries"] == [4, 2]
+    assert failed["reason"].endswith("it did not fit at micro-batches of 4, 2 rows") and "\n" not in failed["reason"]

@@ -189,12 +189,21 @@ class Training:
 
     def _step(self, indices) -> None:
         started = time.perf_counter()
-        batch = {k: v.to(self.device) for k, v in pad_batch(self.data.train, indices).items()}
-        with devices.autocast(self.device, self.dtype):
-            loss = training_loss(self.model, batch, self.routing, self.consistency, self.mixed)
-        if not torch.isfinite(loss):
-            raise NonFiniteLoss(f"the loss became {float(loss.detach())} at step {self.outcome.steps + 1}")
+        size = self.settings.micro_batch_size or len(indices)
+        chunks = [indices[start:start + size] for start in range(0, len(indices), size)]
+        total = None
+        for number, chunk in enumerate(chunks, 1):  # the batch's mean loss, a micro-batch at a time
+            batch = {k: v.to(self.device) for k, v in pad_batch(self.data.train, chunk).items()}
+            with devices.autocast(self.device, self.dtype):
+                loss = training_loss(self.model, batch, self.routing, self.consistency, self.mixed)
+            loss = loss * (len(chunk) / len(indices)) if len(chunks) > 1 else loss
+            if not torch.isfinite(loss):
+                raise NonFiniteLoss(f"the loss became {float(loss.detach())} at step {self.outcome.steps + 1}")
+            total = loss.detach() if total is None else total + loss.detach()
+            if number < len(chunks):
+                self.scaler.scale(loss).backward()
         devices.optimiser_step(loss, self.optimizer, self.scaler, self.params, self.settings.grad_clip)
+        loss = total
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         outcome = self.outcome

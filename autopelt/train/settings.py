@@ -36,6 +36,8 @@ class TrialSettings:
     warmup_ratio: float = 0.06
     grad_clip: float = 1.0
     batch_size: int = 32
+    micro_batch_size: int | None = None  # forward and backward this many rows at a time, their gradients
+    #                                       accumulated into one step of `batch_size` rows (the same step); None = all
     eval_batch_size: int = 128
     max_length: int = 128
     max_train_examples: int | None = None  # a random subset of the protocol's train rows, for quick runs
@@ -59,7 +61,8 @@ class TrialSettings:
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
-        for name in ("max_steps", "eval_every", "patience", "threads", "max_train_examples", "max_new_tokens"):
+        for name in ("max_steps", "eval_every", "patience", "threads", "max_train_examples", "max_new_tokens",
+                     "micro_batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise UserError(f"{name} must be a positive integer, not {value!r}")

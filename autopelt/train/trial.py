@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import traceback
 from pathlib import Path
@@ -28,6 +29,7 @@ from autopelt.train.trial_data import prepare_data, resolve_task
 from autopelt.train.settings import TrialSettings
 
 RESULT_FILE = "result.json"
+log = logging.getLogger(__name__)
 
 
 def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None = None,
@@ -49,7 +51,7 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
               "gates": None, "delta_dir": None, "settings": settings.to_dict()}
     outcome = TrainOutcome()
     try:
-        _run(settings, result, outcome, report, on_step, test_each_evaluation)
+        settings = _run_fitting(settings, result, outcome, report, on_step, test_each_evaluation)
         result["status"] = "ok"
     except NonFiniteLoss as error:
         result.update(status="failed", reason=str(error))
@@ -58,6 +60,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     except Exception as error:  # a trial never takes its caller down; the reason says what happened
         if devices.is_out_of_memory(error):
             reason = devices.out_of_memory_reason(error, devices.pick_device(settings.device))
+            if result.get("memory_retries"):
+                reason += f"; it did not fit at micro-batches of {', '.join(map(str, result['memory_retries']))} rows"
         else:
             reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
         result.update(status="failed", reason=reason, traceback=traceback.format_exc(limit=8))
@@ -74,6 +78,33 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     if settings.out_dir:
         _write_result(Path(settings.out_dir), result)
     return result
+
+
+def _run_fitting(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step,
+                 test_each: bool) -> TrialSettings:
+    """Run the trial; where it runs out of memory, again from the start at half the micro-batch (the same step
+    of `batch_size` rows, its gradients accumulated), down to one row at a time; the settings it ran with. A
+    classification trial's retries are recorded (`memory_retries`: the micro-batch sizes that did not fit)."""
+    tried = []
+    while True:
+        try:
+            _run(settings, result, outcome, report, on_step, test_each)
+            break
+        except Exception as error:
+            size = settings.micro_batch_size or settings.batch_size
+            if not devices.is_out_of_memory(error) or is_generation(settings) or size <= 1:
+                if tried:
+                    result["memory_retries"] = tried
+                raise
+            tried.append(size)
+            log.warning("out of memory at a micro-batch of %d rows: again at %d", size, size // 2)
+            devices.release_memory()
+            settings = settings.replace(micro_batch_size=size // 2)
+            outcome.__init__()  # what the run that did not fit recorded goes
+            result.update(settings=settings.to_dict(), phase_seconds={})
+    if tried:
+        result["memory_retries"] = tried
+    return settings
 
 
 def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step, test_each: bool) -> None:
