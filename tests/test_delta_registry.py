@@ -14,6 +14,7 @@ import optuna
 import pytest
 import torch
 from conftest import tiny_batch, tiny_model
+from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
 from autopelt import delta
 from autopelt.delta import registry
@@ -106,6 +107,22 @@ def test_a_search_space_lists_and_draws_the_toy(toy, tmp_path):
     spec, _ = space.sample(optuna.trial.FixedTrial({"toyshift.targets": "value+output"}), 2)  # a list's label
     assert spec["methods"] == [{"method": "toyshift", "targets": ["value", "output"]}]
     assert isinstance(delta.parse_spec(spec).methods[0], toy.ToyShiftConfig)
+
+
+def test_the_toy_trains_through_a_whole_trial_and_its_entry_answers_for_it(toy, make_settings, tmp_path):
+    """A user's method runs as a built-in one does: a real trial (data, training, dev, test, saved delta), and the
+    search's questions of a method (rate family, extra loss, checkpointing, soup) answered by its entry's defaults."""
+    from autopelt.train import run_trial
+
+    spec = {"methods": [SPEC["methods"][0]]}
+    result = run_trial(make_settings(spec=spec, learning_rate=1e-2, epochs=1, out_dir=str(tmp_path / "trial")))
+    assert result["status"] == "ok", result["reason"]
+    assert result["params"]["trainable"] == delta.count_parameters(spec, tiny_model().config).trainable
+    assert result["dev_metric"] is not None and result["test"] and (tmp_path / "trial" / "delta").is_dir()
+    config = delta.parse_spec(spec).methods[0]
+    entry = registry.method_of(config)
+    assert registry.rate_family(config) == "toyshift" and entry.extra_loss(config) == 0.0
+    assert entry.checkpointing_refusal(config, None, None) is None and entry.soup is None
 
 
 def test_the_toy_has_no_peft_form_and_says_why(toy):
