@@ -538,10 +538,10 @@ def test_a_trial_of_another_machine_is_interrupted_once_its_heartbeat_is_stale(t
     (4, 1, "10.0.0.1:6379", 0)])
 def test_a_gpu_machine_trains_on_its_gpus_without_a_flag(tmp_path, monkeypatch, gpus, workers, address, expected):
     from autopelt.search import gpu_share
-    from autopelt.search import plan as plan_module
+    from autopelt.search import resources as resources_module
 
-    monkeypatch.setattr(plan_module, "_local_gpus", lambda: gpus)
-    monkeypatch.setattr(plan_module, "_gpu_bytes", lambda: 80 * 2**30)
+    monkeypatch.setattr(resources_module, "local_gpus", lambda: gpus)
+    monkeypatch.setattr(resources_module, "gpu_bytes", lambda: 80 * 2**30)
     monkeypatch.setattr(gpu_share, "measure_trial_bytes", lambda *a, **k: 2**30)  # a GPU's memory holds many
     options = search_options(tmp_path, workers=workers, ray_address=address)
     assert prepare(options).gpus_per_trial == expected
@@ -554,11 +554,11 @@ def test_no_more_trials_share_a_gpu_than_fit_in_its_memory_by_a_measured_step(tm
     """8 workers on one 80 GiB GPU whose trial step measured 20 GiB: 3 at once (0.85 x 80 / (20 + 0.6)), said in
     one line; the step measured at the space's largest batch (32) and the trial's default length (128)."""
     from autopelt.search import gpu_share
-    from autopelt.search import plan as plan_module
+    from autopelt.search import resources as resources_module
 
     measured = []
-    monkeypatch.setattr(plan_module, "_local_gpus", lambda: 1)
-    monkeypatch.setattr(plan_module, "_gpu_bytes", lambda: 80 * 2**30)
+    monkeypatch.setattr(resources_module, "local_gpus", lambda: 1)
+    monkeypatch.setattr(resources_module, "gpu_bytes", lambda: 80 * 2**30)
     monkeypatch.setattr(gpu_share, "measure_trial_bytes", lambda *a, **k: measured.append(a) or 20 * 2**30)
     plan = prepare(search_options(tmp_path, workers=8))
     assert plan.gpus_per_trial == pytest.approx(1 / 3) and len(measured) == 1 and measured[0][3:5] == (32, 128)
@@ -569,12 +569,12 @@ def test_no_more_trials_share_a_gpu_than_fit_in_its_memory_by_a_measured_step(tm
 
 def test_a_gpu_share_measurement_that_fails_leaves_the_workers_spread_and_says_why(tmp_path, monkeypatch):
     from autopelt.search import gpu_share
-    from autopelt.search import plan as plan_module
+    from autopelt.search import resources as resources_module
 
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 30.00 GiB\nmore detail")
 
-    monkeypatch.setattr(plan_module, "_local_gpus", lambda: 1)
+    monkeypatch.setattr(resources_module, "local_gpus", lambda: 1)
     monkeypatch.setattr(gpu_share, "measure_trial_bytes", out_of_memory)
     plan = prepare(search_options(tmp_path, workers=4))
     assert plan.gpus_per_trial == 0.25

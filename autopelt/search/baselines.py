@@ -5,7 +5,7 @@ They are queued as trials tagged with their preset's name (the `baseline` attrib
 `autopelt.delta.presets`), once per study: a later run queues only the ones no trial stands for yet.
 
 They take at most half of a budget, so that a study always searches: on a trial budget at most half its trials
-(`plan.baselines_for`), on a wall-time budget they start in its first half (WALL_SHARE; a baseline costs about two
+(`phases.baselines_for`), on a wall-time budget they start in its first half (WALL_SHARE; a baseline costs about two
 trials, its rate sweep: docs/search.md). One not started is recorded as FAIL, `claims.LATE_BASELINE`, and queued
 again by a later run of the study, whose budget may hold it.
 """

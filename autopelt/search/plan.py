@@ -6,18 +6,17 @@ input, before any study, database file or Ray process exists.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autopelt.errors import UserError
-from autopelt.search.budget import (Budget, ParamLimit, TimeBudget, TrialBudget, parse_budget,
+from autopelt.search import phases, resources
+from autopelt.search.budget import (Budget, ParamLimit, TimeBudget, parse_budget,
                                     parse_max_params)
 from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
-from autopelt.train.settings import PRECISIONS, TrialSettings
+from autopelt.train.settings import PRECISIONS
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
 
@@ -129,8 +128,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     else:
         data_dir = None if task.files else _data_dir(options.data_dir, task)
     model = _model(options.model)
-    cpus_per_trial = _cpus_per_trial(options)
-    _check_local_resources(options, cpus_per_trial)
+    cpus_per_trial = resources.cpus_per_trial(options)
+    resources.check_local(options, cpus_per_trial)
     if data_dir is None and not generation and not task.files:  # offline, one line now: before seconds of imports
         from autopelt.data.loading import check_hub_data
 
@@ -151,7 +150,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn
-    gpus_per_trial, gpu_note = _gpus_per_trial(options, model, num_labels, generation, space)
+    gpus_per_trial, gpu_note = resources.gpus_per_trial(options, model, num_labels, generation, space)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     # the slowest check (the hub: online, a download), after the model's; its rows give the task's meta-features
     data, loaded = (None, {}) if generation else _check_data(task, data_dir, options)
@@ -164,17 +163,17 @@ def prepare(options: SearchOptions) -> SearchPlan:
 
         portfolio, said = portfolio_for_model(portfolio, model_config)
         portfolio_note += f"\n{said}" if said else ""
-    baselines = baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
+    baselines = phases.baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
     if portfolio is not None and portfolio.calibrate:
-        portfolio, portfolio_note, baselines = _calibration(portfolio, portfolio_note, baselines, budget)
+        portfolio, portfolio_note, baselines = phases.calibration_plan(portfolio, portfolio_note, baselines, budget)
     refused = {name: why for name in baselines if (why := cannot_apply_preset(name, model_config))}
     baselines = [name for name in baselines if name not in refused]
     if refused:  # said, not dropped in silence: UniPELT is every study's baseline where the family takes it
         portfolio_note = "\n".join(filter(None, [portfolio_note] + [
             f"baseline {name} left out: a {architecture_of(model_config).family} model cannot take it ({why})"
             for name, why in refused.items()]))
-    portfolio_size = _portfolio_size(portfolio, budget, len(baselines))
-    finalists = _finalists(options, budget, len(baselines))
+    portfolio_size = phases.portfolio_size(portfolio, budget, len(baselines))
+    finalists = phases.finalists(options.finalists, options.workers, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,
@@ -201,22 +200,6 @@ def _portfolio(choice: str, model: str, space, features, rates: str = "absolute"
     return for_search(choice or "auto", model_name(model), space.name, features(), rates, hidden_size)
 
 
-def _calibration(portfolio, note: str, baselines: list[str], budget: Budget):
-    """A calibrated portfolio's plan: its calibration (LoRA's sweep) the first baseline, the members waiting for
-    its rate; on a budget of two trials it and the portfolio's first alone; on one, no calibration (the portfolio's
-    first at its recorded rate, which the line says)."""
-    from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
-
-    if isinstance(budget, TrialBudget) and budget.trials < 2:
-        line = (f"rates: absolute: measured on {portfolio.model}; a budget of one trial has no room for LoRA's "
-                "calibration")
-        note = "\n".join(line if old.startswith("rates: ") else old for old in note.split("\n"))
-        return dataclasses.replace(portfolio, calibrate=False), note, baselines
-    if isinstance(budget, TrialBudget) and budget.trials == 2:
-        return portfolio, note, [CALIBRATION_BASELINE]
-    return portfolio, note, [CALIBRATION_BASELINE, *(name for name in baselines if name != CALIBRATION_BASELINE)]
-
-
 def _task_features(task, rows: list[dict] | None, model: str, k: int | None):
     """The task's meta-features from its train rows as the data check loaded them (autopelt/portfolio/
     metafeatures.py), before any training; None without rows."""
@@ -227,16 +210,6 @@ def _task_features(task, rows: list[dict] | None, model: str, k: int | None):
         return None
     return metafeatures.compute(rows, task.text_columns, task.label_column, task.regression,
                                 train_rows=min(k, len(rows)) if k else len(rows), tokenizer=load_tokenizer(model))
-
-
-def _portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
-    """All its members on a wall-time budget (early stopping sorts them); on a trial budget at most half of it,
-    less the baselines, so that the sampler still draws, and at least the first (`baselines_for` leaves it room)."""
-    if portfolio is None:
-        return 0
-    if isinstance(budget, TimeBudget):
-        return len(portfolio.members)
-    return max(1, min(len(portfolio.members), budget.trials // 2 - baselines))
 
 
 def _check_numbers(options: SearchOptions) -> None:
@@ -257,15 +230,6 @@ def _check_numbers(options: SearchOptions) -> None:
         raise UserError(f"--finalists must be a whole number, 0 or more, not {options.finalists!r}")
     if options.precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")
-
-
-def _finalists(options: SearchOptions, budget: Budget, baselines: int) -> int:
-    """How many of the best trials the search trains again at its end: as asked, else a whole number of rounds
-    on the workers (at least 3); on a trial budget no more than it has room for (confirm.trial_room)."""
-    from autopelt.search import confirm
-
-    count = confirm.default_count(options.workers) if options.finalists is None else options.finalists
-    return count if isinstance(budget, TimeBudget) else confirm.trial_room(budget.trials, count, baselines)
 
 
 def _task(name: str, custom: dict | None):
@@ -368,83 +332,6 @@ def _space_epochs(space, model_config) -> int | None:
     _, hparams = space.sample(probe, int(model_config.num_hidden_layers))
     epochs = hparams.get("epochs")
     return int(epochs) if isinstance(epochs, (int, float)) and epochs >= 1 else None
-
-
-def _cpus_per_trial(options: SearchOptions) -> float:
-    if options.cpus_per_trial is not None:
-        return options.cpus_per_trial
-    if options.ray_address:
-        return 1
-    return max(1, (os.cpu_count() or 1) // options.workers)
-
-
-def _gpus_per_trial(options: SearchOptions, model: str, num_labels: int, generation: bool, space) -> tuple[float, str]:
-    """(share, a line saying why): as asked; else, on a local machine with CUDA, its GPUs shared among the workers,
-    as many trials on one as fit in its memory by one measured step (`gpu_share`), so a GPU machine trains on its
-    GPUs without a flag; else 0 (a cluster: say --gpus-per-trial)."""
-    if options.gpus_per_trial is not None:
-        return options.gpus_per_trial, ""
-    if options.ray_address:
-        return 0, ""
-    gpus = _local_gpus()
-    if not gpus:
-        return 0, ""
-    if math.ceil(options.workers / gpus) == 1:
-        return 1, ""
-    from autopelt.search import gpu_share
-
-    train = space.tree.train
-    batch = gpu_share.largest(train.get("batch_size"), TrialSettings.batch_size)
-    length = gpu_share.largest(train.get("max_length"), TrialSettings.max_length)
-    try:
-        need = gpu_share.measure_trial_bytes(model, num_labels, generation, batch, length, options.precision,
-                                             eval_batch_size=TrialSettings.eval_batch_size)
-    except Exception as error:  # noqa: BLE001 - a trial that does not fit says so itself, with the OOM line
-        per_gpu = gpu_share.trials_per_gpu(options.workers, gpus, None, None)
-        why = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
-        return 1 / per_gpu, (f"{per_gpu} trials share a GPU, unmeasured: a training step at batch {batch} x {length} "
-                             f"tokens failed ({why}; --gpus-per-trial to choose)")
-    total = _gpu_bytes()
-    per_gpu = gpu_share.trials_per_gpu(options.workers, gpus, need, total)
-    return 1 / per_gpu, (f"{per_gpu} trials share a GPU: a training step at batch {batch} x {length} tokens took "
-                         f"{need / 2**30:.1f} GiB of the GPU's {total / 2**30:.0f} (--gpus-per-trial to choose)")
-
-
-def _check_local_resources(options: SearchOptions, cpus_per_trial: float) -> None:
-    """A trial asking for more than this machine has would wait forever in a local Ray."""
-    if options.ray_address:
-        return
-    cpus = os.cpu_count() or 1
-    if cpus_per_trial > cpus:
-        raise UserError(f"--cpus-per-trial {cpus_per_trial:g}, but this machine has {cpus} CPUs")
-    if options.gpus_per_trial and _local_gpus() == 0:
-        raise UserError(f"--gpus-per-trial {options.gpus_per_trial:g}, but this machine has no CUDA GPU")
-
-
-def _local_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def _gpu_bytes() -> int:
-    import torch
-
-    return int(torch.cuda.get_device_properties(0).total_memory)
-
-
-def baselines_for(budget: Budget, with_portfolio: bool = False) -> list[str]:
-    """The study's baselines: all of them, or on a trial budget at most half of it (the first ones), so that a
-    study always searches. With a portfolio, UniPELT(APL) alone (none on a budget of one trial, which the
-    portfolio's first configuration takes): the single methods at their papers' structure
-    did not earn their cost across the meta-dataset's tasks (docs/portfolio.md)."""
-    from autopelt.delta.presets import BASELINES
-
-    if with_portfolio:  # a budget of one trial runs the portfolio's first configuration, the prior's favourite
-        return list(BASELINES[:1]) if not isinstance(budget, TrialBudget) or budget.trials >= 2 else []
-    if isinstance(budget, TimeBudget):
-        return list(BASELINES)
-    return list(BASELINES[: max(1, budget.trials // 2)])
 
 
 def study_name_for(task: str, model: str, space, k: int | None, multi_objective: bool) -> str:

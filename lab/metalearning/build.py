@@ -6,6 +6,8 @@ from autopelt.errors import UserError
 from autopelt.portfolio import select
 from autopelt.portfolio.config import Config
 from autopelt.portfolio.portfolio import to_file
+from autopelt.search import phases
+from autopelt.search.budget import TimeBudget
 from metalearning import metadata
 from metalearning.design import DESIGN_VERSION, config_named
 
@@ -54,7 +56,7 @@ def calibration(meta, tasks: list[str]) -> dict[str, float]:
     return out
 
 
-SEARCHED_BASELINES = ("unipelt_apl",)  # the baselines a search with a portfolio still trains
+SEARCHED_BASELINES = tuple(phases.baselines_for(TimeBudget(3600), with_portfolio=True))  # as a search plans them
 
 
 def baseline_rates(meta, tasks: list[str]) -> dict[str, float]:
