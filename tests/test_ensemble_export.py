@@ -64,6 +64,10 @@ def test_cli_export_writes_the_default_rules_ensemble(study_db, tmp_path, capsys
     manifest = json.loads((out / "ensemble.json").read_text())
     assert manifest["rule"]["max_size"] == DEFAULT_RULE.max_size and f"ensemble of {len(manifest['members'])} trials" in printed
     assert "the single answer's" in printed and f"predict --delta {out}" in printed
+    assert "scoring the ensemble's" in printed and manifest["test"] is not None  # after the choice, in the manifest
+    assert f"test accuracy {manifest['test']:.4f}" in printed and manifest["single"]["test"] is not None
+    card = (out / "README.md").read_text()
+    assert f"- test accuracy: ensemble {manifest['test']:.4f}, single answer {manifest['single']['test']:.4f}" in card
 
 
 def _members_average(folder, model_dir, rows):

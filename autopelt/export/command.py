@@ -62,7 +62,7 @@ def _ensemble(args, study) -> int:
 
     found = answers.best(read_all(study))
     out, chosen = export_ensemble(trial_dirs(study), args.out, args.max_members, study.study_name,
-                                  answer_dir=found.result_dir if found else None)
+                                  answer_dir=found.result_dir if found else None, say=print)
     print("\n".join(chosen.lines()))
     print(f"exported the ensemble ({chosen.forward_passes} forward passes an input) to {out}")
     print(f"next: autopelt predict --delta {out} --text \"…\"")

@@ -14,10 +14,11 @@ from autopelt.errors import UserError
 
 
 def export_ensemble(trial_dirs: list, out_dir, max_members: int | None = None, study_name: str = "",
-                    rule=None, answer_dir=None) -> tuple:
+                    rule=None, answer_dir=None, say=lambda line: None) -> tuple:
     """Select the ensemble of `trial_dirs` and write it to the new folder `out_dir`; returns (folder, StudyEnsemble).
     `rule`: the selection's select.Rule (default: study.DEFAULT_RULE); `answer_dir`: the study's answer's folder,
-    which the ensemble is set beside (study_ensemble).
+    which the ensemble is set beside (study_ensemble). Once chosen, its test metric and the single answer's are
+    computed (study.with_test; `say` gets its one line) and written to the manifest and the model card.
 
     Raises:
         UserError: `out_dir` exists and is not empty, no trial has dev predictions, a member has no saved delta,
@@ -25,7 +26,7 @@ def export_ensemble(trial_dirs: list, out_dir, max_members: int | None = None, s
     """
     from autopelt.delta import read_delta_header
     from autopelt.ensemble.folder import write_ensemble
-    from autopelt.ensemble.study import DEFAULT_RULE, study_ensemble
+    from autopelt.ensemble.study import DEFAULT_RULE, study_ensemble, with_test
 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
@@ -41,6 +42,7 @@ def export_ensemble(trial_dirs: list, out_dir, max_members: int | None = None, s
             if header.get(key) != headers[0].get(key):
                 raise UserError(f"ensemble member {member.folder} differs in {key} ({header.get(key)!r} vs "
                                 f"{headers[0].get(key)!r}); an ensemble shares one base model and label set")
+    chosen = with_test(chosen, say)  # after every choice: no member or weight depends on it
     staging = out.with_name(f".{out.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -66,10 +68,10 @@ def export_ensemble(trial_dirs: list, out_dir, max_members: int | None = None, s
 
 
 def _selection(chosen) -> dict:
-    return {"metric": chosen.metric, "dev": chosen.dev, "answers": chosen.answers, "margin": chosen.margin,
-            "rule": chosen.rule.to_dict(),
+    return {"metric": chosen.metric, "dev": chosen.dev, "test": chosen.test, "answers": chosen.answers,
+            "margin": chosen.margin, "rule": chosen.rule.to_dict(),
             "single": {"trial_dir": str(chosen.single.folder), "summary": chosen.single.summary,
-                       "dev": chosen.single_dev}}
+                       "dev": chosen.single_dev, "test": chosen.single_test}}
 
 
 def _peft(folder: Path, result: dict) -> str:
@@ -90,7 +92,10 @@ def model_card(manifest: dict) -> str:
              f"- base model: `{manifest.get('base_model')}`",
              "- selection: greedy forward selection with replacement on dev predictions (Caruana et al. 2004)",
              f"- dev {manifest['metric']}: ensemble {manifest['dev']:.4f}, single answer {single['dev']:.4f} "
-             f"({single['summary']}); {verdict}",
+             f"({single['summary']}), on the dev rows that chose the members; {verdict}",
+             *([f"- test {manifest['metric']}: ensemble {manifest['test']:.4f}, single answer {single['test']:.4f} "
+                "(computed once the members were chosen; no choice read it)"]
+               if manifest.get("test") is not None and single.get("test") is not None else []),
              f"- inference cost: **{len(members)} forward passes an input** on one backbone load "
              "(a soup of same-structure LoRA members would cost 1)", "",
              "| member | weight | dev | what | peft |", "|---|---|---|---|---|"]
