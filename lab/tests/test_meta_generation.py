@@ -4,25 +4,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from generationdata import make_tiny_lm_folder, write_e2e_like
-from tinymodels import tiny_model_dir  # noqa: F401  (fixture)
+from test_generation import TASK, data_dir, lm_dir  # noqa: F401  (fixtures: the product's generation tests')
 
 from autopelt.errors import UserError
-from autopelt.data.generation import GenerationTask
-
-pytest.importorskip("sacrebleu")
-pytest.importorskip("rouge_score")
-TASK = GenerationTask("e2e", "mr", "ref")
-
-
-@pytest.fixture(scope="module")
-def lm_dir(tmp_path_factory):
-    return make_tiny_lm_folder(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_e2e_like(tmp_path_factory.mktemp("gen"))
 
 
 def test_a_generation_portfolio_is_learned_from_dev_loss_and_a_search_trains_its_members_first(lm_dir, data_dir,
