@@ -3,11 +3,13 @@
     python scripts/fixed_seed_numbers.py OUT.json [--data-dir ../shared/data/glue]
     diff <(python -m json.tool before.json) <(python -m json.tool after.json)
 
-Runs `autopelt train` (LoRA, sst2, K=64, 2 epochs, seed 0) and `autopelt search` (sst2, K=64, 12 trials, one worker,
-seed 0, a fresh SQLite study) in a temporary folder on all-MiniLM-L6-v2, with this checkout's autopelt (so a
-worktree of the commit before the refactor gives the numbers before), and writes what each trial recorded that a
-refactor could move: its configuration, learning rate and where it came from, its state, dev and test metrics and
-the answer. Wall times and paths are left out: they differ between any two runs.
+Runs `autopelt train` (LoRA, sst2, K=64, 2 epochs, seed 0), `autopelt search` (sst2, K=64, 12 trials, one worker,
+seed 0, a fresh SQLite study) on all-MiniLM-L6-v2 and two generation trials on SmolLM2-135M (E2E, K=32, batch 8,
+2 epochs, LoRA: one at 1e-3, one sweeping its rate; `--generation-data-dir` the folder holding `e2e/`) in a
+temporary folder, with this checkout's autopelt (so a worktree of the commit before the refactor gives the numbers
+before), and writes what each trial recorded that a refactor could move: its configuration, learning rate and where
+it came from, its state, dev history, dev and test metrics and the answer. Wall times and paths are left out: they
+differ between any two runs.
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = ("config", "learning_rate", "lr_from", "dev_metric", "test_metric", "metric", "params", "stopped_at_epoch",
-        "epochs_run", "best_epoch", "status", "trainable_params", "stored_params")
+        "epochs_run", "best_epoch", "status", "trainable_params", "stored_params", "dev", "test", "history", "steps")
 
 
 def kept(result: dict) -> dict:
-    """The fields of a result.json that a refactor must not change (those present)."""
-    return {key: result[key] for key in KEEP if key in result}
+    """The fields of a result.json that a refactor must not change (those present; a rate sweep's candidates
+    without their seconds)."""
+    out = {key: result[key] for key in KEEP if key in result}
+    if isinstance(result.get("lr_choice"), dict):
+        out["lr_choice"] = {k: v for k, v in result["lr_choice"].items() if k != "seconds"}
+    return out
 
 
 AUTOPELT = [sys.executable, "-c", "import sys; from autopelt.cli import main; sys.exit(main())"]  # this checkout's
@@ -44,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
+    parser.add_argument("--generation-data-dir", default=str(ROOT.parent / "shared" / "data" / "gen"))
     args = parser.parse_args()
     numbers: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,11 +65,17 @@ def main() -> None:
         for result in sorted((work / "search").rglob("result.json")):
             trials[str(result.parent.relative_to(work / "search"))] = kept(json.loads(result.read_text()))
         numbers["search"] = trials
+        for name, rate in (("generation", ["--lr", "1e-3"]), ("generation-swept", [])):
+            run([*AUTOPELT, "train", "--task", "e2e", "--data-dir", args.generation_data_dir, "--input-column", "mr",
+                 "--target-column", "ref", "--model", "smollm2-135m", "--k", "32", "--batch-size", "8", "--epochs",
+                 "2", "--seed", "0", "--method", "lora", "--max-new-tokens", "12", *rate,
+                 "--out", str(work / name)], work)
+            numbers[name] = kept(json.loads((work / name / "result.json").read_text()))
         answer = work / "search" / "answer.json"
         if answer.exists():
             numbers["answer"] = json.loads(answer.read_text())
     args.out.write_text(json.dumps(numbers, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.out}: 1 trial, {len(numbers['search'])} search trials")
+    print(f"wrote {args.out}: 1 trial, {len(numbers['search'])} search trials, 2 generation trials")
 
 
 if __name__ == "__main__":
