@@ -4,9 +4,11 @@
 
 In README.md and every page under docs/, everything between `<!-- results: NAME -->` and `<!-- /results -->` is
 replaced by the table of the newest `NAME-<date>.json` under benchmarks/results/ or an experiment's folder
-(lab/experiments/<topic>/), and one line saying where, when and how it was measured. A marker whose benchmark has no
-file is an error (exit 2, the page left as it was): a page shows no empty results block. --check changes nothing
-and exits 1 when a page is out of date (for CI).
+(lab/experiments/<topic>/), and one line saying where, when and how it was measured. A number in a sentence is
+rendered the same way: `<!-- value: NAME:PATH -->…<!-- /value -->` (see `value`). A marker whose benchmark has no
+file, or whose path names nothing in it, is an error (exit 2, the page left as it was): a page shows no empty
+results block and no number its file does not hold. --check changes nothing and exits 1 when a page is out of date
+(for CI).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 EXPERIMENTS = ROOT / "lab" / "experiments"
 BLOCK = re.compile(r"(<!-- results: ([a-z0-9._-]+) -->\n)(.*?)(<!-- /results -->)", re.S)
+VALUE = re.compile(r"(<!-- value: ([^\n]*?) -->)([^\n]*?)(<!-- /value -->)")
 
 
 def newest(name: str, *folders: Path) -> dict | None:
@@ -33,7 +36,7 @@ def newest(name: str, *folders: Path) -> dict | None:
 
 
 class MissingResults(ValueError):
-    """A page marks a results block whose benchmark has no results file."""
+    """A page marks a results block or value whose benchmark has no results file, or a path its file lacks."""
 
 
 def cell(value) -> str:
@@ -62,11 +65,60 @@ def table(record: dict, commit: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(text: str, *folders: Path, commit: bool = True) -> str:
-    """`text` with every results block filled from `folders` (default: as `newest`).
+def lookup(record, path: str):
+    """The item of `record` that `path` names: `/`-separated steps, each a dict key, a list index, or
+    `COLUMN=VALUE` for the one row of a list whose COLUMN reads VALUE (`rows/budget=8/answer`).
 
     Raises:
-        MissingResults: a block names a benchmark with no results file.
+        MissingResults: a step names nothing, or more than one row.
+    """
+    item = record
+    for step in path.split("/"):
+        if isinstance(item, list) and "=" in step:
+            key, wanted = step.split("=", 1)
+            found = [row for row in item if isinstance(row, dict) and cell(row.get(key)) == wanted]
+            if len(found) != 1:
+                raise MissingResults(f"{len(found)} rows have {key}={wanted} (`{path}`)")
+            item = found[0]
+        elif isinstance(item, list) and step.isdigit() and int(step) < len(item):
+            item = item[int(step)]
+        elif isinstance(item, dict) and step in item:
+            item = item[step]
+        else:
+            raise MissingResults(f"nothing at `{step}` of `{path}`")
+    return item
+
+
+def value(spec: str, *folders: Path) -> str:
+    """The text of a `<!-- value: SPEC -->` marker: `NAME:PATH`, or `NAME:PATH - PATH` (the difference of two items
+    of the same file), then optionally ` %FORMAT` (a Python format spec such as `+.2f`). A string in the file is
+    written as it stands (it was rounded when it was written); a number without a format as in a table (`cell`).
+
+    Raises:
+        MissingResults: the benchmark has no results file, or a path names nothing in it.
+    """
+    spec, _, form = spec.partition(" %")
+    name, _, expression = spec.partition(":")
+    record = newest(name.strip(), *folders)
+    if record is None:
+        raise MissingResults(f"no results file for `<!-- value: {name.strip()}:… -->`: run the benchmark that writes "
+                             "it, or remove the value")
+    terms = [lookup(record, path.strip()) for path in expression.split(" - ")]
+    if len(terms) == 1 and not form:
+        return str(terms[0]) if isinstance(terms[0], str) else cell(terms[0])
+    try:
+        numbers = [float(term) for term in terms]
+    except (TypeError, ValueError):
+        raise MissingResults(f"`{expression}` in {name}'s file is not a number: {terms}") from None
+    number = numbers[0] - sum(numbers[1:])
+    return format(number, form) if form else cell(number)
+
+
+def render(text: str, *folders: Path, commit: bool = True) -> str:
+    """`text` with every results block and every value filled from `folders` (default: as `newest`).
+
+    Raises:
+        MissingResults: a block or value names a benchmark with no results file, or a value a path its file lacks.
     """
     def fill(match: re.Match) -> str:
         record = newest(match.group(2), *folders)
@@ -75,7 +127,10 @@ def render(text: str, *folders: Path, commit: bool = True) -> str:
                                  "writes it, or remove the block")
         return match.group(1) + table(record, commit) + match.group(4)
 
-    return BLOCK.sub(fill, text)
+    def fill_value(match: re.Match) -> str:
+        return match.group(1) + value(match.group(2), *folders) + match.group(4)
+
+    return VALUE.sub(fill_value, BLOCK.sub(fill, text))
 
 
 def pages() -> list[Path]:

@@ -47,6 +47,28 @@ def test_render_fills_each_marked_block_from_the_newest_file_and_leaves_the_rest
         render.render(page + "<!-- results: none -->\n<!-- /results -->\n", tmp_path)
 
 
+def test_a_value_in_a_sentence_is_read_from_the_newest_file_as_it_stands(tmp_path):
+    render = load_bench("render_docs")
+    record = {"settings": {"tasks": ["a", "b"]}, "notes": "x",
+              "rows": [{"budget": 8, "single": 75.77002566245811, "answer": 76.34385379547422, "kind": "pair"},
+                       {"budget": 16, "single": 75.7, "answer": 76.5, "kind": "mean", "oracle": "77.03"}]}
+    (tmp_path / "loo-2026-01-01.json").write_text(json.dumps({**record, "rows": [{"budget": 8, "answer": 0.0}]}))
+    (tmp_path / "loo-2026-01-02.json").write_text(json.dumps(record))
+    page = ("ensembles add <!-- value: loo:rows/budget=8/answer - rows/budget=8/single %+.2f -->+0.5<!-- /value -->; "
+            "the oracle <!-- value: loo:rows/kind=mean/oracle -->77<!-- /value -->, "
+            "<!-- value: loo:rows/1/answer -->?<!-- /value --> on <!-- value: loo:settings/tasks/1 --><!-- /value -->")
+    out = render.render(page, tmp_path)
+    assert out == ("ensembles add <!-- value: loo:rows/budget=8/answer - rows/budget=8/single %+.2f -->+0.57"
+                   "<!-- /value -->; the oracle <!-- value: loo:rows/kind=mean/oracle -->77.03<!-- /value -->, "
+                   "<!-- value: loo:rows/1/answer -->76.5<!-- /value --> on <!-- value: loo:settings/tasks/1 -->b"
+                   "<!-- /value -->")  # a string as written (not re-rounded), a float as a table cell shows it
+    assert render.render(out, tmp_path) == out
+    for spec, error in (("none:rows/0/answer", "no results file"), ("loo:rows/budget=9/answer", "0 rows"),
+                        ("loo:rows/budget=8/oracle", "nothing at `oracle`"), ("loo:notes %.2f", "not a number")):
+        with pytest.raises(render.MissingResults, match=error):  # no number the file does not hold
+            render.render(f"<!-- value: {spec} -->1<!-- /value -->", tmp_path)
+
+
 def test_the_newest_file_of_a_name_is_read_across_folders(tmp_path):
     render = load_bench("render_docs")
     for folder, day in (("a", "2026-01-03"), ("b", "2026-01-02")):
