@@ -72,7 +72,7 @@ def test_an_installed_model_folder_is_saved_by_its_hub_id_and_found_again_on_loa
 
 
 def test_a_default_study_name_uses_the_models_short_name(minilm_path):
-    from autopelt.search.plan import study_name_for
+    from autopelt.search.study_names import study_name_for
 
     class Space:
         name, fingerprint = "default", "21561af6aaaa"

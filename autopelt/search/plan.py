@@ -1,59 +1,26 @@
-"""From what the user asked (`SearchOptions`) to everything a search needs (`SearchPlan`), checked up front.
+"""From what the user asked (`SearchOptions`, options.py) to everything a search needs (`SearchPlan`), checked up
+front.
 
 `prepare` resolves the task, model, space, budgets and storage and raises `UserError` on the first bad
-input, before any study, database file or Ray process exists.
+input, before any study, database file or Ray process exists. Its parts: the task and its data (task_data.py), what
+each trial gets of the machine (resources.py), how the budget is split among the phases (phases.py), the study's
+name (study_names.py).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autopelt.errors import UserError
 from autopelt.search import phases, resources
-from autopelt.search.budget import (Budget, ParamLimit, TimeBudget, parse_budget,
-                                    parse_max_params)
-from autopelt.study.storage import DEFAULT_STORAGE, check_storage, normalise_url
-from autopelt.train.settings import PRECISIONS
+from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
+from autopelt.search.options import SearchOptions, check_numbers
+from autopelt.search.study_names import study_name_for
+from autopelt.search.task_data import check_data, data_dir_of, task_of
+from autopelt.study.storage import check_storage, normalise_url
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
-
-
-@dataclass
-class SearchOptions:
-    """A search as the user states it (the CLI flags, one for one)."""
-
-    task: str
-    budget: str | int = 20
-    model: str | None = None
-    data_dir: str | None = None
-    space: str = "default"
-    storage: str = DEFAULT_STORAGE
-    study_name: str | None = None
-    workers: int = 1
-    cpus_per_trial: float | None = None  # default: this machine's CPUs shared among the workers
-    gpus_per_trial: float | None = None  # default: a local machine's CUDA GPUs shared among the workers (≤ 1)
-    ray_address: str | None = None
-    max_params: str | None = None
-    multi_objective: bool = False
-    baselines: bool = True
-    k: int | None = None  # the low-resource protocol: K training examples; None: the full protocol
-    epochs: int | None = None
-    seed: int = 0
-    out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
-    early_stopping: bool = True
-    sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
-    precision: str = "auto"  # of every trial: auto (bf16 where the device computes it natively and faster),
-    # fp32, bf16 or fp16
-    custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
-    finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
-    backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
-    rates: str = "absolute"  # the portfolio's rates: absolute, calibrated to the study's LoRA rate, or transferred by
-    # the hidden sizes (portfolio.py)
-    portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
-    gradient_checkpointing: bool = False  # of every trial whose delta can take it (TrialSettings')
 
 
 @dataclass
@@ -120,13 +87,10 @@ def prepare(options: SearchOptions) -> SearchPlan:
 
     budget = parse_budget(options.budget)
     param_limit = parse_max_params(options.max_params)
-    _check_numbers(options)
-    task = _task(options.task, options.custom_task)
+    check_numbers(options)
+    task = task_of(options.task, options.custom_task)
     generation = isinstance(task, GenerationTask)  # your own input -> target text
-    if generation:
-        data_dir = _generation_data_dir(options.data_dir, task)
-    else:
-        data_dir = None if task.files else _data_dir(options.data_dir, task)
+    data_dir = data_dir_of(options.data_dir, task, generation)
     model = _model(options.model)
     cpus_per_trial = resources.cpus_per_trial(options)
     resources.check_local(options, cpus_per_trial)
@@ -153,7 +117,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
     gpus_per_trial, gpu_note = resources.gpus_per_trial(options, model, num_labels, generation, space)
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     # the slowest check (the hub: online, a download), after the model's; its rows give the task's meta-features
-    data, loaded = (None, {}) if generation else _check_data(task, data_dir, options)
+    data, loaded = (None, {}) if generation else check_data(task, data_dir, options.k or "full", options.seed)
     portfolio, portfolio_note = _generation_portfolio(options.portfolio, model) if generation else \
         _portfolio(options.portfolio, model, space,
                    lambda: _task_features(task, loaded.get(task.train_split), model, options.k), options.rates,
@@ -212,49 +176,6 @@ def _task_features(task, rows: list[dict] | None, model: str, k: int | None):
                                 train_rows=min(k, len(rows)) if k else len(rows), tokenizer=load_tokenizer(model))
 
 
-def _check_numbers(options: SearchOptions) -> None:
-    if options.workers < 1:
-        raise UserError("--workers must be at least 1")
-    if options.cpus_per_trial is not None and options.cpus_per_trial <= 0:
-        raise UserError("--cpus-per-trial must be positive")
-    if options.gpus_per_trial is not None and options.gpus_per_trial < 0:
-        raise UserError("--gpus-per-trial cannot be negative")
-    if options.epochs is not None and options.epochs < 1:
-        raise UserError("--epochs must be at least 1")
-    if options.k is not None and options.k < 1:
-        raise UserError("--k must be a positive number of training examples")
-    if options.sampler not in ("tpe", "random"):
-        raise UserError(f"--sampler must be tpe or random, not {options.sampler!r}")
-    if options.finalists is not None and (isinstance(options.finalists, bool) or not isinstance(options.finalists, int)
-                                          or options.finalists < 0):
-        raise UserError(f"--finalists must be a whole number, 0 or more, not {options.finalists!r}")
-    if options.precision not in PRECISIONS:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")
-
-
-def _task(name: str, custom: dict | None):
-    """A Task (classification, regression), or a GenerationTask for your own input -> target columns."""
-    from autopelt.data import custom_task, get_task
-    from autopelt.data.generation import generation_task_of
-
-    generation = generation_task_of(name, custom)
-    if generation is not None:
-        return generation
-    return custom_task(name, **custom) if custom else get_task(name)
-
-
-def _generation_data_dir(given: str | None, task) -> str:
-    """The data folder of a generation task (absolute), its files and both columns checked: one line, no study."""
-    from autopelt.data.generation import load_generation_splits
-
-    folder = _data_folder(given)
-    if folder is None:
-        raise UserError("a generation task reads your own data: pass --data-dir DIR holding "
-                        f"DIR/{task.name}/train.jsonl")
-    load_generation_splits(task, str(folder))
-    return str(folder)
-
-
 def _generation_portfolio(choice: str, model: str):
     """A generation task's portfolio: one measured for generation on the model (portfolio.for_generation)."""
     from autopelt.models import model_name
@@ -269,51 +190,6 @@ def _model(name: str | None) -> str:
 
     model = resolve_model(name)
     return str(Path(model).resolve()) if Path(model).exists() else model
-
-
-def _check_data(task, data_dir: str | None, options: SearchOptions):
-    """The task's data as every trial will read it (`autopelt.data.check`): a file, column, label, K or dev size
-    that would fail every trial is one UserError now, before the study exists. Hub data is loaded once here:
-    offline, that is one clear error; online, the workers then find it in the `datasets` cache. Returns the
-    DataCheck and the splits' rows as loaded (split name -> rows)."""
-    import logging
-
-    from autopelt.data.check import load_and_check
-
-    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)  # the hub client logs every retry of an unreachable host
-    try:
-        return load_and_check(task, data_dir, options.k or "full", seed=options.seed)
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-
-
-def _data_dir(given: str | None, task) -> str | None:
-    """The local data folder (absolute), checked to hold the task's splits; None: the hub."""
-    from autopelt.data.files import find_split_file
-
-    folder = _data_folder(given)
-    if folder is None:
-        return None
-    for split in (task.train_split, task.test_split):
-        if find_split_file(folder / task.dataset, split) is None:
-            value = given or os.environ.get("AUTOPELT_DATA_DIR")
-            raise UserError(f"--data-dir {value}: no {task.dataset}/{split}.jsonl|csv|parquet for task {task.name!r}")
-    return str(folder)
-
-
-def _data_folder(given: str | None) -> Path | None:
-    """--data-dir, else $AUTOPELT_DATA_DIR, as an absolute folder that exists; None when neither is set."""
-    value = given or os.environ.get("AUTOPELT_DATA_DIR")
-    if not value:
-        return None
-    folder = Path(value).expanduser().resolve()
-    if not folder.is_dir():
-        raise UserError(f"--data-dir {value} is not a folder")
-    return folder
 
 
 def _baseline_pooling(own: str, space) -> str:
@@ -332,26 +208,3 @@ def _space_epochs(space, model_config) -> int | None:
     _, hparams = space.sample(probe, int(model_config.num_hidden_layers))
     epochs = hparams.get("epochs")
     return int(epochs) if isinstance(epochs, (int, float)) and epochs >= 1 else None
-
-
-def study_name_for(task: str, model: str, space, k: int | None, multi_objective: bool) -> str:
-    """`rte-all-MiniLM-L6-v2-default-1a2b3c4d`: same task, model, space file and protocol -> same study."""
-    from autopelt.models import model_name
-
-    parts = [task, model_short(model_name(model)), space.name, str(space.fingerprint)[:8]]
-    if k:
-        parts.append(f"k{k}")
-    if multi_objective:
-        parts.append("pareto")
-    return "-".join(parts)
-
-
-_GENERIC = {"model", "models", "snapshot", "snapshots", "main", "checkpoint", "final"}
-
-
-def model_short(model: str) -> str:
-    """A model's readable name: a hub id's last part, or a folder's name above generic ones like `model`."""
-    path = Path(str(model).rstrip("/"))
-    while path.name.lower() in _GENERIC and path.parent != path:
-        path = path.parent
-    return path.name or str(model)

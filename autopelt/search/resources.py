@@ -11,7 +11,7 @@ from autopelt.errors import UserError
 from autopelt.train.settings import TrialSettings
 
 if TYPE_CHECKING:
-    from autopelt.search.plan import SearchOptions
+    from autopelt.search.options import SearchOptions
 
 
 def cpus_per_trial(options: SearchOptions) -> float:

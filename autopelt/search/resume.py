@@ -15,7 +15,8 @@ import optuna
 
 from autopelt.errors import UserError
 from autopelt.models import model_name
-from autopelt.search.plan import SearchPlan, model_short
+from autopelt.search.plan import SearchPlan
+from autopelt.search.study_names import model_short
 from autopelt.search.recovery import GRACE_SECONDS, HEARTBEAT_SECONDS
 from autopelt.study.record import StudyInfo, read_study
 from autopelt.study.storage import hide_password, open_storage, sqlite_path

@@ -21,7 +21,8 @@ from autopelt.ensemble.study import StudyEnsemble, of_study, with_test
 from autopelt.errors import UserError
 from autopelt.search.controller import Controller, SearchStopped
 from autopelt.search.fit import fit_time_budget
-from autopelt.search.plan import SearchOptions, SearchPlan, prepare
+from autopelt.search.options import SearchOptions
+from autopelt.search.plan import SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat
 from autopelt.search.resume import check_existing, open_study
 from autopelt.search.view import LiveView, summary_lines

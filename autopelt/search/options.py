@@ -1,0 +1,66 @@
+"""What the user asks of a search (`SearchOptions`: the CLI flags, one for one), and the checks a flag's value
+needs on its own, before anything is resolved (search/plan.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopelt.errors import UserError
+from autopelt.study.storage import DEFAULT_STORAGE
+from autopelt.train.settings import PRECISIONS
+
+
+@dataclass
+class SearchOptions:
+    """A search as the user states it (the CLI flags, one for one)."""
+
+    task: str
+    budget: str | int = 20
+    model: str | None = None
+    data_dir: str | None = None
+    space: str = "default"
+    storage: str = DEFAULT_STORAGE
+    study_name: str | None = None
+    workers: int = 1
+    cpus_per_trial: float | None = None  # default: this machine's CPUs shared among the workers
+    gpus_per_trial: float | None = None  # default: a local machine's CUDA GPUs shared among the workers (≤ 1)
+    ray_address: str | None = None
+    max_params: str | None = None
+    multi_objective: bool = False
+    baselines: bool = True
+    k: int | None = None  # the low-resource protocol: K training examples; None: the full protocol
+    epochs: int | None = None
+    seed: int = 0
+    out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
+    early_stopping: bool = True
+    sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
+    precision: str = "auto"  # of every trial: auto (bf16 where the device computes it natively and faster),
+    # fp32, bf16 or fp16
+    custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
+    finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
+    backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
+    rates: str = "absolute"  # the portfolio's rates: absolute, calibrated to the study's LoRA rate, or transferred by
+    # the hidden sizes (portfolio.py)
+    portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
+    gradient_checkpointing: bool = False  # of every trial whose delta can take it (TrialSettings')
+
+
+def check_numbers(options: SearchOptions) -> None:
+    """Raise UserError on the first number or choice out of its range; reads nothing else."""
+    if options.workers < 1:
+        raise UserError("--workers must be at least 1")
+    if options.cpus_per_trial is not None and options.cpus_per_trial <= 0:
+        raise UserError("--cpus-per-trial must be positive")
+    if options.gpus_per_trial is not None and options.gpus_per_trial < 0:
+        raise UserError("--gpus-per-trial cannot be negative")
+    if options.epochs is not None and options.epochs < 1:
+        raise UserError("--epochs must be at least 1")
+    if options.k is not None and options.k < 1:
+        raise UserError("--k must be a positive number of training examples")
+    if options.sampler not in ("tpe", "random"):
+        raise UserError(f"--sampler must be tpe or random, not {options.sampler!r}")
+    if options.finalists is not None and (isinstance(options.finalists, bool) or not isinstance(options.finalists, int)
+                                          or options.finalists < 0):
+        raise UserError(f"--finalists must be a whole number, 0 or more, not {options.finalists!r}")
+    if options.precision not in PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")
