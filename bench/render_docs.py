@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 EXPERIMENTS = ROOT / "lab" / "experiments"
 BLOCK = re.compile(r"(<!-- results: ([a-z0-9._-]+) -->\n)(.*?)(<!-- /results -->)", re.S)
-VALUE = re.compile(r"(<!-- value: ([^\n]*?) -->)([^\n]*?)(<!-- /value -->)")
+VALUE = re.compile(r"(<!-- value: ([a-z0-9._-]+:[^\n]*?) -->)([^\n]*?)(<!-- /value -->)")
 
 
 def newest(name: str, *folders: Path) -> dict | None:

@@ -63,6 +63,8 @@ def test_a_value_in_a_sentence_is_read_from_the_newest_file_as_it_stands(tmp_pat
                    "<!-- value: loo:rows/1/answer -->76.5<!-- /value --> on <!-- value: loo:settings/tasks/1 -->b"
                    "<!-- /value -->")  # a string as written (not re-rounded), a float as a table cell shows it
     assert render.render(out, tmp_path) == out
+    syntax = "write `<!-- value: NAME:PATH -->…<!-- /value -->`"  # a page that explains the marker is left alone
+    assert render.render(syntax, tmp_path) == syntax
     for spec, error in (("none:rows/0/answer", "no results file"), ("loo:rows/budget=9/answer", "0 rows"),
                         ("loo:rows/budget=8/oracle", "nothing at `oracle`"), ("loo:notes %.2f", "not a number")):
         with pytest.raises(render.MissingResults, match=error):  # no number the file does not hold
