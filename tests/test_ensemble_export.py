@@ -198,7 +198,7 @@ def test_the_searchs_ensemble_is_chosen_once_and_the_summary_prints_that_one(stu
     from types import SimpleNamespace
 
     from autopelt.ensemble.study import of_study, study_ensemble
-    from autopelt.search.view import ensemble_lines
+    from autopelt.search.summary import ensemble_lines
     from autopelt.study.record import trial_dirs
 
     url, root = study_db

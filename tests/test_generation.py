@@ -199,7 +199,7 @@ def test_a_search_on_a_generation_task_trains_language_model_deltas_and_scores_i
     from autopelt.search.controller import Controller
     from autopelt.search.plan import SearchOptions, prepare
     from autopelt.search.resume import open_study
-    from autopelt.search.view import summary_lines
+    from autopelt.search.summary import summary_lines
     from autopelt.study import answers
     from autopelt.study.record import read_all
     from autopelt.train import run_trial

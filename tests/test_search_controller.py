@@ -672,7 +672,7 @@ def test_the_best_trials_run_again_with_the_next_seed_and_the_best_mean_dev_answ
     assert [t.number for t in answers.ranked(trials)][:2] == [1, 0]  # finalists first, by their mean
     assert answers.best(trials).number == 1
 
-    from autopelt.search.view import summary_lines
+    from autopelt.search.summary import summary_lines
 
     text = "\n".join(summary_lines(study, control.plan, 1.0))
     assert "best: #1 " in text and "dev accuracy 0.8000 (mean of 2 seeds: 0.8000, 0.8000)" in text
@@ -856,7 +856,7 @@ def test_on_a_time_budget_baselines_start_in_its_first_half_and_what_is_left_goe
     refined = trials[ticket.number]  # the three that ran are all there is to wait for: the best one, refined
     assert refined.refines["baseline"] == "unipelt_apl" and refined.refines.get("batch_size") == 16
 
-    from autopelt.search.view import summary_lines
+    from autopelt.search.summary import summary_lines
 
     text = "\n".join(summary_lines(study, control.plan, 1.0))
     assert "not run (baselines start in the first half of a wall-time budget; a larger --budget runs them): " \

@@ -9,7 +9,7 @@ from support import fakes
 from test_portfolio import _small_portfolio, _study
 
 from autopelt.search import controller as controller_module
-from autopelt.search.view import summary_lines
+from autopelt.search.summary import summary_lines
 from autopelt.study import answers
 from autopelt.study.record import read_all
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from autopelt.search.view import baseline_cost
+from autopelt.search.summary import baseline_cost
 
 
 def trial(baseline=None, seconds=10.0, confirms=None, sweep=0.0):
@@ -37,8 +37,8 @@ def test_the_eta_counts_the_epochs_of_the_first_trial_before_it_ends(monkeypatch
 
 
 def test_a_rate_is_said_swept_only_where_the_trial_swept_rates():
-    from autopelt.search.view import _rate
+    from autopelt.search.trial_text import rate_text
 
     swept = SimpleNamespace(learning_rate=3e-3, lr_choice={"how": "sweep", "candidates": {"1e-3": {}, "3e-3": {}}})
     given = SimpleNamespace(learning_rate=3e-3, lr_choice={"how": "given"})
-    assert _rate(swept) == ", lr 0.003, chosen by a sweep of 2" and _rate(given) == ", lr 0.003"
+    assert rate_text(swept) == ", lr 0.003, chosen by a sweep of 2" and rate_text(given) == ", lr 0.003"

@@ -24,7 +24,8 @@ from autopelt.search.budget import parse_max_params
 from autopelt.search.controller import Controller
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.resume import open_study
-from autopelt.search.view import LiveView, summary_lines
+from autopelt.search.summary import summary_lines
+from autopelt.search.view import LiveView
 from autopelt.study import answers, record
 from autopelt.study.storage import load_study, open_existing
 

@@ -25,7 +25,8 @@ from autopelt.search.options import SearchOptions
 from autopelt.search.plan import SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat
 from autopelt.search.resume import check_existing, open_study
-from autopelt.search.view import LiveView, summary_lines
+from autopelt.search.summary import summary_lines
+from autopelt.search.view import LiveView
 from autopelt.study import answers
 from autopelt.study.record import TrialRecord, read_all, write_answer
 
