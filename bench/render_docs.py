@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 EXPERIMENTS = ROOT / "lab" / "experiments"
 BLOCK = re.compile(r"(<!-- results: ([a-z0-9._-]+) -->\n)(.*?)(<!-- /results -->)", re.S)
-VALUE = re.compile(r"(<!-- value: ([a-z0-9._-]+:[^\n]*?) -->)([^\n]*?)(<!-- /value -->)")
+VALUE = re.compile(r"(<!-- value: ([a-z0-9._-]+(?:@[0-9]{4}-[0-9]{2}-[0-9]{2})?:[^\n]*?) -->)"
+                   r"([^\n]*?)(<!-- /value -->)")
+VALUE_START = re.compile(r"<!-- value: [a-z0-9._-]+(?:@[0-9-]+)?:")
 
 
 def newest(name: str, *folders: Path) -> dict | None:
@@ -89,28 +91,39 @@ def lookup(record, path: str):
     return item
 
 
+def dated(name: str, day: str, *folders: Path) -> dict | None:
+    """The results file `NAME-<day>.json` itself (default folders: as `newest`), or None."""
+    folders = folders or (RESULTS, *sorted(EXPERIMENTS.glob("*/")))
+    files = [folder / f"{name}-{day}.json" for folder in folders if (folder / f"{name}-{day}.json").is_file()]
+    return json.loads(files[0].read_text()) if files else None
+
+
 def value(spec: str, *folders: Path) -> str:
     """The text of a `<!-- value: SPEC -->` marker: `NAME:PATH`, or `NAME:PATH - PATH` (the difference of two items
-    of the same file), then optionally ` %FORMAT` (a Python format spec such as `+.2f`). A string in the file is
-    written as it stands (it was rounded when it was written); a number without a format as in a table (`cell`).
+    of the same file), then optionally ` %FORMAT` (a Python format spec such as `+.2f`) and ` x100` (the number
+    scaled before it is formatted: a fraction read as points). NAME reads its newest file; `NAME@YYYY-MM-DD` that
+    day's file, for a figure a later run has superseded. A string in the file is written as it stands (it was
+    rounded when it was written); a number without a format as in a table (`cell`).
 
     Raises:
         MissingResults: the benchmark has no results file, or a path names nothing in it.
     """
     spec, _, form = spec.partition(" %")
+    form, _, scale = form.partition(" x")
     name, _, expression = spec.partition(":")
-    record = newest(name.strip(), *folders)
+    name, _, day = name.strip().partition("@")
+    record = dated(name, day, *folders) if day else newest(name, *folders)
     if record is None:
-        raise MissingResults(f"no results file for `<!-- value: {name.strip()}:… -->`: run the benchmark that writes "
-                             "it, or remove the value")
+        raise MissingResults(f"no results file for `<!-- value: {name}{'@' + day if day else ''}:… -->`: run the "
+                             "benchmark that writes it, or remove the value")
     terms = [lookup(record, path.strip()) for path in expression.split(" - ")]
-    if len(terms) == 1 and not form:
+    if len(terms) == 1 and not form and not scale:
         return str(terms[0]) if isinstance(terms[0], str) else cell(terms[0])
     try:
         numbers = [float(term) for term in terms]
     except (TypeError, ValueError):
         raise MissingResults(f"`{expression}` in {name}'s file is not a number: {terms}") from None
-    number = numbers[0] - sum(numbers[1:])
+    number = (numbers[0] - sum(numbers[1:])) * (float(scale) if scale else 1)
     return format(number, form) if form else cell(number)
 
 
@@ -118,7 +131,8 @@ def render(text: str, *folders: Path, commit: bool = True) -> str:
     """`text` with every results block and every value filled from `folders` (default: as `newest`).
 
     Raises:
-        MissingResults: a block or value names a benchmark with no results file, or a value a path its file lacks.
+        MissingResults: a block or value names a benchmark with no results file, a value a path its file lacks,
+            or a value marker does not close on its own line (it would be left as it stands).
     """
     def fill(match: re.Match) -> str:
         record = newest(match.group(2), *folders)
@@ -130,6 +144,9 @@ def render(text: str, *folders: Path, commit: bool = True) -> str:
     def fill_value(match: re.Match) -> str:
         return match.group(1) + value(match.group(2), *folders) + match.group(4)
 
+    if len(VALUE_START.findall(text)) != len(VALUE.findall(text)):
+        broken = [line for line in text.splitlines() if len(VALUE_START.findall(line)) != len(VALUE.findall(line))]
+        raise MissingResults(f"a value marker does not close on its own line: {broken[0][:120]}")
     return VALUE.sub(fill_value, BLOCK.sub(fill, text))
 
 

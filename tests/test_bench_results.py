@@ -63,6 +63,15 @@ def test_a_value_in_a_sentence_is_read_from_the_newest_file_as_it_stands(tmp_pat
                    "<!-- value: loo:rows/1/answer -->76.5<!-- /value --> on <!-- value: loo:settings/tasks/1 -->b"
                    "<!-- /value -->")  # a string as written (not re-rounded), a float as a table cell shows it
     assert render.render(out, tmp_path) == out
+    pinned = ("<!-- value: loo@2026-01-01:rows/budget=8/answer -->?<!-- /value --> then "
+              "<!-- value: loo:rows/budget=8/single - rows/1/single %+.1f x100 -->?<!-- /value -->")
+    assert render.render(pinned, tmp_path) == ("<!-- value: loo@2026-01-01:rows/budget=8/answer -->0<!-- /value --> then "
+                                               "<!-- value: loo:rows/budget=8/single - rows/1/single %+.1f x100 -->+7.0"
+                                               "<!-- /value -->")  # a superseded day's file, and a scaled difference
+    with pytest.raises(render.MissingResults, match="loo@2026-01-03"):
+        render.render("<!-- value: loo@2026-01-03:rows/0/answer -->?<!-- /value -->", tmp_path)
+    with pytest.raises(render.MissingResults, match="does not close"):  # a marker wrapped over two lines
+        render.render("a <!-- value: loo:rows/0/answer -->1<!--\n/value --> b", tmp_path)
     syntax = "write `<!-- value: NAME:PATH -->…<!-- /value -->`"  # a page that explains the marker is left alone
     assert render.render(syntax, tmp_path) == syntax
     for spec, error in (("none:rows/0/answer", "no results file"), ("loo:rows/budget=9/answer", "0 rows"),
