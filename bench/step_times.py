@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from autopelt import delta
+from autopelt.dtypes import cast_frozen_weights
 from autopelt.errors import UserError
 from autopelt.models import load_model, resolve_model
 from autopelt.train import backbone, device as devices
@@ -111,7 +112,7 @@ def optimiser_step(model, loss_fn, dtype=None):
     cast to it once beforehand, trainable parameters and optimiser state in fp32."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
-    devices.cast_frozen_weights(model, dtype)
+    cast_frozen_weights(model, dtype)
 
     def step():
         with devices.autocast(CPU, dtype):
@@ -140,7 +141,7 @@ def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: l
     inputs = {k: v for k, v in data.items() if k != "labels"}
     fresh = lambda: load_model(name, 2, seed=0).train()  # noqa: E731
     frozen = fresh().eval()
-    devices.cast_frozen_weights(frozen, dtype)
+    cast_frozen_weights(frozen, dtype)
     frozen_switch = Switch(frozen)
 
     def forward():

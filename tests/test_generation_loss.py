@@ -107,12 +107,13 @@ def test_the_dev_loss_is_the_mean_over_every_target_token():
 
 
 def test_bf16_loss_follows_the_fp32_loss():
+    from autopelt.dtypes import settle_dtypes
     from autopelt.train import device as devices
 
     model, batch = _model("llama", "lora"), _batch("llama")
     with torch.no_grad():
         fp32 = float(lm_loss(model, batch)[0])
-        devices.settle_dtypes(model, torch.bfloat16)
+        settle_dtypes(model, torch.bfloat16)
         with devices.autocast(torch.device("cpu"), torch.bfloat16):
             bf16 = lm_loss(model, batch)[0]
     assert bf16.dtype == torch.float32 and float(bf16) == pytest.approx(fp32, rel=0.02)

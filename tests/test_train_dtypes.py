@@ -15,8 +15,8 @@ from generationdata import make_tiny_lm_folder, write_e2e_like
 from tinymodels import make_settings, make_tiny_model_folder, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401
 
 from autopelt import delta
+from autopelt.dtypes import settle_dtypes
 from autopelt.models import load_language_model, load_model
-from autopelt.train import device as devices
 from autopelt.train import run_trial
 from autopelt.train.settings import TrialSettings
 
@@ -151,12 +151,12 @@ def test_after_the_delta_what_trains_is_fp32_and_the_frozen_linears_are_in_the_c
     model = delta.apply_delta(load_model(str(tiny_model_dir), 2, seed=0, dtype=torch.bfloat16), LORA_BITFIT, seed=0)
     biases = [m.bias for m in model.modules() if type(m) is torch.nn.Linear and m.bias is not None]
     assert any(b.requires_grad and b.dtype == torch.bfloat16 for b in biases)  # BitFit's, as loaded
-    devices.settle_dtypes(model, torch.bfloat16)
+    settle_dtypes(model, torch.bfloat16)
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
     frozen = [p for m in model.modules() if type(m) is torch.nn.Linear for p in m.parameters() if not p.requires_grad]
     assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
-    assert devices.settle_dtypes(model, torch.bfloat16) == 0  # settled: nothing more to change
-    devices.settle_dtypes(model, None)  # fp32: everything
+    assert settle_dtypes(model, torch.bfloat16) == 0  # settled: nothing more to change
+    settle_dtypes(model, None)  # fp32: everything
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
@@ -186,7 +186,7 @@ def test_the_generation_scaler_skips_a_step_whose_gradients_overflow(llama_check
     folder = str(llama_checkpoints["fp32"])
     tokenizer = load_tokenizer(folder)
     model = delta.apply_delta(load_language_model(folder, dtype=torch.float16), LORA, seed=0)
-    devices.settle_dtypes(model, torch.float16)
+    settle_dtypes(model, torch.float16)
     rows = [{"mr": f"name[{n}]", "ref": f"{n} is a place ."} for n in ("Aromi", "Cotto", "Zizzi", "Strada")]
     examples = [encode(tokenizer, generation_task(settings), r, 32, False) for r in rows]
     cpu = torch.device("cpu")

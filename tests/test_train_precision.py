@@ -13,6 +13,7 @@ import torch
 from autopelt import delta
 from autopelt.errors import UserError
 from autopelt.models import load_model
+from autopelt.dtypes import cast_frozen_weights
 from autopelt.train import device as devices
 from autopelt.train import run_trial
 from autopelt.train.command import summary
@@ -196,12 +197,12 @@ def test_casting_the_frozen_backbone_once_changes_no_logit(tiny_model_dir):
 
     before = logits()
     trainable = {n: p.dtype for n, p in model.named_parameters() if p.requires_grad}
-    assert devices.cast_frozen_weights(model, torch.bfloat16) > 0
+    assert cast_frozen_weights(model, torch.bfloat16) > 0
     assert torch.equal(logits(), before)
     assert {n: p.dtype for n, p in model.named_parameters() if p.requires_grad} == trainable  # all fp32
     frozen = [p for m in model.modules() if type(m) is torch.nn.Linear for p in m.parameters() if not p.requires_grad]
     assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
-    assert devices.cast_frozen_weights(model, None) == 0  # fp32: nothing to cast
+    assert cast_frozen_weights(model, None) == 0  # fp32: nothing to cast
 
 
 def test_bf16_logits_follow_fp32_logits(tiny_model_dir):
@@ -209,7 +210,7 @@ def test_bf16_logits_follow_fp32_logits(tiny_model_dir):
     ids = torch.randint(5, 1000, (4, 12), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         fp32 = model(input_ids=ids).logits
-        devices.cast_frozen_weights(model, torch.bfloat16)
+        cast_frozen_weights(model, torch.bfloat16)
         with devices.autocast(CPU, torch.bfloat16):
             bf16 = model(input_ids=ids).logits.float()
     assert bf16.dtype == torch.float32

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from autopelt.dtypes import cast_frozen_weights
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.train.settings import ATTENTION_SETTINGS, ATTENTIONS, BACKBONE_DROPOUTS  # noqa: F401
@@ -200,7 +201,7 @@ def time_attention(model: nn.Module, batch: dict, device: torch.device, dtype: t
 
     probe = copy.deepcopy(model).to(device).train()
     probe.requires_grad_(False)
-    devices.cast_frozen_weights(probe, dtype)
+    cast_frozen_weights(probe, dtype)
     hooks = [module.register_forward_hook(lambda _module, _args, out: out.requires_grad_())
              for module in token_embeddings(probe)]
     inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}

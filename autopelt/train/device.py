@@ -15,7 +15,6 @@ import time
 import torch
 from torch import nn
 
-from autopelt.dtypes import cast_frozen_weights, settle_dtypes  # noqa: F401  (the trial's callers read them here)
 from autopelt.errors import UserError
 from autopelt.train.settings import PRECISIONS
 

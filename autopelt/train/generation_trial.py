@@ -11,6 +11,7 @@ import torch
 
 from autopelt import delta
 from autopelt.data.generation import PROMPT, load_generation_splits, make_generation_splits
+from autopelt.dtypes import settle_dtypes
 from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.generate import (
@@ -53,7 +54,7 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
     backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
     delta.apply_delta(model, spec, seed=settings.seed)
     model.to(device)
-    devices.settle_dtypes(model, dtype)  # the delta in fp32, the frozen linears in the trial's dtype
+    settle_dtypes(model, dtype)  # the delta in fp32, the frozen linears in the trial's dtype
     result.update(precision=precision, params=delta.count_parameters(spec, model.config, lm=True).to_dict())
     seq2seq = bool(model.config.is_encoder_decoder)
     rows = lambda split: [encode(tokenizer, task, r, settings.max_length, seq2seq) for r in split]  # noqa: E731
@@ -90,7 +91,7 @@ def score_saved_generation(settings, delta_dir) -> dict:
     model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
     delta.load_delta(model, delta_dir, seed=settings.seed)
     model.to(device)
-    devices.settle_dtypes(model, dtype)
+    settle_dtypes(model, dtype)
     test, _ = score_generation(model, tokenizer, splits.test, task, settings.eval_batch_size,
                                settings.max_new_tokens or MAX_NEW_TOKENS, device, dtype)
     return test

@@ -16,6 +16,7 @@ from autopelt import delta
 from autopelt.data import pad_batch
 from autopelt.data.cache import default_cache_dir
 from autopelt.delta.registry import method_of
+from autopelt.dtypes import settle_dtypes
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, portable_name, resolve_model
@@ -220,7 +221,7 @@ def _saved_model(result: dict, settings: TrialSettings):
         backbone.set_attention(model, result["attention"])
     delta.load_delta(model, delta_dir, seed=settings.seed)
     model.to(device)
-    devices.settle_dtypes(model, dtype)
+    settle_dtypes(model, dtype)
     return model, data, task, device, dtype
 
 
@@ -246,7 +247,7 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
         backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
-        devices.settle_dtypes(model, dtype)  # what trains in fp32 (BitFit's biases too), the frozen linears in dtype
+        settle_dtypes(model, dtype)  # what trains in fp32 (BitFit's biases too), the frozen linears in dtype
     result["precision"] = precision
     result["params"] = delta.count_parameters(spec, model.config, task.num_labels).to_dict()
     return model, dtype

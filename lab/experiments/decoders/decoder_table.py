@@ -293,6 +293,7 @@ def zero_shot(model, device, precision, threads, e2e_dir, k, arm) -> dict:
     import torch
 
     from autopelt.data.generation import GenerationTask, load_generation_splits, make_generation_splits
+    from autopelt.dtypes import cast_frozen_weights
     from autopelt.models import load_language_model, load_tokenizer
     from autopelt.train import device as devices
     from autopelt.train.generate import score_generation
@@ -305,7 +306,7 @@ def zero_shot(model, device, precision, threads, e2e_dir, k, arm) -> dict:
     with devices.PeakMemory(where) as memory:
         lm = load_language_model(model, seed=0).to(where).eval()
         dtype = devices.autocast_dtype(devices.resolve_precision(precision, where))
-        devices.cast_frozen_weights(lm, dtype)
+        cast_frozen_weights(lm, dtype)
         test, samples = score_generation(lm, load_tokenizer(model), splits.test, task, 128, 40, where, dtype)
     return {"status": "ok", "test": test, "dev": None, "peak_memory_mb": memory.mb, "params": 0,
             "sample": samples[0][1] if samples else None}

@@ -30,6 +30,7 @@ def main() -> None:
     from autopelt.data.generation import (
         GenerationTask, corpus_scores, load_generation_splits, make_generation_splits, references_by_input,
     )
+    from autopelt.dtypes import cast_frozen_weights
     from autopelt.models import load_language_model, load_tokenizer, resolve_model
     from autopelt.train import TrialSettings, device as devices, run_trial
     from autopelt.train.generate import MAX_NEW_TOKENS, generate
@@ -77,7 +78,7 @@ def main() -> None:
             model = load_language_model(model_name, seed=0)
             if arm == "lora":
                 delta.load_delta(model, trained["delta_dir"], seed=0)
-            devices.cast_frozen_weights(model, dtype)
+            cast_frozen_weights(model, dtype)
             started = time.perf_counter()
             texts = generate(model, tokenizer, prompts, args.batch_size, args.max_new_tokens, device, dtype)
             seconds = time.perf_counter() - started
