@@ -67,7 +67,7 @@ def outputs(result: dict, delta_dir: str, data, task) -> tuple[dict, float]:
 
     import autopelt
     from autopelt.train import TrialSettings
-    from autopelt.train.loop import forward_split
+    from autopelt.train.classify import forward_split
     from autopelt.train.predictions import from_outputs
 
     settings = TrialSettings.from_dict(result["settings"])

@@ -37,7 +37,7 @@ from autopelt.dtypes import cast_frozen_weights
 from autopelt.errors import UserError
 from autopelt.models import load_model, resolve_model
 from autopelt.train import backbone, device as devices
-from autopelt.train.loop import supervised_loss, training_loss
+from autopelt.train.classify import supervised_loss, training_loss
 
 METHODS = {  # name -> spec: each single method at its paper default, then UniPELT(APL)
     "lora r8 (q,v)": delta.PRESETS["lora"],

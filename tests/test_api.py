@@ -115,7 +115,7 @@ def test_train_delta_returns_the_result_and_its_delta_loads(make_settings, tiny_
     from autopelt.train import TrialSettings
     from autopelt.train.trial_data import prepare_data
     from autopelt.models import load_tokenizer
-    from autopelt.train.loop import evaluate
+    from autopelt.train.classify import evaluate
 
     trial = TrialSettings(**{**settings.to_dict(), "max_length": 32})
     data = prepare_data(trial, load_tokenizer(str(tiny_model_dir)))

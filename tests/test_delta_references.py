@@ -20,7 +20,7 @@ from autopelt import delta
 from autopelt.delta.modules.adapter import AdapterWrapper, Bottleneck, PostNormAdapter
 from autopelt.delta.modules.gate import Gate
 from autopelt.delta.modules.mixture import MixtureLinear
-from autopelt.train.loop import training_loss
+from autopelt.train.classify import training_loss
 
 LABELS = torch.tensor([0, 1, 1])
 

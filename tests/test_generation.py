@@ -91,6 +91,19 @@ def test_train_a_generation_delta_and_predict_with_it(lm_dir, data_dir, tmp_path
     assert printed["mr"] == "name[Aromi], food[French]" and isinstance(printed["text"], str)
 
 
+def test_a_generation_trial_evaluates_every_n_steps_and_a_scheduler_can_stop_it(lm_dir, data_dir):
+    from autopelt.train import TrialSettings, run_trial
+
+    settings = TrialSettings(task="e2e", spec={"methods": [{"method": "lora", "rank": 4}]}, model=str(lm_dir),
+                             data_dir=str(data_dir), custom_task={"input_column": "mr", "target_column": "ref"},
+                             epochs=2, batch_size=8, eval_every=1, learning_rate=1e-2, threads=1, score_test=False)
+    seen = []
+    result = run_trial(settings, report=lambda entry: seen.append(entry) or len(seen) == 2)
+    assert result["status"] == "ok", result["reason"]
+    assert [e["step"] for e in result["history"]] == [1, 2] and result["stopped_by"] == "scheduler"
+    assert seen == result["history"] and result["steps"] == 2
+
+
 def test_exporting_a_generation_lora_writes_a_peft_folder_with_the_same_logits(lm_dir, data_dir, tmp_path):
     """A generation delta peft can hold is exported with its peft folder, built on the language model (no task
     head): PeftModel on the causal LM gives the logits of our merged delta."""

@@ -1,6 +1,7 @@
-"""A generation trial given no learning rate sweeps one on dev loss (train/generate.py, sweep_generation_rate): the
+"""A generation trial given no learning rate sweeps one on dev loss (train/lr_sweep.py, its GENERATION plan): the
 winner goes on exactly as a run given its rate from the start, the sweep walks the ladder while its best sits at an
-edge, a candidate whose loss diverges loses, and the trial records what the sweep chose."""
+edge, a candidate whose loss diverges loses, equal losses go to the lowest rate, and the trial records what the
+sweep chose."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from generationdata import make_tiny_lm_folder, write_e2e_like
 from test_generation import train_args
 
 from autopelt import cli, delta
-from autopelt.train import generate
-from autopelt.train.loop import NonFiniteLoss
+from autopelt.train import generate, lr_sweep
+from autopelt.train.loop import Evaluation, NonFiniteLoss
 
 pytest.importorskip("sacrebleu")
 LORA = ("--method", "lora", "--rank", "4")
@@ -57,29 +58,31 @@ def test_the_winner_trains_as_a_run_given_its_rate_from_the_start(lm_dir, data_d
 
 
 class _Scripted:
-    """A run whose dev loss after its first epoch is `table(rate)` (None: the training loss diverges)."""
+    """Runs whose first dev evaluation at a rate says `table(rate)` (None: the loss diverged); later ones are real."""
 
     def __init__(self, table):
         self.table, self.tried = table, []
 
     def install(self, monkeypatch):
-        real = generate.GenerationRun._epoch
+        real = generate.Generation.evaluate
 
-        def epoch(run):
-            first = not run.history
-            real(run)
-            if first:
-                rate = run.optimiser.defaults["lr"]
-                self.tried.append(rate)
-                loss = self.table(rate)
-                if loss is None:
-                    raise NonFiniteLoss("diverged")
-                run.history[-1].update(dev_loss=loss, dev_metric=-loss, dev={"loss": loss})
+        def evaluate(objective, settings):
+            evaluation = real(objective, settings)
+            rate = settings.learning_rate
+            if rate in self.tried:
+                return evaluation
+            self.tried.append(rate)
+            loss = self.table(rate)
+            if loss is None:
+                raise NonFiniteLoss("diverged")
+            return Evaluation({"loss": loss}, -loss, loss)
 
-        monkeypatch.setattr(generate.GenerationRun, "_epoch", epoch)
+        monkeypatch.setattr(generate.Generation, "evaluate", evaluate)
 
 
 def _sweep(lm_dir, monkeypatch, table):
+    """(the rates tried in order, the winner's outcome trained to the end, the choice) on 8 rows, 2 epochs of 2
+    steps."""
     from autopelt.models import load_language_model
     from autopelt.train import TrialSettings
 
@@ -88,14 +91,23 @@ def _sweep(lm_dir, monkeypatch, table):
     model = delta.apply_delta(load_language_model(str(lm_dir)), {"methods": [{"method": "lora", "rank": 2}]})
     rows = [{"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8]}] * 8
     settings = TrialSettings(task="e2e", spec={}, model=str(lm_dir), epochs=2, batch_size=4, threads=1)
-    winner, choice = generate.sweep_generation_rate(model, rows, rows, settings, 0, torch.device("cpu"), None)
-    return scripted.tried, winner, choice
+    objective = generate.Generation(model, rows, rows, 0, torch.device("cpu"))
+    outcome, choice = lr_sweep.train_at_chosen_rate(objective, settings, lr_sweep.GENERATION)
+    return scripted.tried, outcome, choice.to_dict()
 
 
 def test_the_sweep_walks_down_the_ladder_while_the_lowest_rate_is_best(lm_dir, monkeypatch):
-    tried, winner, choice = _sweep(lm_dir, monkeypatch, lambda rate: abs(math.log10(rate) - math.log10(1e-4)))
+    tried, outcome, choice = _sweep(lm_dir, monkeypatch, lambda rate: abs(math.log10(rate) - math.log10(1e-4)))
     assert tried == [3e-4, 1e-3, 3e-3, 1e-4, 3e-5]  # the start, then down while the lowest is best
-    assert choice["rate"] == 1e-4 and winner.optimiser.defaults["lr"] == 1e-4 and winner.step == 2
+    assert choice["rate"] == 1e-4 and choice["steps"] == 2
+    assert outcome.history[0]["dev_loss"] == 0.0 and outcome.steps == 4  # 1e-4's own first epoch, then the second
+    assert choice["candidates"]["0.0003"] == {"dev_loss": round(math.log10(3), 5)}
+
+
+def test_equal_dev_losses_go_to_the_lowest_rate(lm_dir, monkeypatch):
+    tried, outcome, choice = _sweep(lm_dir, monkeypatch, lambda rate: 1.0 if rate <= 3e-4 else 2.0)
+    assert tried == [3e-4, 1e-3, 3e-3, 1e-4]  # 3e-4 at the lower edge, then 1e-4 as good: not an edge any more
+    assert choice["rate"] == 1e-4
 
 
 def test_a_diverging_rate_loses_and_a_sweep_where_every_rate_diverges_fails(lm_dir, monkeypatch):
@@ -103,5 +115,5 @@ def test_a_diverging_rate_loses_and_a_sweep_where_every_rate_diverges_fails(lm_d
     assert choice["rate"] == 1e-3 and choice["candidates"]["0.003"]["dev_loss"] is None
     assert tried == [3e-4, 1e-3, 3e-3]  # the best inside the grid: no walk
     monkeypatch.undo()
-    with pytest.raises(NonFiniteLoss, match="every rate of the sweep"):
-        _sweep(lm_dir, monkeypatch, lambda rate: None)
+    with pytest.raises(NonFiniteLoss, match=r"every learning rate tried \(3e-05, 0.0001, 0.0003, 0.001, 0.003\)"):
+        _sweep(lm_dir, monkeypatch, lambda rate: None)  # walked down while every rate failed, five at most

@@ -1,7 +1,7 @@
 """Precision that holds: a checkpoint stored in fp32, bf16 or fp16 trains at fp32, bf16 and fp16, classification
 and generation alike; the frozen linear weights are read straight into the dtype the trial computes in, while
 what trains (the delta, the head, BitFit's biases) stays fp32 with fp32 optimiser state; fp16 trains under a loss
-scale in both loops; every trial records its peak memory."""
+scale for both kinds of task; every trial records its peak memory."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_after_the_delta_what_trains_is_fp32_and_the_frozen_linears_are_in_the_c
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
-def test_fp16_trains_under_a_loss_scale_in_the_generation_loop_too(llama_checkpoints, gen_dir, trial_cache,
+def test_fp16_trains_under_a_loss_scale_in_a_generation_trial_too(llama_checkpoints, gen_dir, trial_cache,
                                                                    monkeypatch):
     scaled = []
     real = torch.amp.GradScaler.scale
@@ -179,10 +179,11 @@ def test_fp16_trains_under_a_loss_scale_in_the_generation_loop_too(llama_checkpo
 
 def test_the_generation_scaler_skips_a_step_whose_gradients_overflow(llama_checkpoints, gen_dir):
     from autopelt.models import load_tokenizer
-    from autopelt.train.generate import GenerationRun, encode, generation_task
+    from autopelt.train.generate import Generation, encode, generation_task
+    from autopelt.train.loop import Training
 
     settings = TrialSettings(task="e2e", spec=LORA, custom_task={"input_column": "mr", "target_column": "ref"},
-                             epochs=1, max_steps=1, batch_size=4, precision="fp16")
+                             epochs=1, max_steps=1, batch_size=4, precision="fp16", learning_rate=1e-2)
     folder = str(llama_checkpoints["fp32"])
     tokenizer = load_tokenizer(folder)
     model = delta.apply_delta(load_language_model(folder, dtype=torch.float16), LORA, seed=0)
@@ -190,7 +191,7 @@ def test_the_generation_scaler_skips_a_step_whose_gradients_overflow(llama_check
     rows = [{"mr": f"name[{n}]", "ref": f"{n} is a place ."} for n in ("Aromi", "Cotto", "Zizzi", "Strada")]
     examples = [encode(tokenizer, generation_task(settings), r, 32, False) for r in rows]
     cpu = torch.device("cpu")
-    run = GenerationRun(model, examples, examples, settings, 1e-2, tokenizer.pad_token_id, cpu, torch.float16)
+    run = Training(Generation(model, examples, examples, tokenizer.pad_token_id, cpu, torch.float16), settings)
     assert run.scaler.is_enabled()
     before = [p.detach().clone() for p in run.params]
     scale = run.scaler.get_scale()

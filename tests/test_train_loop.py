@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
-import autopelt.train.loop as loop
+import autopelt.train.classify as classify
 from autopelt import delta
 from autopelt.delta.modules.mixture import MixtureLinear
 from autopelt.models import load_model
@@ -89,7 +89,7 @@ def test_a_falsy_report_never_stops(make_settings):
 
 def test_best_state_is_restored_and_saved(monkeypatch, make_settings, tiny_model_dir, tmp_path):
     """Dev scores 0.5, 0.9, 0.6: the trial keeps the weights it had at the second evaluation."""
-    real_evaluate = loop.evaluate
+    real_evaluate = classify.evaluate
     scores = iter([0.5, 0.9, 0.6])
     snapshots = []
 
@@ -98,7 +98,7 @@ def test_best_state_is_restored_and_saved(monkeypatch, make_settings, tiny_model
         snapshots.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
         return {"accuracy": next(scores)}, None
 
-    monkeypatch.setattr(loop, "evaluate", scripted)
+    monkeypatch.setattr(classify, "evaluate", scripted)
     result = run_trial(make_settings(epochs=3, out_dir=str(tmp_path)))
     assert_ok(result)
     assert [h["dev_metric"] for h in result["history"]] == [0.5, 0.9, 0.6]
@@ -121,9 +121,9 @@ ADAMIX = {"methods": [{"method": "adamix", "experts": 3, "consistency": 1.0,
 
 @pytest.fixture
 def routing_log(monkeypatch):
-    """Each call of the loop's `route_all`: the expert every mixture drew; and the model (last seen)."""
+    """Each call of the classification loss's `route_all`: the expert every mixture drew; and the model (last seen)."""
     log = {"routes": [], "model": None, "initial": None, "consistency_calls": 0}
-    real_route, real_consistency = loop.route_all, loop.consistency_loss
+    real_route, real_consistency = classify.route_all, classify.consistency_loss
 
     def route(model, generator):
         if log["initial"] is None:
@@ -137,8 +137,8 @@ def routing_log(monkeypatch):
         log["consistency_calls"] += 1
         return real_consistency(a, b)
 
-    monkeypatch.setattr(loop, "route_all", route)
-    monkeypatch.setattr(loop, "consistency_loss", consistency)
+    monkeypatch.setattr(classify, "route_all", route)
+    monkeypatch.setattr(classify, "consistency_loss", consistency)
     return log
 
 
@@ -199,7 +199,7 @@ def assert_failed(result: dict) -> str:
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_loss_fails_the_trial(value, monkeypatch, make_settings, tmp_path):
-    monkeypatch.setattr(loop, "supervised_loss", lambda logits, labels: logits.sum() * 0 + value)
+    monkeypatch.setattr(classify, "supervised_loss", lambda logits, labels: logits.sum() * 0 + value)
     result = run_trial(make_settings(out_dir=str(tmp_path)))
     reason = assert_failed(result)
     assert reason == f"the loss became {value} at step 1"
@@ -225,7 +225,7 @@ def _raise(error: BaseException):
     MemoryError(),
 ], ids=["cuda", "memoryerror"])
 def test_out_of_memory_fails_the_trial(error, monkeypatch, make_settings):
-    monkeypatch.setattr(loop, "training_loss", _raise(error))
+    monkeypatch.setattr(classify, "training_loss", _raise(error))
     reason = assert_failed(run_trial(make_settings()))
     assert reason.startswith("out of memory"), reason
 
@@ -235,13 +235,13 @@ def test_cpu_out_of_memory_fails_as_out_of_memory(monkeypatch, make_settings):
     def allocate_too_much(*args, **kwargs):
         return torch.empty(2**50)  # 4 PiB: refused at once, nothing is allocated
 
-    monkeypatch.setattr(loop, "training_loss", allocate_too_much)
+    monkeypatch.setattr(classify, "training_loss", allocate_too_much)
     reason = assert_failed(run_trial(make_settings()))
     assert reason.startswith("out of memory"), reason
 
 
 def test_an_unexpected_error_fails_the_trial_with_its_type(monkeypatch, make_settings):
-    monkeypatch.setattr(loop, "training_loss", _raise(ValueError("shapes do not match\nsecond line")))
+    monkeypatch.setattr(classify, "training_loss", _raise(ValueError("shapes do not match\nsecond line")))
     result = run_trial(make_settings())
     assert assert_failed(result) == "ValueError: shapes do not match"
     assert "ValueError" in result["traceback"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from autopelt.train import loop, lr_sweep, run_trial
+from autopelt.train import classify, loop, lr_sweep, run_trial
 from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
 MEASURED_MARGIN = lr_sweep.learned_margin  # the real one, before a test replaces it
@@ -48,7 +48,7 @@ def test_the_chosen_rate_trains_exactly_as_if_it_had_been_given(make_settings, t
 def _scripted_dev(monkeypatch, table, rows: int = 1000):
     """Each run's evaluations say what `table(rate)` gives: (dev metric above predicting one class, dev loss),
     judged as on `rows` dev rows (the measurements' own: K=1000 keeps 1,000), not the tiny task's few."""
-    real = loop.evaluate
+    real = classify.evaluate
     monkeypatch.setattr(lr_sweep, "learned_margin", lambda floor, _: MEASURED_MARGIN(floor, rows))
 
     def scripted(model, features, task, settings, *args, **kwargs):
@@ -57,7 +57,7 @@ def _scripted_dev(monkeypatch, table, rows: int = 1000):
         floor = lr_sweep.one_class_metric(SimpleNamespace(task=task, dev=features))
         return {**metrics, task.metric: floor + above, "loss": loss}, gates
 
-    monkeypatch.setattr(loop, "evaluate", scripted)
+    monkeypatch.setattr(classify, "evaluate", scripted)
 
 
 def _valley(best_rate: float):

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generationdata import make_tiny_lm_folder
 
 import autopelt.train.trial as trial_module
 from autopelt.search import ray_backend
 from autopelt.train import device as devices
 from autopelt.train import run_trial
+from autopelt.train.classify import Classification
+from autopelt.train.generate import Generation
 from autopelt.train.loop import Training
+from autopelt.train.settings import TrialSettings
 from autopelt.train.trial_data import prepare_data, resolve_task
-from autopelt.models import load_model, load_tokenizer, resolve_model
+from autopelt.models import load_language_model, load_model, load_tokenizer, resolve_model
 from autopelt import delta
 from tinymodels import TINY_LORA, make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
@@ -36,7 +40,7 @@ def test_fp16_scaler_skips_a_step_whose_gradients_overflow(make_settings):
     model_name = resolve_model(settings.model)
     data = prepare_data(settings, load_tokenizer(model_name), task)
     model = delta.apply_delta(load_model(model_name, task.num_labels, seed=0), TINY_LORA, seed=0)
-    training = Training(model, data, settings, torch.device("cpu"))
+    training = Training(Classification(model, data, torch.device("cpu"), torch.float16), settings)
     assert training.scaler.is_enabled()
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     scale = training.scaler.get_scale()
@@ -200,7 +204,7 @@ def test_a_step_in_micro_batches_is_the_step_of_the_whole_batch(make_settings):
         data = prepare_data(settings, load_tokenizer(model_name), task)
         model = delta.apply_delta(load_model(model_name, task.num_labels, seed=0), TINY_LORA, seed=0)
         before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        Training(model, data, settings, torch.device("cpu")).run()
+        Training(Classification(model, data, torch.device("cpu")), settings).run()
         states.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
     assert any(not torch.equal(states[0][n], before[n]) for n in before)  # it trained
     for name in states[0]:
@@ -211,10 +215,10 @@ def test_a_trial_that_runs_out_of_memory_retries_at_half_the_micro_batch(make_se
     """Out of memory at 32 and 16 rows a step: the trial runs again at 8 with the same step, and records it."""
     real = trial_module.train_at_chosen_rate
 
-    def fits_at_eight(model, data, settings, *args, **kwargs):
+    def fits_at_eight(objective, settings, *args, **kwargs):
         if (settings.micro_batch_size or settings.batch_size) > 8:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(model, data, settings, *args, **kwargs)
+        return real(objective, settings, *args, **kwargs)
 
     monkeypatch.setattr(trial_module, "train_at_chosen_rate", fits_at_eight)
     result = run_trial(make_settings(device="cpu", batch_size=32, learning_rate=1e-3, epochs=1))
@@ -229,3 +233,32 @@ def test_a_trial_that_runs_out_of_memory_retries_at_half_the_micro_batch(make_se
     failed = run_trial(make_settings(device="cpu", batch_size=4, learning_rate=1e-3, epochs=1))
     assert failed["status"] == "failed" and failed["memory_retries"] == [4, 2]
     assert failed["reason"].endswith("it did not fit at micro-batches of 4, 2 rows") and "\n" not in failed["reason"]
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return make_tiny_lm_folder(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def _lm_rows() -> list[dict]:
+    """Four rows of one target token and four of nine: micro-batches that hold different shares of the targets."""
+    short = {"input_ids": [5, 6, 7, 8], "labels": [-100, -100, -100, 8]}
+    long = {"input_ids": list(range(5, 15)), "labels": [-100, *range(6, 15)]}
+    return [short, long] * 4
+
+
+def test_a_generation_step_in_micro_batches_is_the_step_of_the_whole_batch(lm_dir):
+    """The loss of a generation step is the mean over its target tokens: micro-batches of 3, 3 and 2 rows, each
+    weighted by its target tokens, give the step one batch of 8 gives (to float rounding)."""
+    states = []
+    for micro in (None, 3):
+        settings = TrialSettings(task="e2e", spec=TINY_LORA, epochs=1, max_steps=2, batch_size=8,
+                                 micro_batch_size=micro, learning_rate=1e-2)
+        model = delta.apply_delta(load_language_model(str(lm_dir)), TINY_LORA, seed=0)
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+        Training(Generation(model, _lm_rows(), _lm_rows(), 0, torch.device("cpu")), settings).run()
+        states.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
+    assert any(not torch.equal(states[0][n], before[n]) for n in before)  # it trained
+    for name in states[0]:
+        torch.testing.assert_close(states[1][name], states[0][name], rtol=1e-4, atol=1e-6)
+

@@ -226,17 +226,17 @@ def test_precision_shows_in_the_result_and_its_summary(make_settings):
 def test_gate_values_come_from_the_kept_evaluation_without_another_pass(monkeypatch, make_settings):
     """A gated trial's gate values are those of the dev evaluation whose state it kept: recording them there
     gives what a separate pass over dev after restoring that state gives, without that pass."""
-    from autopelt.train import loop
+    from autopelt.train import classify
 
     calls = []
-    real = loop.evaluate
+    real = classify.evaluate
 
     def counted(model, features, *args, **kwargs):
         metrics, gates = real(model, features, *args, **kwargs)
         calls.append((features, kwargs.get("gates", False), gates))
         return metrics, gates
 
-    monkeypatch.setattr(loop, "evaluate", counted)
+    monkeypatch.setattr(classify, "evaluate", counted)
     monkeypatch.setattr("autopelt.train.trial.evaluate", counted)
     result = run_trial(make_settings(spec=UNIPELT_TINY, epochs=3, precision="fp32"))
     assert result["status"] == "ok", result["reason"]

@@ -67,12 +67,12 @@ def test_the_head_trains_at_its_scaled_rate(make_settings, tiny_model_dir):  # n
 
 def test_kept_dev_predictions_are_the_kept_evaluations_outputs_with_no_extra_pass(make_settings, tmp_path,  # noqa: F811
                                                                                   monkeypatch):
-    from autopelt.train import loop, trial
+    from autopelt.train import classify, trial
 
     passes = []
-    real = loop.forward_split
+    real = classify.forward_split
     counting = lambda model, features, *a, **k: passes.append(len(features.labels)) or real(model, features, *a, **k)  # noqa: E731
-    monkeypatch.setattr(loop, "forward_split", counting)
+    monkeypatch.setattr(classify, "forward_split", counting)
     monkeypatch.setattr(trial, "forward_split", counting)
     result = run_trial(make_settings(epochs=3, keep_predictions=True, out_dir=str(tmp_path / "trial")))
     assert result["status"] == "ok", result.get("reason")

@@ -22,7 +22,7 @@ from autopelt.models import load_model, load_tokenizer
 from autopelt.train import TrialSettings, run_trial
 from autopelt.train.trial_data import prepare_data
 from autopelt.errors import UserError
-from autopelt.train.loop import evaluate
+from autopelt.train.classify import evaluate
 from autopelt.train.trial import score_saved
 
 # Every top-level field of the result JSON in docs/design.md.

@@ -1,15 +1,11 @@
-"""A generation trial: train a delta on a decoder's (or T5's) language model on the target tokens only, keep the
-state of the best dev loss, then generate greedily for each distinct test input (batched, left-padded, KV cache)
-and score BLEU and ROUGE-L against all of its references.
+"""A generation trial's parts: a delta trains on a decoder's (or T5's) language model on the target tokens only
+(`Generation`, the objective the training run is given), the state of the best dev loss is kept, then greedy
+generation for each distinct test input (batched, left-padded, KV cache) is scored by BLEU and ROUGE-L against all
+of its references.
 
-The dev loss selects (cheap: one teacher-forced pass); BLEU needs generation, so it is computed on test only, and
-on a dev subset only when asked (`dev_generate`)."""
+The dev loss selects (cheap: one teacher-forced pass); BLEU needs generation, so it is computed on test only."""
 
 from __future__ import annotations
-
-import copy
-import math
-import time
 
 import torch
 from torch import nn
@@ -22,12 +18,9 @@ from autopelt.data.generation import (
 from autopelt.delta.families import architecture_of
 from autopelt.errors import UserError
 from autopelt.train import device as devices
-from autopelt.train.loop import NonFiniteLoss, warmup_then_linear
+from autopelt.train.loop import Evaluation, Objective
 
 IGNORE = -100  # label of a token the loss skips: the prompt's and padding
-DEFAULT_RATE = 1e-3  # the rate a generation delta trains at where none is given and no sweep runs
-SWEEP_START = (3e-4, 1e-3, 3e-3)  # a generation sweep's first candidates: LoRA's usual decade on decoders
-SWEEP_MAX = 5  # candidates at most, walking the half-decade ladder while the best sits at an edge
 MAX_NEW_TOKENS = 64
 LOSS_ROWS = 512  # target tokens whose logits are computed at once: a (LOSS_ROWS, vocabulary) block in fp32 at most
 # Families whose language model's logits are its head on the backbone's last states, nothing after (read in
@@ -124,10 +117,16 @@ def lm_loss(model: nn.Module, batch: dict) -> tuple[torch.Tensor, int]:
     else:
         rows, head = model(**inputs).logits, None
     if not model.config.is_encoder_decoder:
-        rows, labels = rows[:, -labels.shape[1]:][:, :-1], labels[:, 1:]  # a prompt may have put L tokens first
+        rows = rows[:, -labels.shape[1]:][:, :-1]  # a prompt may have put L tokens first
+    labels = predicted(labels, model.config)
     kept = labels != IGNORE
     targets = int(kept.sum())
     return _summed_cross_entropy(head, rows[kept], labels[kept]) / targets, targets
+
+
+def predicted(labels: torch.Tensor, config) -> torch.Tensor:
+    """The labels the logits are scored against: a decoder's shifted one left (it predicts token t+1 at t)."""
+    return labels if config.is_encoder_decoder else labels[:, 1:]
 
 
 def _summed_cross_entropy(head: nn.Module | None, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -190,145 +189,39 @@ def score_generation(model, tokenizer, rows, task, batch_size, max_new_tokens, d
     return corpus_scores(texts, references), [(r[task.input_column], t) for r, t in zip(inputs, texts)]
 
 
-def train_generation(model, train, dev, settings, pad_id, device, dtype, on_step=None, report=None) -> dict:
-    """AdamW on the delta, warm-up then linear decay; the dev loss after each epoch; the best state restored. At
-    `settings.learning_rate`, or, when it is None, at the rate `sweep_generation_rate` chooses (the result's
-    "lr_choice" says which and how)."""
-    if settings.learning_rate is not None:
-        run = GenerationRun(model, train, dev, settings, settings.learning_rate, pad_id, device, dtype, on_step, report)
-        run.run()
-        return {**run.finish(), "lr_choice": {"rate": settings.learning_rate, "how": "given", "seconds": 0.0}}
-    run, choice = sweep_generation_rate(model, train, dev, settings, pad_id, device, dtype, on_step)
-    run.report, run.on_step = report, on_step
-    for entry in run.history:  # the scheduler sees the evaluation so far, as in any trial
-        if report and report(entry):
-            run.stopped = True
-    run.run()
-    return {**run.finish(), "lr_choice": choice}
+class Generation(Objective):
+    """A language model (a decoder, or T5) trained on the target tokens of `train` (rows `encode` made), a
+    batch in random order; dev: the mean loss over dev's target tokens, its dev metric minus that loss (the best
+    evaluation: the lowest finite loss)."""
 
+    def __init__(self, model: nn.Module, train: list[dict], dev: list[dict], pad_id: int, device: torch.device,
+                 dtype: torch.dtype | None = None):
+        self.model, self.train, self.dev, self.pad_id = model, train, dev, pad_id
+        self.device, self.dtype, self.rows = device, dtype, len(train)
 
-class GenerationRun:
-    """One generation training run at one rate that can pause after an epoch's dev loss and go on: `snapshot` and
-    `restore` carry its whole state (the delta's weights, optimiser, schedule, batch order, dropout's random
-    state, what it recorded), so a sweep's winner goes on exactly as a run given its rate from the start."""
+    def generators(self, seed: int) -> tuple[torch.Generator, torch.Generator]:
+        generator = torch.Generator().manual_seed(seed)
+        return generator, generator  # one stream for the batch order and AdaMix's routing: a generation run's draws
 
-    def __init__(self, model, train, dev, settings, rate: float, pad_id, device, dtype, on_step=None, report=None):
-        self.model, self.train, self.dev, self.settings = model, train, dev, settings
-        self.pad_id, self.device, self.dtype, self.on_step, self.report = pad_id, device, dtype, on_step, report
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimiser = torch.optim.AdamW(self.params, lr=rate, weight_decay=settings.weight_decay)
-        self.steps_per_epoch = math.ceil(len(train) / settings.batch_size)
-        self.total = settings.max_steps or self.steps_per_epoch * settings.epochs
-        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimiser,
-                                                          warmup_then_linear(self.total, settings.warmup_ratio))
-        self.scaler = devices.grad_scaler(device, dtype)  # fp16's loss scale, as the classification loop's
-        self.generator = torch.Generator().manual_seed(settings.seed)
-        self.best, self.history, self.step, self.seconds, self.stopped = None, [], 0, 0.0, False
+    def batches(self, batch_size: int, order: torch.Generator):
+        return torch.randperm(self.rows, generator=order).split(batch_size)
 
-    def run(self, epochs: int | None = None) -> None:
-        """Train `epochs` more epochs (None: to the end), each ending in a dev loss."""
-        done = 0
-        while self.step < self.total and not self.stopped and (epochs is None or done < epochs):
-            self._epoch()
-            done += 1
+    def collate(self, indices) -> dict[str, torch.Tensor]:
+        return collate([self.train[i] for i in indices], self.pad_id)
 
-    def _epoch(self) -> None:
-        started = time.perf_counter()
-        self.model.train()
-        for index in torch.randperm(len(self.train), generator=self.generator).split(self.settings.batch_size):
-            batch = {k: v.to(self.device) for k, v in collate([self.train[i] for i in index], self.pad_id).items()}
-            delta.route_all(self.model, self.generator)
-            with devices.autocast(self.device, self.dtype):
-                loss, _ = lm_loss(self.model, batch)
-            if not torch.isfinite(loss):
-                raise NonFiniteLoss(f"the training loss became {float(loss)} at step {self.step + 1}")
-            devices.optimiser_step(loss, self.optimiser, self.scaler, self.params, self.settings.grad_clip)
-            self.schedule.step(), self.optimiser.zero_grad()
-            self.step += 1
-            if self.on_step:
-                self.on_step(self.step, self.total, float(loss.detach()))
-            if self.step >= self.total:
-                break
-        self.seconds += time.perf_counter() - started
-        loss = dev_loss(self.model, self.dev, self.pad_id, self.settings.eval_batch_size, self.device, self.dtype)
-        entry = {"epoch": round(self.step / self.steps_per_epoch, 4), "step": self.step, "dev": {"loss": loss},
-                 "dev_loss": loss, "dev_metric": -loss}
-        self.history.append(entry)
-        if math.isfinite(loss) and (self.best is None or loss < self.best["entry"]["dev_loss"]):
-            self.best = {"entry": entry, "state": [p.detach().clone() for p in self.params]}
-        if self.report and self.report(entry):
-            self.stopped = True
+    def size(self, batch: dict) -> int:
+        """The batch's target tokens: its loss is their mean."""
+        return int((predicted(batch["labels"], self.model.config) != IGNORE).sum())
 
-    def finish(self) -> dict:
-        """Put the best dev loss's state back; what the run recorded."""
-        if self.best is None:
-            raise NonFiniteLoss("the dev loss was never finite")
-        with torch.no_grad():
-            for param, value in zip(self.params, self.best["state"]):
-                param.copy_(value)
-        return {"best": self.best["entry"], "history": self.history, "steps": self.step,
-                "train_seconds": self.seconds}
+    def loss(self, batch: dict, routing: torch.Generator) -> torch.Tensor:
+        delta.route_all(self.model, routing)
+        return lm_loss(self.model, batch)[0]
 
-    def snapshot(self) -> dict:
-        return {"params": [p.detach().clone() for p in self.params],
-                "optimiser": copy.deepcopy(self.optimiser.state_dict()), "schedule": self.schedule.state_dict(),
-                "scaler": self.scaler.state_dict(), "generator": self.generator.get_state(),
-                "rng": devices.rng_state(self.device),
-                "recorded": copy.deepcopy((self.best, self.history, self.step, self.seconds, self.stopped))}
+    def evaluate(self, settings) -> Evaluation:
+        loss = dev_loss(self.model, self.dev, self.pad_id, settings.eval_batch_size, self.device, self.dtype)
+        return Evaluation({"loss": loss}, -loss, loss)
 
-    def restore(self, snapshot: dict) -> None:
-        with torch.no_grad():
-            for param, value in zip(self.params, snapshot["params"]):
-                param.copy_(value)
-        self.optimiser.load_state_dict(snapshot["optimiser"])
-        self.schedule.load_state_dict(snapshot["schedule"])
-        self.scaler.load_state_dict(snapshot["scaler"])
-        self.generator.set_state(snapshot["generator"])
-        devices.set_rng_state(self.device, snapshot["rng"])
-        self.best, self.history, self.step, self.seconds, self.stopped = copy.deepcopy(snapshot["recorded"])
-
-
-def sweep_generation_rate(model, train, dev, settings, pad_id, device, dtype, on_step=None):
-    """The learning-rate sweep of a generation trial: each candidate trains from the same initial state on the same
-    batches, on the trial's own schedule, to the end of epoch 1; the lowest dev loss (a candidate whose loss became
-    non-finite loses) goes on from where it stands. Candidates start at SWEEP_START and walk along the half-decade
-    ladder while the best sits at an edge, up to SWEEP_MAX candidates. Returns (the winner's run, its rate at
-    epoch 1, restored; the choice as a result's "lr_choice": rate, "how": "sweep", each candidate's dev loss, the
-    seconds the losers took)."""
-    from autopelt.train.lr_sweep import LADDER
-
-    initial = [p.detach().clone() for p in model.parameters() if p.requires_grad]
-    rng = devices.rng_state(device)
-    tried: dict[float, tuple] = {}  # rate -> (dev loss or inf, snapshot, seconds)
-
-    def try_rate(rate: float) -> None:
-        started = time.perf_counter()
-        with torch.no_grad():
-            for param, value in zip((p for p in model.parameters() if p.requires_grad), initial):
-                param.copy_(value)
-        devices.set_rng_state(device, rng)
-        run = GenerationRun(model, train, dev, settings, rate, pad_id, device, dtype)
-        try:
-            run.run(epochs=1)
-            loss = run.history[-1]["dev_loss"]
-        except NonFiniteLoss:
-            loss = math.inf
-        tried[rate] = (loss if math.isfinite(loss) else math.inf, run.snapshot(), time.perf_counter() - started)
-
-    for rate in SWEEP_START:
-        try_rate(rate)
-    while len(tried) < SWEEP_MAX:
-        best = min(tried, key=lambda r: tried[r][0])
-        edge = LADDER.index(best) + (1 if best == max(tried) else -1 if best == min(tried) else 0)
-        if best not in (min(tried), max(tried)) or not 0 <= edge < len(LADDER) or LADDER[edge] in tried:
-            break
-        try_rate(LADDER[edge])
-    best = min(tried, key=lambda r: (tried[r][0], r))
-    if not math.isfinite(tried[best][0]):
-        raise NonFiniteLoss(f"every rate of the sweep ({', '.join(f'{r:g}' for r in sorted(tried))}) diverged")
-    winner = GenerationRun(model, train, dev, settings, best, pad_id, device, dtype, on_step)
-    winner.restore(tried[best][1])
-    choice = {"rate": best, "how": "sweep", "seconds": round(sum(t[2] for r, t in tried.items() if r != best), 3),
-              "candidates": {f"{r:g}": {"dev_loss": None if math.isinf(t[0]) else round(t[0], 5)}
-                             for r, t in sorted(tried.items())}, "steps": winner.step}
-    return winner, choice
+    def entry(self, evaluation: Evaluation, epoch: int, step: int, fidelity: float) -> dict:
+        """Its epoch is the epochs of data seen (there is no separate fidelity)."""
+        return {"epoch": round(fidelity, 4), "step": step, "dev": evaluation.dev, "dev_loss": evaluation.dev_loss,
+                "dev_metric": evaluation.dev_metric}

@@ -15,9 +15,9 @@ from autopelt.dtypes import settle_dtypes
 from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices
 from autopelt.train.generate import (
-    MAX_NEW_TOKENS, check_generation_tokenizer, check_generator, encode, generation_task, score_generation,
-    train_generation,
+    MAX_NEW_TOKENS, Generation, check_generation_tokenizer, check_generator, encode, generation_task, score_generation,
 )
+from autopelt.train.lr_sweep import GENERATION, train_at_chosen_rate
 
 
 def run_generation(settings, result: dict, outcome, report=None, on_step=None) -> None:
@@ -58,20 +58,16 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
     result.update(precision=precision, params=delta.count_parameters(spec, model.config, lm=True).to_dict())
     seq2seq = bool(model.config.is_encoder_decoder)
     rows = lambda split: [encode(tokenizer, task, r, settings.max_length, seq2seq) for r in split]  # noqa: E731
-    trained = train_generation(model, rows(splits.train), rows(splits.dev), settings, tokenizer.pad_token_id,
-                               device, dtype, on_step, report)
-    best = trained["best"]
-    result.update(learning_rate=trained["lr_choice"]["rate"], lr_choice=trained["lr_choice"])
-    result.update(dev=best["dev"], dev_metric=best["dev_metric"])
-    outcome.history, outcome.best, outcome.steps = trained["history"], best, trained["steps"]
-    outcome.train_seconds, outcome.fidelity = trained["train_seconds"], trained["history"][-1]["epoch"]
-    outcome.examples_seen = trained["steps"] * settings.batch_size
+    objective = Generation(model, rows(splits.train), rows(splits.dev), tokenizer.pad_token_id, device, dtype)
+    trained, choice = train_at_chosen_rate(objective, settings, GENERATION, report, on_step, outcome)
+    result.update(learning_rate=choice.rate, lr_choice=choice.to_dict())
+    result.update(dev=trained.best["dev"], dev_metric=trained.best["dev_metric"])
     started = time.perf_counter()
     if settings.score_test:
         result["test"], samples = score_generation(model, tokenizer, splits.test, task, settings.eval_batch_size,
                                                    settings.max_new_tokens or MAX_NEW_TOKENS, device, dtype)
         result["samples"] = [{"input": i, "text": t} for i, t in samples[:5]]
-    result["eval_seconds"] = time.perf_counter() - started
+    result["eval_seconds"] = trained.eval_seconds + time.perf_counter() - started
     return model, tokenizer
 
 

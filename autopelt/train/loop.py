@@ -1,4 +1,7 @@
-"""The training loop: AdamW over the delta, warmup + linear decay, clipping, evaluation, early stopping.
+"""The training run, for every kind of task: AdamW over the delta, warmup + linear decay, micro-batches with their
+gradients accumulated, fp16's loss scale, clipping, dev evaluations, early stopping, pause and resume. What a kind
+of task brings (how its train rows are batched, a batch's loss, the dev evaluation) is an `Objective` passed in
+(`classify.Classification`, `generate.Generation`).
 
 Data flows one way: batches in, (step, dev metrics) reports out; the best delta state is kept in memory and
 restored at the end. No global state is read except torch's RNG, which `run_trial` seeds for dropout.
@@ -6,21 +9,16 @@ restored at the end. No global state is read except torch's RNG, which `run_tria
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from autopelt.data import Features, Task, map_in_order, pad_batch, train_order
-from autopelt.delta import consistency_loss, has_mixtures, route_all
-from autopelt.delta.gate_readings import has_gates, recording_gates, summarise_gates
 from autopelt.train import device as devices
 from autopelt.train.settings import TrialSettings
 
@@ -42,27 +40,70 @@ class TrainOutcome:
     examples_seen: int = 0
     stopped_by: str | None = None  # "patience", "scheduler", or None when the budget of steps ran out
 
+    def reset(self) -> None:
+        """Forget everything recorded, as a new outcome: for a trial that starts its training again from the start
+        (in smaller micro-batches, after running out of memory) into the object its caller reports from."""
+        self.take(TrainOutcome())
 
-def supervised_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    if logits.shape[-1] == 1:  # regression
-        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-    return F.cross_entropy(logits.float(), labels)
+    def take(self, other: TrainOutcome) -> None:
+        """Hold what `other` has recorded (its fields, not copies of them)."""
+        for field_ in dataclasses.fields(TrainOutcome):
+            setattr(self, field_.name, getattr(other, field_.name))
 
 
-def training_loss(model: nn.Module, batch: dict, routing: torch.Generator, consistency: float,
-                  mixed: bool = True) -> torch.Tensor:
-    """The task loss; with AdaMix (`mixed`), as AdaMix's code: the first pass's task loss plus the consistency loss
-    between it and a second pass under another routing."""
-    labels = batch.pop("labels")
-    if not mixed:
-        return supervised_loss(model(**batch).logits, labels)
-    route_all(model, routing)
-    first = model(**batch).logits
-    if consistency <= 0:
-        return supervised_loss(first, labels)
-    route_all(model, routing)
-    second = model(**batch).logits
-    return supervised_loss(first, labels) + consistency * consistency_loss(first.float(), second.float())
+@dataclass
+class Evaluation:
+    """One dev evaluation, as an objective computes it."""
+    dev: dict  # the metrics recorded
+    dev_metric: float  # the one that selects: higher is better
+    dev_loss: float | None
+    gates: dict | None = None  # mean gate values per layer (gated deltas)
+    outputs: torch.Tensor | None = None  # the dev outputs the metrics came from, where the settings keep predictions
+
+
+class Objective:
+    """What a kind of task brings to a training run. `model` (the delta in place), `device` and `dtype` (autocast's,
+    None for fp32) are attributes, as is `rows`, the number of train rows an epoch goes through once.
+
+    Required: `batches` (one epoch's row indices, a batch at a time), `collate` (rows to a batch of tensors on the
+    CPU), `loss` (a batch's mean loss, under autocast), `evaluate` (on dev). The rest has a default."""
+
+    model: nn.Module
+    device: torch.device
+    dtype: torch.dtype | None
+    rows: int
+
+    def generators(self, seed: int) -> tuple[torch.Generator, torch.Generator]:
+        """(the batch order's stream, the routing's stream for AdaMix): two, seeded `seed` and `seed` + 1."""
+        return torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
+
+    def batches(self, batch_size: int, order: torch.Generator) -> Sequence:
+        raise NotImplementedError
+
+    def collate(self, indices) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def size(self, batch: dict) -> int:
+        """What the batch's loss is a mean over (here its rows): a micro-batch's share of the step is its size over
+        the step's."""
+        return len(batch["input_ids"])
+
+    def loss(self, batch: dict, routing: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def evaluate(self, settings: TrialSettings) -> Evaluation:
+        raise NotImplementedError
+
+    def entry(self, evaluation: Evaluation, epoch: int, step: int, fidelity: float) -> dict:
+        """The history entry of an evaluation in `epoch` (counted from 1) after `step` steps, `fidelity` epochs of
+        data seen."""
+        return {"epoch": epoch, "step": step, "fidelity": round(fidelity, 4), "dev": evaluation.dev,
+                "dev_metric": evaluation.dev_metric, "dev_loss": evaluation.dev_loss}
+
+    def floor(self) -> tuple[float | None, int]:
+        """(the dev metric of predicting one class, the dev rows it is measured on): what a rate sweep asks a rate
+        to beat before it counts as learned; None where no such floor exists."""
+        return None, 0
 
 
 def warmup_then_linear(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
@@ -74,38 +115,6 @@ def warmup_then_linear(total_steps: int, warmup_ratio: float) -> Callable[[int],
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
 
     return factor
-
-
-def forward_split(model: nn.Module, features: Features, settings: TrialSettings, device, dtype=None) -> torch.Tensor:
-    """The model's float32 outputs (logits, or a regression's values) on every row of a split, in the split's row
-    order (batched, length-sorted, no autograd); leaves the model in eval mode."""
-    model.eval()
-
-    def logits_of(batch: dict) -> torch.Tensor:
-        batch.pop("labels", None)
-        with devices.autocast(device, dtype):
-            return model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
-
-    with torch.inference_mode():
-        return map_in_order(features, settings.eval_batch_size, logits_of)
-
-
-def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSettings, device,
-             dtype=None, gates: bool = False, loss: bool = False,
-             outputs_to: list | None = None) -> tuple[dict, dict | None]:
-    """Metrics on a split (batched, length-sorted, no autograd), and the mean gate values per layer if asked.
-    `loss` adds the mean task loss to the metrics as "loss" (lower is better, unlike the metrics); `outputs_to`, a
-    list, receives the float32 outputs the metrics were computed from (in the split's row order)."""
-    with (recording_gates(model) if gates else contextlib.nullcontext({})) as totals:
-        outputs = forward_split(model, features, settings, device, dtype)
-    if outputs_to is not None:
-        outputs_to.append(outputs)
-    with torch.inference_mode():
-        metrics = task.compute_metrics(outputs, features.labels)
-        if loss:
-            labels = torch.as_tensor(features.labels, dtype=torch.float32 if outputs.shape[-1] == 1 else torch.long)
-            metrics["loss"] = float(supervised_loss(outputs, labels))
-    return metrics, (summarise_gates(totals) if gates else None)
 
 
 def parameter_groups(model: nn.Module, settings: TrialSettings) -> list[dict]:
@@ -127,30 +136,28 @@ def parameter_groups(model: nn.Module, settings: TrialSettings) -> list[dict]:
 
 
 class Training:
-    """One run of the loop over a model, which can pause and resume: `run(until_evaluations=n)` trains until the
-    n-th dev evaluation, `snapshot`/`restore` carry its whole state (trainable weights, optimiser and schedule,
-    data order, random streams, what it has recorded). A learning-rate sweep runs several of these to their first
-    evaluation and continues the best one, which then trains exactly as a run given that rate from the start."""
+    """One run of the loop over `objective.model`, which can pause and resume: `run(until_evaluations=n)` trains
+    until the n-th dev evaluation, `snapshot`/`restore` carry its whole state (trainable weights, optimiser and
+    schedule, data order, random streams, what it has recorded). A learning-rate sweep runs several of these to
+    their first evaluation and continues the best one, which then trains exactly as a run given that rate from the
+    start. The best evaluation is the one of the highest finite dev metric (the first of equals)."""
 
-    def __init__(self, model: nn.Module, data, settings: TrialSettings, device: torch.device, consistency: float = 0.0,
+    def __init__(self, objective: Objective, settings: TrialSettings,
                  report: Callable[[dict], object] | None = None,
                  on_step: Callable[[int, int, float], None] | None = None, outcome: TrainOutcome | None = None):
-        self.model, self.data, self.settings, self.device = model, data, settings, device
-        self.consistency, self.report, self.on_step = consistency, report, on_step
+        self.objective, self.model, self.settings = objective, objective.model, settings
+        self.device, self.dtype = objective.device, objective.dtype
+        self.report, self.on_step = report, on_step
         self.outcome = outcome if outcome is not None else TrainOutcome()
-        groups = parameter_groups(model, settings)
+        groups = parameter_groups(self.model, settings)
         self.params = [p for group in groups for p in group["params"]]
         self.optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=settings.weight_decay)
-        self.steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
+        self.steps_per_epoch = math.ceil(objective.rows / settings.batch_size)
         self.total = settings.max_steps or settings.epochs * self.steps_per_epoch  # steps, when given, decide
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
                                                            warmup_then_linear(self.total, settings.warmup_ratio))
-        self.dtype = devices.autocast_dtype(devices.resolve_precision(settings.precision, device))
-        self.scaler = devices.grad_scaler(device, self.dtype)
-        self.order = torch.Generator().manual_seed(settings.seed)  # data order across epochs
-        self.routing = torch.Generator().manual_seed(settings.seed + 1)  # AdaMix expert choice
-        self.mixed = has_mixtures(model)  # once: routing walks the model, which plain deltas need not pay every step
-        self.gated = has_gates(model)
+        self.scaler = devices.grad_scaler(self.device, self.dtype)
+        self.order, self.routing = objective.generators(settings.seed)  # data order; AdaMix's expert choice
         self.best_state: dict[str, torch.Tensor] | None = None
         self.waited = 0
         self.epoch, self.batches, self.position, self.done = 1, None, 0, False
@@ -163,7 +170,7 @@ class Training:
             if until_evaluations is not None and len(outcome.history) >= until_evaluations:
                 break
             if self.batches is None:
-                self.batches, self.position = train_order(self.data.train, settings.batch_size, self.order), 0
+                self.batches, self.position = self.objective.batches(settings.batch_size, self.order), 0
             self._step(self.batches[self.position])
             self.position += 1
             stop = bool(settings.eval_every) and outcome.steps % settings.eval_every == 0 and self._checkpoint()
@@ -179,7 +186,10 @@ class Training:
         return outcome
 
     def finish(self) -> TrainOutcome:
-        """Put the best evaluated state back into the model."""
+        """Put the best evaluated state back into the model. Raises NonFiniteLoss when no dev evaluation was
+        finite."""
+        if self.best_state is None and self.outcome.history:
+            raise NonFiniteLoss("the dev evaluation was never finite")
         if self.best_state is not None:
             with torch.no_grad():
                 for name, param in self.model.named_parameters():
@@ -190,20 +200,20 @@ class Training:
     def _step(self, indices) -> None:
         started = time.perf_counter()
         size = self.settings.micro_batch_size or len(indices)
-        chunks = [indices[start:start + size] for start in range(0, len(indices), size)]
+        batches = [self.objective.collate(indices[start:start + size]) for start in range(0, len(indices), size)]
+        shares = self._shares(batches)
         total = None
-        for number, chunk in enumerate(chunks, 1):  # the batch's mean loss, a micro-batch at a time
-            batch = {k: v.to(self.device) for k, v in pad_batch(self.data.train, chunk).items()}
+        for number, (batch, share) in enumerate(zip(batches, shares), 1):  # the step's loss, a micro-batch at a time
+            batch = {k: v.to(self.device) for k, v in batch.items()}
             with devices.autocast(self.device, self.dtype):
-                loss = training_loss(self.model, batch, self.routing, self.consistency, self.mixed)
-            loss = loss * (len(chunk) / len(indices)) if len(chunks) > 1 else loss
+                loss = self.objective.loss(batch, self.routing)
+            loss = loss * share if len(batches) > 1 else loss
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"the loss became {float(loss.detach())} at step {self.outcome.steps + 1}")
             total = loss.detach() if total is None else total + loss.detach()
-            if number < len(chunks):
+            if number < len(batches):
                 self.scaler.scale(loss).backward()
         devices.optimiser_step(loss, self.optimizer, self.scaler, self.params, self.settings.grad_clip)
-        loss = total
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         outcome = self.outcome
@@ -212,23 +222,26 @@ class Training:
         outcome.fidelity = outcome.steps / self.steps_per_epoch
         outcome.train_seconds += time.perf_counter() - started
         if self.on_step is not None:
-            self.on_step(outcome.steps, self.total, float(loss.detach()))
+            self.on_step(outcome.steps, self.total, float(total))
+
+    def _shares(self, batches: list[dict]) -> list[float]:
+        """Each micro-batch's share of the step's mean loss: its size over theirs together."""
+        if len(batches) == 1:
+            return [1.0]
+        sizes = [self.objective.size(batch) for batch in batches]
+        return [size / sum(sizes) for size in sizes]
 
     def _checkpoint(self) -> bool:
         """Evaluate on dev, keep the best state; True when training should stop."""
-        outcome, task = self.outcome, self.data.task
+        outcome = self.outcome
         started = time.perf_counter()
-        outputs = [] if self.settings.keep_predictions else None
-        dev, gates = evaluate(self.model, self.data.dev, task, self.settings, self.device, self.dtype,
-                              gates=self.gated, loss=True, outputs_to=outputs)
+        evaluation = self.objective.evaluate(self.settings)
         outcome.eval_seconds += time.perf_counter() - started
-        dev_loss = dev.pop("loss", None)
-        entry = {"epoch": self.epoch, "step": outcome.steps, "fidelity": round(outcome.fidelity, 4),
-                 "dev": dev, "dev_metric": dev[task.metric], "dev_loss": dev_loss}
+        entry = self.objective.entry(evaluation, self.epoch, outcome.steps, outcome.fidelity)
         outcome.history.append(entry)
-        if outcome.best is None or entry["dev_metric"] > outcome.best["dev_metric"]:
-            outcome.best, outcome.gates, self.waited = entry, gates, 0
-            outcome.best_dev_outputs = outputs[0] if outputs else None
+        if _improves(evaluation.dev_metric, outcome.best):
+            outcome.best, outcome.gates, self.waited = entry, evaluation.gates, 0
+            outcome.best_dev_outputs = evaluation.outputs
             self.best_state = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         else:
             self.waited += 1
@@ -248,8 +261,7 @@ class Training:
     def adopt(self, outcome: TrainOutcome) -> None:
         """Record into `outcome` from now on (the caller's object, which a failed trial still reports from), with
         what this run has recorded so far."""
-        for field_ in dataclasses.fields(TrainOutcome):
-            setattr(outcome, field_.name, getattr(self.outcome, field_.name))
+        outcome.take(self.outcome)
         self.outcome = outcome
 
     def snapshot(self) -> dict:
@@ -268,18 +280,13 @@ class Training:
         self.scheduler.load_state_dict(snapshot["scheduler"])
         self.scaler.load_state_dict(snapshot["scaler"])
         self.order.set_state(snapshot["order"])
-        self.routing.set_state(snapshot["routing"])
+        self.routing.set_state(snapshot["routing"])  # (the order's own generator, where the objective shares one)
         devices.set_rng_state(self.device, snapshot["rng"])
         self.best_state = snapshot["best_state"]
         self.outcome = copy.deepcopy(snapshot["outcome"])
         self.epoch, self.batches, self.position, self.done, self.waited = snapshot["position"]
 
 
-def train(model: nn.Module, data, settings: TrialSettings, device: torch.device, consistency: float = 0.0,
-          report: Callable[[dict], object] | None = None, on_step: Callable[[int, int, float], None] | None = None,
-          outcome: TrainOutcome | None = None) -> TrainOutcome:
-    """Train in place at `settings.learning_rate`; `outcome` (filled as training goes, so a failed trial keeps
-    what it ran) is returned, the best evaluated state restored."""
-    training = Training(model, data, settings, device, consistency, report, on_step, outcome)
-    training.run()
-    return training.finish()
+def _improves(dev_metric: float, best: dict | None) -> bool:
+    """A finite dev metric above the best's so far (any finite one, for the first)."""
+    return math.isfinite(dev_metric) and (best is None or dev_metric > best["dev_metric"])

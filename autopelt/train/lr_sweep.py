@@ -17,6 +17,9 @@ no rate learned at all (the two likeliest train on to the second evaluation). Ea
 because replaying the sweep without it on tasks it was not chosen on (lab/experiments/sweep-rules/sweep_rules_loo.py)
 did worse for LoRA or prefix-tuning; the midpoints are undecided there (the replays without them leave the grid).
 docs/learning-rates.md has the cases, the judgement and the rules it removed.
+
+One sweep serves every kind of task, its differences a `SweepPlan`: classification and regression (CLASSIFICATION)
+start at START with every rule; generation (GENERATION) ranks by dev loss alone, with no floor to learn past.
 """
 
 from __future__ import annotations
@@ -28,14 +31,15 @@ from typing import Callable
 
 import numpy as np
 import torch
-from torch import nn
 
 from autopelt.train import device as devices
-from autopelt.train.loop import NonFiniteLoss, Training, TrainOutcome, train
+from autopelt.train.loop import NonFiniteLoss, Objective, Training, TrainOutcome
 
 LADDER = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # half-decades
 START = (1e-3, 3e-3, 1e-2)
 MAX_CANDIDATES = 6
+GENERATION_START = (3e-4, 1e-3, 3e-3)  # a generation sweep's first candidates: LoRA's usual decade on decoders
+GENERATION_MAX = 5
 LEARNED_SE = 3.0  # a candidate has learned when its dev metric beats predicting one class by this many standard
 LEARNED_MARGIN = 0.01  # errors of the dev metric (a proportion of the dev rows), and at least by this much
 BACK_OFF_SHARE = 0.75  # the rate below the best is nearly as good when it has this share of the best's gain
@@ -43,6 +47,31 @@ BACK_OFF_LOSS_SHARE = 0.6  # and this share of its drop in dev loss from the run
 # the special cases, by name: a sweep without one of them is what leave-one-task-out compares against
 # (lab/experiments/sweep-rules/sweep_rules_loo.py; docs/learning-rates.md says which earned their place)
 RULES = frozenset({"midpoints", "walk_down", "learned_margin", "back_off", "second_round"})
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a kind of task's sweep starts from and may do: its first candidates, how many it tries at most, the
+    special cases in play (of RULES), and what the choice records of a candidate's evaluation."""
+    start: tuple[float, ...]
+    max_candidates: int
+    rules: frozenset
+    recorded: Callable[[dict], dict]
+
+
+def _metric_and_loss(entry: dict) -> dict:
+    return {key: entry[key] for key in ("dev_metric", "dev_loss")}
+
+
+def _rounded_loss(entry: dict) -> dict:
+    loss = entry["dev_loss"]
+    return {"dev_loss": round(loss, 5) if loss is not None and math.isfinite(loss) else None}
+
+
+CLASSIFICATION = SweepPlan(START, MAX_CANDIDATES, RULES, _metric_and_loss)
+# Generation has no one-class floor to learn past (its dev metric is minus the dev loss): the rules that need one,
+# back-off and the second round are not in play, and a sweep walks along the ladder while its best sits at an edge.
+GENERATION = SweepPlan(GENERATION_START, GENERATION_MAX, frozenset(), _rounded_loss)
 
 
 @dataclass
@@ -66,15 +95,17 @@ class LearningRateChoice:
         return out
 
 
-def train_at_chosen_rate(model: nn.Module, data, settings, device: torch.device, consistency: float = 0.0,
+def train_at_chosen_rate(objective: Objective, settings, plan: SweepPlan = CLASSIFICATION,
                          report: Callable[[dict], object] | None = None,
                          on_step: Callable[[int, int, float], None] | None = None,
                          outcome: TrainOutcome | None = None) -> tuple[TrainOutcome, LearningRateChoice]:
-    """Train in place at `settings.learning_rate`, or, when it is None, at the rate a sweep chooses."""
+    """Train `objective.model` in place at `settings.learning_rate`, or, when it is None, at the rate a sweep by
+    `plan` chooses; the best evaluated state restored."""
     if settings.learning_rate is not None:
-        return train(model, data, settings, device, consistency, report, on_step, outcome), \
-            LearningRateChoice(settings.learning_rate, "given")
-    winner, choice = _Sweep(model, data, settings, device, consistency, on_step).run()
+        run = Training(objective, settings, report, on_step, outcome)
+        run.run()
+        return run.finish(), LearningRateChoice(settings.learning_rate, "given")
+    winner, choice = _Sweep(objective, settings, plan, on_step).run()
     winner.report, winner.on_step = report, on_step
     if outcome is not None:
         winner.adopt(outcome)
@@ -86,17 +117,14 @@ def train_at_chosen_rate(model: nn.Module, data, settings, device: torch.device,
 
 
 class _Sweep:
-    rules: frozenset = RULES  # the special cases in play (all of them but in lab/experiments/sweep-rules/)
-
-    def __init__(self, model, data, settings, device, consistency, on_step):
-        self.model, self.data, self.settings, self.device = model, data, settings, device
-        self.consistency, self.on_step = consistency, on_step
-        self.initial = [p.detach().clone() for p in model.parameters() if p.requires_grad]
-        self.rng = devices.rng_state(device)
+    def __init__(self, objective: Objective, settings, plan: SweepPlan, on_step):
+        self.objective, self.model, self.settings, self.device = objective, objective.model, settings, objective.device
+        self.plan, self.rules, self.on_step = plan, plan.rules, on_step
+        self.initial = [p.detach().clone() for p in self.model.parameters() if p.requires_grad]
+        self.rng = devices.rng_state(self.device)
         self.tried: dict[float, tuple[Training, dict, float]] = {}  # rate -> (run, its state, seconds)
         self.steps_done = 0
-        labels = data.dev.labels
-        self._start(one_class_metric(data), 0 if labels is None else len(labels))
+        self._start(*objective.floor())
 
     def _start(self, floor: float | None, rows: int) -> None:
         """What the rankings compare with: the dev metric of predicting one class (`floor`, on `rows` dev rows);
@@ -107,10 +135,10 @@ class _Sweep:
         #                                                                     inside that learned nothing
 
     def _explore(self) -> None:
-        """Try the start rates, then the next the rules ask for, up to MAX_CANDIDATES."""
-        for rate in START:
+        """Try the start rates, then the next the rules ask for, up to the plan's most candidates."""
+        for rate in self.plan.start:
             self._try(rate)
-        while len(self.tried) < MAX_CANDIDATES:
+        while len(self.tried) < self.plan.max_candidates:
             rate = self._next()
             if rate is None:
                 break
@@ -132,14 +160,14 @@ class _Sweep:
 
     def _choose(self, second: list[float]) -> tuple[float, float | None]:
         """(the rate that goes on, the best one when backed off from it): the better of a second round at its second
-        evaluation, else the best at the first, backed off when it sits on the edge of stability."""
+        evaluation, else the best at the first (of equals the lowest rate), backed off when it sits on the edge of
+        stability."""
         if second:
             return max(second, key=lambda rate: self._score(rate, 1)), None
-        return self._back_off(self._best())
+        return self._back_off(max(sorted(self.tried), key=self._score))
 
     def _evaluations(self, rates, index: int) -> dict[str, dict]:
-        return {f"{rate:g}": {key: self._entry(rate, index)[key] for key in ("dev_metric", "dev_loss")}
-                for rate in sorted(rates)}
+        return {f"{rate:g}": self.plan.recorded(self._entry(rate, index)) for rate in sorted(rates)}
 
     def _second_pair(self) -> list[float]:
         """When no candidate learned by the first evaluation: the lowest in dev loss and the one that moved furthest
@@ -242,8 +270,7 @@ class _Sweep:
             for param, value in zip((p for p in self.model.parameters() if p.requires_grad), self.initial):
                 param.copy_(value)
         devices.set_rng_state(self.device, self.rng)
-        run = Training(self.model, self.data, self.settings.replace(learning_rate=rate), self.device,
-                       self.consistency)
+        run = Training(self.objective, self.settings.replace(learning_rate=rate))
         run.on_step = self._progress(run)
         try:
             run.run(until_evaluations=1)
@@ -258,7 +285,7 @@ class _Sweep:
             return None
         done_before = self.steps_done - run.outcome.steps  # a candidate trained on counts its steps from the start
         first = min(self.settings.eval_every or run.steps_per_epoch, run.total)
-        planned = max(len(self.tried) + (0 if second else 1), len(START)) * first + run.total - first
+        planned = max(len(self.tried) + (0 if second else 1), len(self.plan.start)) * first + run.total - first
         if second:
             planned += min(first, run.total - first)  # the other of the two trained on
         return lambda step, total, loss: self.on_step(done_before + step, planned, loss)
@@ -271,7 +298,8 @@ class _Sweep:
         return self.tried[rate][0].outcome.history[index]
 
     def _finite(self, rate: float, index: int = 0) -> bool:
-        return self._entry(rate, index)["dev_metric"] is not None
+        metric = self._entry(rate, index)["dev_metric"]
+        return metric is not None and math.isfinite(metric)
 
     def _learned(self, rate: float, index: int = 0) -> bool:
         """The candidate's evaluation (the first by default) is finite and beats predicting one class by the learned

@@ -21,7 +21,8 @@ from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices
-from autopelt.train.loop import NonFiniteLoss, TrainOutcome, evaluate, forward_split
+from autopelt.train.classify import Classification, evaluate, forward_split
+from autopelt.train.loop import NonFiniteLoss, TrainOutcome
 from autopelt.train.predictions import from_outputs, save as save_predictions
 from autopelt.train.generate import is_generation
 from autopelt.train.generation_trial import run_generation
@@ -129,7 +130,8 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         consistency = max((method_of(m).extra_loss(m) for m in spec.methods), default=0.0)  # AdaMix's
         if test_each:
             report = _scoring_test(report, model, data, settings, device, dtype)
-        trained, choice = train_at_chosen_rate(model, data, settings, device, consistency, report, on_step, outcome)
+        objective = Classification(model, data, device, dtype, consistency)
+        trained, choice = train_at_chosen_rate(objective, settings, report=report, on_step=on_step, outcome=outcome)
         result.update(learning_rate=choice.rate, lr_choice=choice.to_dict())
         best = trained.best
         result.update(dev=best["dev"], dev_metric=best["dev_metric"])

@@ -26,7 +26,7 @@ from autopelt.delta.modules.lora import DoRALinear  # noqa: E402
 from autopelt.delta.modules.vera import VeRALinear  # noqa: E402
 from autopelt.models import default_model, load_model  # noqa: E402
 from autopelt.train import device as devices  # noqa: E402
-from autopelt.train.loop import training_loss  # noqa: E402
+from autopelt.train.classify import training_loss  # noqa: E402
 
 CONFIGS = (("lora", "lora", False), ("dora new", "dora", False), ("dora old", "dora", True),
            ("vera new", "vera", False), ("vera old", "vera", True))

@@ -116,6 +116,8 @@ def replay(records: dict[float, dict], info, rules: frozenset) -> tuple[float, i
 
     class Replay(lr_sweep._Sweep):
         def __init__(self):  # noqa: super().__init__ trains; the replay reads
+            self.plan = lr_sweep.SweepPlan(lr_sweep.START, lr_sweep.MAX_CANDIDATES, rules,
+                                           lr_sweep.CLASSIFICATION.recorded)
             self.rules = rules
             self.tried, self.steps_done = {}, 0
             self._start(info.floor, info.rows)

@@ -25,7 +25,7 @@ from autopelt.delta.presets import PAPER_LEARNING_RATES
 from autopelt.models import default_model, load_model, load_tokenizer
 from autopelt.train import TrialSettings, run_trial
 from autopelt.train.trial_data import prepare_data
-from autopelt.train.loop import supervised_loss
+from autopelt.train.classify import supervised_loss
 
 METHODS = ("lora", "adapter", "prefix", "compacter", "bitfit", "prompt", "unipelt_apl")
 
