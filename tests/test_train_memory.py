@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from generationdata import make_tiny_lm_folder
+from generationdata import make_tiny_lm_folder, write_e2e_like
 
+import autopelt.train.generation_trial as generation_trial
 import autopelt.train.trial as trial_module
 from autopelt.search import ray_backend
 from autopelt.train import device as devices
@@ -262,3 +263,22 @@ def test_a_generation_step_in_micro_batches_is_the_step_of_the_whole_batch(lm_di
     for name in states[0]:
         torch.testing.assert_close(states[1][name], states[0][name], rtol=1e-4, atol=1e-6)
 
+
+def test_a_generation_trial_that_runs_out_of_memory_retries_at_half_the_micro_batch(lm_dir, tmp_path, trial_cache,
+                                                                                     monkeypatch):
+    real = generation_trial.train_at_chosen_rate
+
+    def fits_at_two(objective, settings, *args, **kwargs):
+        if (settings.micro_batch_size or settings.batch_size) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(objective, settings, *args, **kwargs)
+
+    monkeypatch.setattr(generation_trial, "train_at_chosen_rate", fits_at_two)
+    settings = TrialSettings(task="e2e", spec=TINY_LORA, model=str(lm_dir), data_dir=str(write_e2e_like(tmp_path)),
+                             custom_task={"input_column": "mr", "target_column": "ref"}, epochs=1, max_steps=2,
+                             batch_size=8, learning_rate=1e-2, threads=1, cache_dir=str(trial_cache),
+                             score_test=False, device="cpu")
+    result = run_trial(settings)
+    assert result["status"] == "ok", result["reason"]
+    assert result["memory_retries"] == [8, 4] and result["settings"]["micro_batch_size"] == 2
+    assert result["steps"] == 2 and len(result["history"]) == 1  # what the runs that did not fit recorded went

@@ -85,8 +85,8 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
 def _run_fitting(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, on_step,
                  test_each: bool) -> TrialSettings:
     """Run the trial; where it runs out of memory, again from the start at half the micro-batch (the same step
-    of `batch_size` rows, its gradients accumulated), down to one row at a time; the settings it ran with. A
-    classification trial's retries are recorded (`memory_retries`: the micro-batch sizes that did not fit)."""
+    of `batch_size` rows, its gradients accumulated), down to one row at a time; the settings it ran with. The
+    retries are recorded (`memory_retries`: the micro-batch sizes that did not fit)."""
     tried = []
     while True:
         try:
@@ -94,7 +94,7 @@ def _run_fitting(settings: TrialSettings, result: dict, outcome: TrainOutcome, r
             break
         except Exception as error:
             size = settings.micro_batch_size or settings.batch_size
-            if not devices.is_out_of_memory(error) or is_generation(settings) or size <= 1:
+            if not devices.is_out_of_memory(error) or size <= 1:
                 if tried:
                     result["memory_retries"] = tried
                 raise
@@ -102,7 +102,7 @@ def _run_fitting(settings: TrialSettings, result: dict, outcome: TrainOutcome, r
             log.warning("out of memory at a micro-batch of %d rows: again at %d", size, size // 2)
             devices.release_memory()
             settings = settings.replace(micro_batch_size=size // 2)
-            outcome.__init__()  # what the run that did not fit recorded goes
+            outcome.reset()
             result.update(settings=settings.to_dict(), phase_seconds={})
     if tried:
         result["memory_retries"] = tried
