@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from abc import ABC, abstractmethod
 import math
 import time
 from dataclasses import dataclass, field
@@ -61,12 +62,12 @@ class Evaluation:
     outputs: torch.Tensor | None = None  # the dev outputs the metrics came from, where the settings keep predictions
 
 
-class Objective:
+class Objective(ABC):
     """What a kind of task brings to a training run. `model` (the delta in place), `device` and `dtype` (autocast's,
     None for fp32) are attributes, as is `rows`, the number of train rows an epoch goes through once.
 
     Required: `batches` (one epoch's row indices, a batch at a time), `collate` (rows to a batch of tensors on the
-    CPU), `loss` (a batch's mean loss, under autocast), `evaluate` (on dev). The rest has a default."""
+    CPU), `loss` (a batch's mean loss, computed under autocast), `evaluate` (on dev). The rest has a default."""
 
     model: nn.Module
     device: torch.device
@@ -77,22 +78,26 @@ class Objective:
         """(the batch order's stream, the routing's stream for AdaMix): two, seeded `seed` and `seed` + 1."""
         return torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
 
+    @abstractmethod
     def batches(self, batch_size: int, order: torch.Generator) -> Sequence:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def collate(self, indices) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        ...
 
     def size(self, batch: dict) -> int:
         """What the batch's loss is a mean over (here its rows): a micro-batch's share of the step is its size over
         the step's."""
         return len(batch["input_ids"])
 
+    @abstractmethod
     def loss(self, batch: dict, routing: torch.Generator) -> torch.Tensor:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def evaluate(self, settings: TrialSettings) -> Evaluation:
-        raise NotImplementedError
+        """The dev evaluation of the model as it stands (`settings`: the run's)."""
 
     def entry(self, evaluation: Evaluation, epoch: int, step: int, fidelity: float) -> dict:
         """The history entry of an evaluation in `epoch` (counted from 1) after `step` steps, `fidelity` epochs of
