@@ -201,7 +201,8 @@ class Generation(Objective):
 
     def generators(self, seed: int) -> tuple[torch.Generator, torch.Generator]:
         generator = torch.Generator().manual_seed(seed)
-        return generator, generator  # one stream for the batch order and AdaMix's routing: a generation run's draws
+        # one stream for the batch order and AdaMix's routing, as generation trials have drawn them: the same numbers
+        return generator, generator
 
     def batches(self, batch_size: int, order: torch.Generator):
         return torch.randperm(self.rows, generator=order).split(batch_size)
