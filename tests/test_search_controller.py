@@ -21,7 +21,7 @@ from support import fakes
 from autopelt.delta import parse_spec
 from autopelt.delta.presets import BASELINES, PRESETS
 from autopelt.errors import UserError
-from autopelt.search import baselines, claims, confirm, controller as controller_module, recovery, refine
+from autopelt.search import baselines, claims, confirm, controller as controller_module, recorder, recovery, refine
 from autopelt.search.controller import DONE, WAIT, Controller
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.recovery import Owner, host_id
@@ -84,19 +84,19 @@ def test_over_budget_deltas_are_recorded_and_never_train(tmp_path):
     assert len(trial_fn.specs) == 6 == len(states(study, TrialState.COMPLETE))
     assert all(spec["methods"][0]["rank"] <= 4 for spec in trial_fn.specs)
     refused = [t for t in states(study, TrialState.FAIL)]
-    assert refused and control.rejected == len(refused)
+    assert refused and control.recorder.rejected == len(refused)
     for trial in refused:
         assert trial.user_attrs["fail_reason"].startswith("over parameter budget: ")
         assert trial.user_attrs["params_stored"] > 40_000 and trial.params["lora.rank"] >= 8
 
 
 def test_a_parameter_budget_nothing_fits_ends_in_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(controller_module, "MAX_REJECTIONS_IN_ROW", 5)
+    monkeypatch.setattr(recorder, "MAX_REJECTIONS_IN_ROW", 5)
     trial_fn = CountingTrial()
     study, control = make(tmp_path, budget=3, max_params="100")
     assert fakes.run_serially(control, trial_fn) == 0
     assert trial_fn.specs == []
-    assert "5 deltas in a row were refused --max-params 100" in control.error
+    assert "5 deltas in a row were refused --max-params 100" in control.recorder.error
     assert len(states(study, TrialState.FAIL)) == 5
 
 
@@ -112,10 +112,10 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_search_goes_on(tmp
 
 
 def test_every_trial_failing_stops_the_search(tmp_path, monkeypatch):
-    monkeypatch.setattr(controller_module, "MAX_FAILURES_IN_ROW", 3)
+    monkeypatch.setattr(recorder, "MAX_FAILURES_IN_ROW", 3)
     study, control = make(tmp_path, trials={n: {"mode": "raise"} for n in range(10)}, budget=5)
     assert fakes.run_serially(control) == 3
-    assert control.error.startswith("3 trials in a row failed (last: RuntimeError: the fake trial exploded)")
+    assert control.recorder.error.startswith("3 trials in a row failed (last: RuntimeError: the fake trial exploded)")
 
 
 def test_completed_trials_carry_the_design_attributes(tmp_path):
@@ -767,10 +767,10 @@ def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_
 
 
 def _stop_the_clock(control) -> float:
-    """The controller's clock (injected: FinalistSchedule.clock) stands at now: a test placed a fraction of a fake
-    trial before the room stays there."""
+    """The search's clock (injected: the finalists' schedule and the recorder read it) stands at now: a test placed
+    a fraction of a fake trial before the room stays there."""
     now = time.monotonic()
-    control.finalists.clock = lambda: now
+    control.finalists.clock = control.recorder.clock = lambda: now
     return now
 
 

@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 from support import fakes
 from test_portfolio import _small_portfolio, _study
 
-from autopelt.search import controller as controller_module
+from autopelt.search import recorder as recorder_module
 from autopelt.search.summary import summary_lines
 from autopelt.study import answers
 from autopelt.study.record import read_all
@@ -19,13 +19,13 @@ def wrong_data_dir(settings, report):
 
 
 def test_a_study_whose_first_run_failed_answers_as_an_uninterrupted_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(controller_module, "MAX_FAILURES_IN_ROW", 4)
+    monkeypatch.setattr(recorder_module, "MAX_FAILURES_IN_ROW", 4)
     portfolio = _small_portfolio(tmp_path / "p.json")
     options = {"baselines": True, "finalists": 0, "budget": 2}  # UniPELT(APL) and the portfolio's first
 
     study, failing = _study(tmp_path, "resumed", portfolio, **options)
     fakes.run_serially(failing, wrong_data_dir)
-    assert failing.error and all(t.state == TrialState.FAIL for t in study.trials)
+    assert failing.recorder.error and all(t.state == TrialState.FAIL for t in study.trials)
     lines = summary_lines(study, failing.plan, 1.0)
     assert "best: no trial completed yet" in lines
     assert not any("autopelt export" in line for line in lines)  # nothing to export

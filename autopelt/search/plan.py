@@ -19,6 +19,7 @@ from autopelt.search.options import SearchOptions, check_numbers
 from autopelt.search.study_names import study_name_for
 from autopelt.search.task_data import check_data, data_dir_of, task_of
 from autopelt.study.storage import check_storage, normalise_url
+from autopelt.train.settings import TrialSettings
 
 DEFAULT_EPOCHS = 3  # when neither --epochs nor the space's `train.epochs` says
 
@@ -76,6 +77,29 @@ class SearchPlan:
     @property
     def deadline_seconds(self) -> float | None:
         return self.budget.seconds if isinstance(self.budget, TimeBudget) else None
+
+    def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None,
+                       score_test: bool = True) -> TrialSettings:
+        """Everything a trial of this search trains with: the study's task, model, data and seed (a finalist's
+        own `seed`), the delta, and the training hyper-parameters drawn for it (names of TrialSettings). The
+        train/dev rows come from the study's seed (`data_seed`), so every trial sees the same ones."""
+        options = self.options
+        return TrialSettings(
+            task=self.task, spec=spec, custom_task=options.custom_task, model=self.model, data_dir=self.data_dir,
+            protocol=options.k or "full", seed=options.seed if seed is None else seed, data_seed=options.seed,
+            precision=options.precision, out_dir=str(out_dir), score_test=score_test,
+            keep_predictions=not self.generation,  # the ensemble is selected from them (autopelt/ensemble)
+            gradient_checkpointing=self._checkpointing(spec),
+            **{"backbone_dropout": options.backbone_dropout, **hparams},
+        )
+
+    def _checkpointing(self, spec: dict) -> bool:
+        """--gradient-checkpointing for every trial whose delta can take it (the others train without it)."""
+        if not self.options.gradient_checkpointing:
+            return False
+        from autopelt.train.backbone import checkpointing_refusal
+
+        return checkpointing_refusal(self.model_config, spec) is None
 
 
 def prepare(options: SearchOptions) -> SearchPlan:

@@ -27,6 +27,14 @@ def enqueue_missing(study: optuna.Study, members, params_of: Callable) -> list[s
     return queued
 
 
+def member_params(plan, member) -> dict | None:
+    """The space's parameters that draw a portfolio member (so the sampler learns from it), or None."""
+    params = plan.space.params_for(member.spec(plan.num_layers), plan.num_layers)
+    if params is not None and "batch_size" in params:
+        params["batch_size"] = member.batch_size
+    return params
+
+
 def spec_and_hparams(plan, tag: dict) -> tuple[dict, dict]:
     """What a queued member trains: its spec for this model and its recorded rate, batch and backbone dropout."""
     from autopelt.errors import UserError

@@ -64,12 +64,12 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
         view.header(queued, controller.requeued, controller.portfolio_queued)
         interrupted = False
         try:
-            with Heartbeat(study, controller.running_trial_ids):
+            with Heartbeat(study, controller.recorder.running_trial_ids):
                 run_trials(controller, plan)
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            interrupted = interrupted or bool(controller.running and not _time_up(controller))
+            interrupted = interrupted or bool(controller.recorder.running and not _time_up(controller))
             controller.close()
     if not interrupted:
         from autopelt.study.answer_scores import score_answers
@@ -81,7 +81,7 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
     records = read_all(study)
     best = answers.best(records)
     write_answer(study, best, plan.metric)  # the dashboard's copy of the answer the summary prints
-    record_floors(study, controller)
+    record_floors(study, plan)
     ensemble = None if plan.generation else of_study(study)
     if ensemble is not None and len(ensemble.members) > 1 and not interrupted:
         try:  # read after every choice: test never chooses a member or a weight
@@ -89,25 +89,26 @@ def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -
         except UserError as error:
             echo(f"the ensemble's test was not scored: {error}")
     seconds = time.monotonic() - started
-    for line in summary_lines(study, plan, seconds, controller.rejected, ensemble=ensemble):
+    for line in summary_lines(study, plan, seconds, controller.recorder.rejected, ensemble=ensemble):
         echo(line)
-    if controller.error:
-        raise SearchStopped(controller.error)
+    if controller.recorder.error:
+        raise SearchStopped(controller.recorder.error)
     return SearchOutcome(
         study=study, plan=plan, best=best, ensemble=ensemble,
         pareto=answers.pareto_front(records) if len(study.directions) > 1 else [],
-        recorded=len(controller.finished), rejected=controller.rejected, interrupted=interrupted, seconds=seconds,
+        recorded=len(controller.recorder.finished), rejected=controller.recorder.rejected, interrupted=interrupted,
+        seconds=seconds,
     )
 
 
-def record_floors(study, controller: Controller) -> None:
+def record_floors(study, plan: SearchPlan) -> None:
     """Each split's one-class floor (autopelt/study/floors.py) as the study attribute `floors`, once: the summary,
     the report and `export` show it beside dev and test. A generation study has none."""
     from autopelt.study import floors
 
-    if controller.plan.generation or "floors" in study.user_attrs:
+    if plan.generation or "floors" in study.user_attrs:
         return
-    settings = controller.trial_settings({"methods": []}, {}, controller.plan.out_dir)
+    settings = plan.trial_settings({"methods": []}, {}, plan.out_dir)
     try:
         study.set_user_attr("floors", floors.of_settings(settings).to_dict())
     except (UserError, OSError, ValueError):  # data that cannot be read again here: the summary goes without it

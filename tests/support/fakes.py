@@ -136,7 +136,7 @@ def main(arguments: dict) -> int:
     controller = Controller(study, plan)
     controller.start()
     time.sleep(max(0.0, arguments.get("start_at", 0) - time.time()))
-    with Heartbeat(study, controller.running_trial_ids):
+    with Heartbeat(study, controller.recorder.running_trial_ids):
         run_serially(controller)
     controller.close()
     return 0
