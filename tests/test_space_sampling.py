@@ -249,6 +249,22 @@ def test_the_default_space_draws_every_baseline_from_parameters_a_sampler_can_le
         assert train.get("lr_scale", 1.0) == 1.0
 
 
+def test_a_mixtures_spec_is_drawn_from_its_own_parameters_and_its_deltas():
+    """A wrapper's spec (AdaMix over an adapter, over a LoRA) has the parameters that draw it: its own fields', and
+    its delta's under `adamix.<method>.`; replayed, they draw the same delta."""
+    from autopelt.delta.presets import PRESETS
+
+    space = load_space("adamix")
+    over_lora = {"methods": [{"method": "adamix", "experts": 4, "delta": {"method": "lora", "rank": 8}}]}
+    for spec, inner in ((PRESETS["adamix"], {"adamix.adapter.bottleneck": 48}), (over_lora, {"adamix.lora.rank": 8})):
+        params = space.params_for(spec, 6)
+        assert params is not None and inner.items() <= params.items()
+        study = optuna.create_study()
+        study.enqueue_trial(params)
+        drawn, _ = space.sample(study.ask(), 6)
+        assert parse_spec(drawn) == parse_spec(spec)
+
+
 def test_a_spec_the_space_cannot_draw_has_no_parameters():
     space = load_space("default")
     assert space.params_for({"methods": [{"method": "lora", "rank": 3}]}, 6) is None  # rank 3 is not offered

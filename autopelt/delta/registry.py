@@ -4,20 +4,23 @@ A method is one file (the built-in ones: autopelt/delta/methods/) that declares 
 `register(Method(...))` with it: what it builds and where (`build`), how many parameters that is (`count`), what
 it asks of a model (`fits`, `refuses`), and its peft form or why it has none (`peft`). The spec parses it, the
 search spaces list its fields, `apply_delta` builds it, `count_parameters` counts it and `export` writes it, all
-through this entry, and so do the trial (its extra loss, checkpointing), the search (its rate family) and the
-ensemble's soup; outside autopelt/delta/ no code compares a method's name (tests/test_delta_registry.py lists the
-few places that still do, to move). A method outside the package registers itself the same way
-when its file is imported.
+through this entry, and so do the trial (its extra loss, checkpointing), the search (its rate family, the sizes a
+space must draw together, a refinement's wider placement), `autopelt train --method` (a wrapper's inner delta), the
+report (its gate's row) and the ensemble's soup; outside autopelt/delta/ no code compares a method's name
+(tests/test_delta_registry.py fails on one). A method outside the package registers itself the same way when its
+file is imported.
 
 This module is torch-free, as every method's file is at import time: a `build` imports its modules when it runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from autopelt.delta.config import MethodConfig
+from autopelt.delta.fields import NESTED_DELTA, kind_of
 from autopelt.errors import UserError
 
 if TYPE_CHECKING:
@@ -46,6 +49,16 @@ class Shape:
     arch: Architecture
     pooling: str = "cls"
     mixture: Mixture = Mixture()
+
+
+@dataclass(frozen=True)
+class Divides:
+    """One size field that must divide another in every config a search space may draw (PHM's n, the bottleneck);
+    `why` ends the one-line error of a space that breaks it."""
+
+    divisor: str
+    multiple: str
+    why: str
 
 
 def _nothing(*_: Any) -> None:
@@ -93,6 +106,12 @@ class Method:
     soup:     how members of one structure average into one delta (ensemble/soup.py): "ranks" (low-rank factors
               stacked: LoRA), "average" (the tensors averaged: BitFit), or None (not linear in its tensors).
     soup_refuses: `soup_refuses(config)`: why this config of a soupable method is not, or None (a gated LoRA).
+    sizes:    fields that must divide others (registry.Divides): a search space checks each pair over every value it
+              may draw, so a file that would draw an impossible config fails when it is loaded.
+    wider:    field -> {value: the value that puts the delta in more places}: a refinement "in more places"
+              (search/refine.py) draws the wider value where the space offers it (a Pfeiffer adapter: Houlsby's).
+    gate_row: where its UniPELT gate's row goes in a gate map (the report), lowest first; None: after those, by
+              name (the gates' kind is the method's name).
     """
 
     config: type[MethodConfig]
@@ -115,6 +134,9 @@ class Method:
     checkpointing_refusal: Callable[[Any, Any, Architecture], str | None] = _nothing
     soup: str | None = None
     soup_refuses: Callable[[Any], str | None] = _nothing
+    sizes: tuple[Divides, ...] = ()
+    wider: dict[str, dict] = field(default_factory=dict)
+    gate_row: int | None = None
 
     @property
     def name(self) -> str:
@@ -160,6 +182,38 @@ def rate_family(config: MethodConfig) -> str:
     inner = innermost(config)
     entry = ENTRIES.get(inner.method)
     return entry.rate_family(inner) if entry is not None and entry.rate_family else inner.method
+
+
+def inner_field(method: str) -> str | None:
+    """The field of a wrapper's spec entry that holds the delta it wraps (AdaMix's `delta`: its field of kind
+    NESTED_DELTA), or None for a method that wraps none (KeyError for an unknown method)."""
+    return next((f.name for f in dataclasses.fields(METHODS[method]) if kind_of(f) is NESTED_DELTA), None)
+
+
+def mixable() -> tuple[str, ...]:
+    """Every method some wrapper may wrap (its config's `mixes`), in registration order."""
+    return tuple(dict.fromkeys(name for config in METHODS.values() for name in config.mixes))
+
+
+def sizes(method: str) -> tuple[Divides, ...]:
+    """The size rules a search space checks for `method` (`Method.sizes`); none for a method with no entry."""
+    entry = ENTRIES.get(method)
+    return () if entry is None else entry.sizes
+
+
+def wider(method: str, field_name: str, value: Any) -> Any:
+    """The value of `method`'s field that puts its delta in more places than `value` does (`Method.wider`), or
+    None."""
+    entry = ENTRIES.get(method)
+    return None if entry is None else entry.wider.get(field_name, {}).get(value)
+
+
+def in_gate_order(kinds: Iterable[str]) -> list[str]:
+    """Gate kinds (each the name of the method whose gates they are) in the order a gate map lists them: by their
+    entries' `gate_row`, then the others by name."""
+    rows = {kind: getattr(ENTRIES.get(kind), "gate_row", None) for kind in kinds}
+    placed = sorted((kind for kind, row in rows.items() if row is not None), key=rows.__getitem__)
+    return placed + sorted(kind for kind, row in rows.items() if row is None)
 
 
 def normalise_method(name: Any) -> str | None:

@@ -12,11 +12,12 @@ from typing import Iterable
 
 from optuna.trial import TrialState
 
+from autopelt.delta.registry import in_gate_order
+from autopelt.delta.spec import METHODS  # noqa: F401  (registers the built-in methods, whose entries order the gates)
 from autopelt.study import answers
 from autopelt.study.record import FOR_FINALISTS, TIME_BUDGET, TrialRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-GATE_KINDS = ("adapter", "prefix", "lora")  # UniPELT's order: the heat map's rows
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ class GateMap:
     number: int
     baseline: str | None
     label: str
-    kinds: list[str]  # rows: adapter, prefix, lora, then any other kind
+    kinds: list[str]  # rows: by the methods' entries' `gate_row` (adapter, prefix, lora), then any other kind
     layers: list[int]  # columns
     values: list[list[float | None]]  # values[row][column]; None where a kind has no gate in that layer
 
@@ -176,7 +177,7 @@ def gate_maps(trials: Iterable[TrialRecord], maximize: bool = True) -> list[Gate
 
 def _gate_map(trial: TrialRecord) -> GateMap:
     table = trial.gates
-    kinds = [k for k in GATE_KINDS if k in table] + sorted(k for k in table if k not in GATE_KINDS)
+    kinds = in_gate_order(table)  # the methods' entries say the rows' order (UniPELT's: adapter, prefix, lora)
     layers = sorted({layer for values in table.values() for layer in values})
     return GateMap(
         number=trial.number, baseline=trial.baseline, label=trial.label, kinds=kinds, layers=layers,

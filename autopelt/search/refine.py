@@ -5,8 +5,8 @@ The refinements, in order, each a trial of its own:
 1. at half the batch size, at the rate / sqrt 2 (the square-root rule for Adam), and with mean pooling where the
    baseline read the first token;
 2. in more places: LoRA (and VeRA) grown to the feed-forward block's two projections (intermediate, output), or to
-   every attention projection where the space cannot say the FFN; a Pfeiffer adapter in Houlsby's places too; at
-   the rate / sqrt 2;
+   every attention projection where the space cannot say the FFN; a field its registry entry widens (`wider`: a
+   Pfeiffer adapter in Houlsby's places too); at the rate / sqrt 2;
 3. at FACTOR times the rate the baseline chose.
 
 Whether each earns its place is measured on the tasks the rules were not chosen on: lab/experiments/portfolio-rules,
@@ -32,6 +32,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autopelt.delta import registry
 from autopelt.search import confirm, rate_policy
 from autopelt.search.claims import covers
 from autopelt.study import answers, record
@@ -43,7 +44,6 @@ BATCH = "batch_size"
 SCALE = "lr_scale"
 FFN = ("intermediate", "output")  # the feed-forward block's two projections
 ATTENTION = ("query", "key", "value", "attention_output")  # every projection of self-attention
-PLACEMENT = "adapter.placement"
 WIDER = 0.5 ** 0.5  # times the rate, in twice the places: the rate each chose sits near the edge of stability
 POOLING, MEAN = "pooling", "mean"
 HALF_BATCH_SLOWER = 1.4  # training time at half the batch (twice the steps); measured in docs/search.md
@@ -134,7 +134,8 @@ def _in_more_places(base: TrialRecord) -> dict:
     """The space's parameters that put the baseline's methods in more places, {} if it has none: LoRA's (and
     VeRA's) targets grown to the feed-forward block's two projections as well, or where the space cannot say that,
     to every attention projection (the LoRA paper's placement), each the fewest targets the space draws that hold
-    them; a Pfeiffer adapter also after attention, Houlsby's placement."""
+    them; a method's field its registry entry widens (`Method.wider`: a Pfeiffer adapter also after attention,
+    Houlsby's placement), where the space draws the wider value."""
     out = {}
     for name, value in base.params.items():
         choices = base.distributions.get(name)
@@ -148,9 +149,16 @@ def _in_more_places(base: TrialRecord) -> dict:
                 if wider:
                     out[name] = min(wider, key=lambda c: len(drawn[c]))
                     break
-        elif name == PLACEMENT and value == "pfeiffer" and "houlsby" in choices.choices:
-            out[name] = "houlsby"
+        elif (wide := _wider(name, value)) is not None and wide in choices.choices:
+            out[name] = wide
     return out
+
+
+def _wider(name: str, value: str):
+    """The wider value of a space's parameter `method.field` (its method's entry's `wider`), or None; a mixture's
+    own delta (`adamix.adapter.placement`) is not widened."""
+    method, _, field = name.partition(".")
+    return registry.wider(method, field, value)
 
 
 def _half_batch(base: TrialRecord) -> int | None:

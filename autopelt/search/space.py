@@ -203,8 +203,9 @@ class _Replay:
         entry = self.entries.get(method)
         if entry is None:
             raise _NotDrawable(name)
-        if method == "adamix" and path and path[0] != "delta" and len(path) > 1:
-            entry, path = entry["delta"], path[1:]
+        nested = nested_field(method)
+        if nested and len(path) > 1 and path[0] != nested:  # a mixture's own delta's field
+            entry, path = entry[nested], path[1:]
         value = entry.get(path[-1]) if path else None
         return value["method"] if isinstance(value, dict) and "method" in value else value
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from autopelt.delta.inject import why_not
+from autopelt.delta.registry import innermost
 from autopelt.delta.families import architecture_of
 from autopelt.delta.spec import METHODS
 from autopelt.errors import UserError
@@ -47,11 +48,9 @@ def cannot_apply_preset(name: str, config) -> str | None:
 
 
 def _refusal(spec, arch) -> str | None:
-    """Why a parsed spec's first method that `arch` cannot take cannot (AdaMix: its inner delta); None if none."""
-    from autopelt.delta.spec import AdaMixConfig
-
-    return next((reason for method in spec.methods
-                 if (reason := why_not(method.delta if isinstance(method, AdaMixConfig) else method, arch))), None)
+    """Why a parsed spec's first method that `arch` cannot take cannot (a wrapper, AdaMix: the delta it wraps);
+    None if none."""
+    return next((reason for method in spec.methods if (reason := why_not(innermost(method), arch))), None)
 
 
 def configuration_for_model(member, config):

@@ -17,8 +17,9 @@ import math
 from typing import Any
 
 from autopelt.delta.fields import (
-    LAYER_INDICES, NESTED_DELTA, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Kind, kind_of, one_of,
+    LAYER_INDICES, NON_NEGATIVE_NUMBER, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Kind, kind_of, one_of,
 )
+from autopelt.delta.registry import inner_field
 from autopelt.delta.spec import ADAPTER_PRESETS, METHODS, POOLINGS
 
 NAMED_PLACEMENTS = {"all": None, "upper_half": ("top", 0.5), "lower_half": ("bottom", 0.5)}
@@ -95,7 +96,12 @@ def _as_space_kind(kind: Kind) -> Kind:
 
 def nested_field(method: str) -> str | None:
     """The field holding a mixture's own delta (AdaMix's `delta`), or None for a plain method."""
-    return next((name for name, kind in method_fields(method).items() if kind is NESTED_DELTA), None)
+    return inner_field(method)
+
+
+def field_default(method: str, name: str) -> Any:
+    """What `method`'s field `name` is when a spec leaves it out."""
+    return next(f.default for f in dataclasses.fields(METHODS[method]) if f.name == name)
 
 
 def mixed_methods(mixture: str) -> tuple[str, ...]:

@@ -13,9 +13,10 @@ from typing import Any, Union
 import yaml
 
 from autopelt.delta.fields import NESTED_DELTA, Kind
+from autopelt.delta.registry import sizes
 from autopelt.search.space_schema import (
-    HEAD_FIELDS, TRAIN_FIELDS, TRAIN_REQUIRED, method_fields, method_names, mixed_fields, mixed_methods, nested_field,
-    preset_fields, required_fields, shared_fields,
+    HEAD_FIELDS, TRAIN_FIELDS, TRAIN_REQUIRED, field_default, method_fields, method_names, mixed_fields, mixed_methods,
+    nested_field, preset_fields, required_fields, shared_fields,
 )
 
 TOP_KEYS = ("methods", "combine", "shared", "head", "train")
@@ -190,7 +191,8 @@ class Parser:
         _known(raw, method_names(), "methods", "method")
         out = {m: self.fields(raw[m], f"methods.{m}", _Scope(method_fields(m), f"{m}."), required_fields(m))
                for m in method_names() if m in raw}
-        _check_phm_sizes(out.get("adapter"))
+        for method, fields in out.items():
+            _check_sizes(method, fields)
         return out
 
     def fields(self, raw: Any, key: str, scope: _Scope, required: tuple[str, ...] = ()) -> dict[str, Node]:
@@ -383,12 +385,13 @@ def possible_values(fields: dict[str, Node], name: str) -> set:
     return found
 
 
-def _check_phm_sizes(adapter: dict[str, Node] | None) -> None:
-    """PHM and Compacter split the bottleneck into n blocks: every n must divide every bottleneck."""
-    ns = possible_values(adapter or {}, "n")
-    bottlenecks = possible_values(adapter or {}, "bottleneck") or {48}
-    for n in sorted(ns):
-        bad = sorted(b for b in bottlenecks if b % n)
-        if bad:
-            raise SpaceError("methods.adapter.n", f"n={n} does not divide bottleneck {bad[0]}; "
-                                                  f"PHM and Compacter need bottleneck % n == 0")
+def _check_sizes(method: str, fields: dict[str, Node]) -> None:
+    """Every value of a size field the method's entry says must divide another (`registry.Divides`: PHM's n, the
+    bottleneck) divides every value that other may take (its default where the space leaves it out)."""
+    for rule in sizes(method):
+        multiples = possible_values(fields, rule.multiple) or {field_default(method, rule.multiple)}
+        for divisor in sorted(possible_values(fields, rule.divisor)):
+            bad = sorted(m for m in multiples if m % divisor)
+            if bad:
+                raise SpaceError(f"methods.{method}.{rule.divisor}", f"{rule.divisor}={divisor} does not divide "
+                                                                     f"{rule.multiple} {bad[0]}; {rule.why}")

@@ -6,24 +6,26 @@ import dataclasses
 import os
 
 from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields, task_name
+from autopelt.delta.registry import inner_field, mixable
 from autopelt.errors import UserError
 from autopelt.train.checks import check_inputs
 from autopelt.train.progress import epoch_line, metrics_text as _metrics, with_progress  # noqa: F401 (re-exported)
 
 
 def _method_fields() -> dict[str, dataclasses.Field]:
+    """Every method's fields a flag can set (a wrapper's inner delta is --inner with its own fields' flags)."""
     from autopelt.delta.spec import METHODS
 
     fields: dict[str, dataclasses.Field] = {}
-    for cls in METHODS.values():
+    for name, cls in METHODS.items():
         for f in dataclasses.fields(cls):
-            if f.name != "delta":
+            if f.name != inner_field(name):
                 fields.setdefault(f.name, f)
     return fields
 
 
 def add_arguments(parser) -> None:
-    from autopelt.delta.spec import POOLINGS
+    from autopelt.delta.spec import METHODS, POOLINGS
 
     parser.add_argument("--task", help="GLUE task: cola sst2 mrpc qqp stsb mnli mnli-mm qnli rte wnli; or your own "
                                        "(see below; with --train-file the default is the file's name)")
@@ -31,8 +33,9 @@ def add_arguments(parser) -> None:
     what.add_argument("--delta", metavar="SPEC.json", help="a delta spec file (see `autopelt methods`)")
     what.add_argument("--method", help="one method, with its fields as flags (e.g. --method lora --rank 8)")
     what.add_argument("--preset", help="a preset, e.g. unipelt_apl, lora, adapter, prefix, compacter, bitfit")
-    parser.add_argument("--inner", choices=("adapter", "lora"), default="adapter",
-                        help="with --method adamix: the mixed delta")
+    wrappers = [name for name in METHODS if inner_field(name)]
+    parser.add_argument("--inner", choices=mixable(), default=mixable()[0],
+                        help=f"with --method {' or '.join(wrappers)}: the mixed delta")
     parser.add_argument("--pooling", choices=POOLINGS,
                         help="what the head reads: cls, the first token through the model's pooler, or mean, the "
                              "mean of the last layer's token states (default with --preset or --method: as the "
@@ -128,11 +131,12 @@ def method_from_flags(args) -> dict:
         parse_method({"method": args.method})  # raises the one-line "unknown method" error
     fields = _method_fields()
     values = {key: _convert(key, text, fields[key]) for key, text in given.items()}
-    if name == "adamix":
-        own = {f.name for f in dataclasses.fields(METHODS["adamix"])}
+    wrapped = inner_field(name)
+    if wrapped:  # the flags its own config lacks are its inner delta's
+        own = {f.name for f in dataclasses.fields(METHODS[name])}
         inner = {k: v for k, v in values.items() if k not in own}
         outer = {k: v for k, v in values.items() if k in own}
-        return {"method": "adamix", **outer, "delta": {"method": args.inner, **inner}}
+        return {"method": name, **outer, wrapped: {"method": args.inner, **inner}}
     return {"method": args.method, **values}
 
 

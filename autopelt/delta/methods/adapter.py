@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from autopelt.delta.config import MethodConfig, require
 from autopelt.delta.fields import BOOL, LAYER_INDICES, POSITIVE_INT, declare, one_of
-from autopelt.delta.registry import Method, register
+from autopelt.delta.registry import Divides, Method, register
 from autopelt.delta.sites import chosen_layers
 from autopelt.errors import UserError
 
@@ -135,6 +135,13 @@ def fits(cfg: AdapterConfig, config, arch) -> None:
         raise UserError(f"adapter.n = {cfg.n} must divide the model's hidden size {config.hidden_size}")
 
 
+# PHM and Compacter split the bottleneck into n blocks (`check`); a space may not draw an n that misses one
+PHM_SIZES = Divides("n", "bottleneck", "PHM and Compacter need bottleneck % n == 0")
+WIDER = {"placement": {"pfeiffer": "houlsby"}}  # a Pfeiffer adapter also after attention: Houlsby's places
+
+
 METHOD = register(Method(AdapterConfig, build, count, order=40, fits=fits, aliases=ALIASES,
                          peft="peft has no bottleneck adapters (AdapterHub has)",
-                         rate_family=lambda cfg: "adapter" if cfg.projection == "dense" else "compacter"))
+                         rate_family=lambda cfg: "adapter" if cfg.projection == "dense" else "compacter",
+                         sizes=(PHM_SIZES,), wider=WIDER,
+                         gate_row=0))  # UniPELT's order of its gates: adapter, prefix, LoRA

@@ -90,4 +90,5 @@ def peft(cfg: LoRAConfig, target):
 METHOD = register(Method(LoRAConfig, build, count, order=10, fits=fits, peft=peft, peft_bias=True,
                          peft_names={"lora_magnitude_vector.weight": "magnitude"}, soup="ranks",
                          soup_refuses=lambda cfg: "a gated LoRA or DoRA is not linear in its parameters"
-                         if cfg.gate or cfg.dora else None))
+                         if cfg.gate or cfg.dora else None,
+                         gate_row=2))  # UniPELT's order of its gates: adapter, prefix, LoRA
