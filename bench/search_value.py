@@ -613,7 +613,7 @@ def study_of(label: str) -> str:
 
 
 def study_dev(record, trials: list) -> float:
-    """The dev metric `record`'s own study picked by: a finalist's mean over its seeds there (confirm.py). Random's
+    """The dev metric `record`'s own study picked by: a finalist's mean over its seeds there (finalists.py). Random's
     copies of the baselines share their result dirs and numbers with study 1's trials, not their finalists."""
     from autopelt.study import answers
     from autopelt.study.record import read

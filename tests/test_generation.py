@@ -240,7 +240,7 @@ def test_a_search_on_a_generation_task_trains_language_model_deltas_and_scores_i
         result = results[r.result_dir]
         assert result["metric"] == "bleu" and r.values[0] == pytest.approx(-result["dev"]["loss"])
         assert r.params_stored == result["params"]["stored"]  # counted as the language model's delta
-        scored = bool(r.baseline or r.confirms)
+        scored = bool(r.baseline or r.finalist_of)
         assert bool(result["test"]) == scored and (set(r.test) == {"bleu", "rouge_l"}) == scored
     assert not any(r.refines for r in records)  # refinements were chosen on classification
     best = answers.best(records)

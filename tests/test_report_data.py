@@ -214,8 +214,8 @@ def test_finalists_rank_first_by_their_mean_dev_and_show_it():
                            params_pct=0.3, summary=f"delta {number}", **fields)
 
     # #0 and #1 were trained again (#3, #4); #2, better on its one seed, was not
-    records = [trial(0, 0.90), trial(1, 0.80), trial(2, 0.88), trial(3, 0.60, confirms={"trial": 0, "seed": 1000}),
-               trial(4, 0.84, confirms={"trial": 1, "seed": 1000})]
+    records = [trial(0, 0.90), trial(1, 0.80), trial(2, 0.88), trial(3, 0.60, finalist_of={"trial": 0, "seed": 1000}),
+               trial(4, 0.84, finalist_of={"trial": 1, "seed": 1000})]
     assert answers.seed_devs(records) == {0: [0.90, 0.60], 1: [0.80, 0.84]}
     assert [r.number for r in answers.ranked(records)] == [1, 0, 2]  # a re-run is never an answer itself
     rows = top_trials(records, "accuracy")

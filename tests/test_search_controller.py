@@ -21,7 +21,7 @@ from support import fakes
 from autopelt.delta import parse_spec
 from autopelt.delta.presets import BASELINES, PRESETS
 from autopelt.errors import UserError
-from autopelt.search import baselines, claims, confirm, controller as controller_module, recorder, recovery, refine
+from autopelt.search import baselines, claims, controller as controller_module, finalists, recorder, recovery, refine
 from autopelt.search.controller import DONE, WAIT, Controller
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.recovery import Owner, host_id
@@ -658,11 +658,11 @@ def test_the_best_trials_run_again_with_the_next_seed_and_the_best_mean_dev_answ
     assert control.plan.finalists == 2
     assert fakes.run_serially(control) == 8 and control.next_trial() == DONE
     trials = read_all(study)
-    finalists = [t for t in trials if t.confirms]
-    assert [(t.number, t.confirms) for t in finalists] == [(6, {"trial": 0, "seed": 1000}),
+    finalists = [t for t in trials if t.finalist_of]
+    assert [(t.number, t.finalist_of) for t in finalists] == [(6, {"trial": 0, "seed": 1000}),
                                                            (7, {"trial": 1, "seed": 1000})]
     for final in finalists:
-        original = trials[final.confirms["trial"]]
+        original = trials[final.finalist_of["trial"]]
         settings, first = tickets.seen[final.number].settings, tickets.seen[original.number].settings
         assert settings.seed == 1000 and settings.data_seed == 0 and first.seed == 0  # same rows, another seed
         assert settings.spec == first.spec and settings.learning_rate == original.learning_rate
@@ -687,8 +687,8 @@ def test_a_larger_budget_searches_on_and_ends_with_finalists_of_its_own(tmp_path
     fakes.run_serially(again)
     trials = read_all(study)
     # 14 leave room for 3: 3 more drawn (#8-#10), then the best 3 not trained again yet, #9 first
-    assert len(trials) == 14 and [t.number for t in trials if t.confirms] == [6, 7, 11, 12, 13]
-    assert trials[11].confirms["trial"] == 9
+    assert len(trials) == 14 and [t.number for t in trials if t.finalist_of] == [6, 7, 11, 12, 13]
+    assert trials[11].finalist_of["trial"] == 9
     assert answers.best(trials).number == 9
 
 
@@ -698,26 +698,26 @@ def test_a_time_budget_keeps_room_for_the_finalists_measured_from_its_own_trials
     assert control.plan.finalists == 3
     assert fakes.run_serially(control, stop_after=4) == 4
     trials = study.get_trials(deepcopy=False)
-    seconds = confirm.seconds_per_trial(read_all(study))
-    slowest = max(confirm.seconds_of(r) for r in answers.ranked(read_all(study))[:3])
+    seconds = finalists.seconds_per_trial(read_all(study))
+    slowest = max(finalists.seconds_of(r) for r in answers.ranked(read_all(study))[:3])
     room = control.finalists.time_room(trials)
     assert seconds >= 0.6 and room.count == 3 and room.trial == seconds  # 3 rounds of 1, each as long as the
-    assert room.seconds == pytest.approx(3 * max(seconds, slowest) * confirm.MARGIN)  # slowest finalist
+    assert room.seconds == pytest.approx(3 * max(seconds, slowest) * finalists.MARGIN)  # slowest finalist
     control.finalists.started = time.monotonic() - (3600 - room.seconds + 0.1)  # inside the room: the best three again, then done
     assert fakes.run_serially(control) == 3 and control.next_trial() == DONE
     trials = read_all(study)
-    assert [t.confirms.get("trial") for t in trials[4:]] == [t.number for t in answers.ranked(trials[:4])[:3]]
+    assert [t.finalist_of.get("trial") for t in trials[4:]] == [t.number for t in answers.ranked(trials[:4])[:3]]
     assert all(t.state == TrialState.COMPLETE for t in trials)
 
 
 def test_on_a_time_budget_the_finalists_take_the_rounds_that_fit_in_a_third_of_what_the_baselines_left():
     # SNLI at 20 equivalents: the baselines left 566 s, a trial takes 190 s: one round of two, not two rounds
-    assert confirm.time_count(4, 2, left=566, seconds=190) == 2
-    assert confirm.time_room(190, 2, 2) == pytest.approx(190 * confirm.MARGIN)
-    assert confirm.time_count(4, 2, left=5000, seconds=190) == 4  # never more than --finalists
-    assert confirm.time_count(3, 1, left=700, seconds=100) == 2  # 233 s: two rounds of one with the margin
-    assert confirm.time_count(4, 2, left=10, seconds=190) == 2  # at least one round
-    assert confirm.time_count(0, 2, left=5000, seconds=190) == 0 and confirm.time_room(190, 0, 2) == 0
+    assert finalists.time_count(4, 2, left=566, seconds=190) == 2
+    assert finalists.time_room(190, 2, 2) == pytest.approx(190 * finalists.MARGIN)
+    assert finalists.time_count(4, 2, left=5000, seconds=190) == 4  # never more than --finalists
+    assert finalists.time_count(3, 1, left=700, seconds=100) == 2  # 233 s: two rounds of one with the margin
+    assert finalists.time_count(4, 2, left=10, seconds=190) == 2  # at least one round
+    assert finalists.time_count(0, 2, left=5000, seconds=190) == 0 and finalists.time_room(190, 0, 2) == 0
 
 
 def test_on_a_time_budget_the_room_is_one_round_while_a_baseline_still_runs(tmp_path):
@@ -740,9 +740,9 @@ def test_on_a_time_budget_the_room_lasts_as_long_as_the_slowest_trial_to_train_a
     fakes.run_serially(control, stop_after=4)
     trials = study.get_trials(deepcopy=False)
     room = control.finalists.time_room(trials)
-    own = confirm.seconds_of(read(trials[0]))
+    own = finalists.seconds_of(read(trials[0]))
     assert room.count == 3 and own > 2 * room.trial
-    assert room.seconds == pytest.approx(3 * own * confirm.MARGIN)
+    assert room.seconds == pytest.approx(3 * own * finalists.MARGIN)
 
 
 def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_finalists_start_early(
@@ -758,7 +758,7 @@ def test_on_a_time_budget_a_trial_that_cannot_end_before_the_room_waits_and_the_
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
     finalists = [control.next_trial() for _ in range(3)]  # nothing runs: the room begins now, not after the
     assert all(not isinstance(f, str) and f.settings.seed == 1000 for f in finalists)  # workers sat idle
-    assert sum(1 for t in read_all(study) if t.confirms) == room.count == 3
+    assert sum(1 for t in read_all(study) if t.finalist_of) == room.count == 3
     # still before the room: a searched trial drawn now could only be stopped for the finalists
     assert control.next_trial() == WAIT and len(study.trials) == 7
     for ticket in finalists:
@@ -788,9 +788,9 @@ def test_on_a_time_budget_a_baseline_starts_even_when_it_cannot_end_before_the_r
     assert not isinstance(ticket, str) and read_all(study)[ticket.number].baseline == BASELINES[1]
 
 
-def test_without_finalists_or_an_answer_to_confirm_the_budget_is_all_search(tmp_path):
+def test_without_finalists_or_an_answer_to_train_again_the_budget_is_all_search(tmp_path):
     study, control = make(tmp_path, budget=6, finalists=0)
-    assert fakes.run_serially(control) == 6 and not any(t.confirms for t in read_all(study))
+    assert fakes.run_serially(control) == 6 and not any(t.finalist_of for t in read_all(study))
 
     study, control = make(tmp_path / "stopped", budget=6)  # room for 2; the first 4 stopped early: no answer
     for _ in range(4):
@@ -798,7 +798,7 @@ def test_without_finalists_or_an_answer_to_confirm_the_budget_is_all_search(tmp_
         control.report(ticket.number, {"epoch": 1, "dev_metric": 0.5})
         control.stop_early(ticket.number)
     assert fakes.run_serially(control) == 2 and control.next_trial() == DONE
-    assert not any(t.confirms for t in read_all(study)) and len(study.trials) == 6
+    assert not any(t.finalist_of for t in read_all(study)) and len(study.trials) == 6
 
 
 def test_finalists_must_be_a_whole_number(tmp_path):
@@ -814,7 +814,7 @@ def test_on_a_time_budget_a_free_worker_takes_a_finalist_without_waiting_for_a_r
     control.finalists.started = time.monotonic() - (3600 - room + 0.1)
     ticket = control.next_trial()
     assert not isinstance(ticket, str) and ticket.settings.seed == 1000 and not ticket.stoppable
-    assert read_all(study)[ticket.number].confirms["trial"] in {0, 1, 2}
+    assert read_all(study)[ticket.number].finalist_of["trial"] in {0, 1, 2}
     control.finish(running.number, fakes.fake_trial(running.settings, lambda event: None))
 
 
@@ -886,8 +886,8 @@ def test_on_a_time_budget_a_refinement_that_cannot_end_before_the_room_gives_way
     assert lora_b16 == pytest.approx(3 * fast * refine.HALF_BATCH_SLOWER, abs=0.05)
     assert unipelt_b16 == pytest.approx(3 * slow * refine.HALF_BATCH_SLOWER, abs=0.05)
     room = control.finalists.time_room(study.get_trials(deepcopy=False))
-    spare = 2 * confirm.MARGIN * lora_b16  # room for LoRA at half the batch, not for UniPELT(APL)
-    assert confirm.MARGIN * unipelt_b16 > spare
+    spare = 2 * finalists.MARGIN * lora_b16  # room for LoRA at half the batch, not for UniPELT(APL)
+    assert finalists.MARGIN * unipelt_b16 > spare
     control.finalists.started = _stop_the_clock(control) - (3600 - room.seconds - spare)
     ticket = control.next_trial()
     trials = read_all(study)
@@ -931,9 +931,9 @@ def test_searched_trials_train_without_test_and_the_answer_is_scored_from_its_sa
 
     assert fakes.run_serially(control, real) == 4
     records = read_all(study)
-    finalist = next(r for r in records if r.confirms)
+    finalist = next(r for r in records if r.finalist_of)
     assert scoring[finalist.result_dir] is True and finalist.test
-    searched = [r for r in records if not r.confirms and r.result_dir]  # a delta refused as invalid never trains
+    searched = [r for r in records if not r.finalist_of and r.result_dir]  # a delta refused as invalid never trains
     assert all(scoring[r.result_dir] is False and not r.test for r in searched)
 
     best = answers.best(records)

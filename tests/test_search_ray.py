@@ -121,9 +121,9 @@ def test_finalists_train_the_best_trial_again_on_a_ray_worker_with_their_own_see
     qualities = {0: {"quality": 0.7}, 1: {"quality": 0.9}, 2: {"quality": 0.6}, 3: {"quality": 0.88}}
     outcome, lines = search(tmp_path, 0.0, qualities, budget=4, workers=1, finalists=1, early_stopping=False)
     records = read_all(outcome.study)
-    assert [r.confirms for r in records] == [{}, {}, {}, {"trial": 1, "seed": 1000}]
+    assert [r.finalist_of for r in records] == [{}, {}, {}, {"trial": 1, "seed": 1000}]
     assert [call["seed"] for call in calls(tmp_path)] == [0, 0, 0, 1000]
-    assert outcome.best.number == 1  # the answer is the confirmed trial, never its re-run
+    assert outcome.best.number == 1  # the answer is the trial the finalist trains again, never its re-run
     assert any("finalist" in line for line in lines)
 
 

@@ -7,13 +7,13 @@ from types import SimpleNamespace
 from autopelt.search.summary import baseline_cost
 
 
-def trial(baseline=None, seconds=10.0, confirms=None, sweep=0.0):
-    return SimpleNamespace(baseline=baseline, seconds=seconds, confirms=confirms or {},
+def trial(baseline=None, seconds=10.0, finalist_of=None, sweep=0.0):
+    return SimpleNamespace(baseline=baseline, seconds=seconds, finalist_of=finalist_of or {},
                            lr_choice={"seconds": sweep} if sweep else {})
 
 
 def test_one_baseline_at_a_learned_rate_is_one_trial_and_no_sweep():
-    line = baseline_cost([trial("unipelt_apl", 50.0), trial(seconds=30.0), trial(seconds=20.0, confirms={"trial": 1})])
+    line = baseline_cost([trial("unipelt_apl", 50.0), trial(seconds=30.0), trial(seconds=20.0, finalist_of={"trial": 1})])
     assert line.startswith("baselines: 1 trial, 50s (50% of the trial time) · searched: 1 trial, 30s")
     assert line.endswith("finalists again: 1 trial, 20s") and "choosing" not in line
 

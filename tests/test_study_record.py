@@ -27,6 +27,7 @@ from autopelt.search.resume import open_study
 from autopelt.search.summary import summary_lines
 from autopelt.search.view import LiveView
 from autopelt.study import answers, record
+from autopelt.study.record import TrialKind
 from autopelt.study.storage import load_study, open_existing
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -156,7 +157,18 @@ def test_an_interrupted_finalist_runs_again_as_a_finalist():
                                                              "fail_reason": "interrupted"})
     frozen.number = 7
     assert record.requeued(frozen) == {"retry_of": 7, "confirms": {"trial": 3, "seed": 1000}}
-    assert record.read(frozen).confirms == {"trial": 3, "seed": 1000} and not record.read(frozen).is_answer
+    assert record.read(frozen).finalist_of == {"trial": 3, "seed": 1000} and not record.read(frozen).is_answer
+
+
+def test_a_finalist_is_stored_under_the_name_studies_were_always_written_with():
+    """`finalist_of` is the attribute `confirms`: a finalist of a study an earlier autopelt wrote reads as one, and
+    one written now reads in that autopelt, so a study resumes and reports across the rename."""
+    again = {"trial": 3, "seed": 1000}
+    assert record.attrs(finalist_of=again) == {"confirms": again}
+    earlier = create_trial(state=TrialState.COMPLETE, value=0.82, user_attrs={"confirms": again, "full_fidelity": True})
+    earlier.number = 9
+    assert record.kind_of(earlier) is TrialKind.FINALIST and record.finalist_of(earlier) == again
+    assert record.read(earlier).finalist_of == again and record.read(earlier).label.startswith("#9 [#3 again")
 
 
 def test_an_interrupted_portfolio_member_runs_again_as_that_member():

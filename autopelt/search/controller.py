@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.errors import UserError
 from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
-from autopelt.search import baselines, claims, confirm, portfolio_phase, rate_policy, recovery, refine
+from autopelt.search import baselines, claims, finalists, portfolio_phase, rate_policy, recovery, refine
 from autopelt.search.baselines import baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.draw import draw_trial
@@ -47,7 +47,7 @@ class SearchStopped(RuntimeError):
 class Ticket:
     """One trial to run: the settings it trains with (to_dict/from_dict carry them to a worker), and whether a
     scheduler may stop it early: never a baseline (it is what every searched delta is compared with), a
-    refinement (a few trials whose first epoch ranks rates poorly: refine.py) or a finalist (confirm.py)."""
+    refinement (a few trials whose first epoch ranks rates poorly: refine.py) or a finalist (finalists.py)."""
 
     number: int
     settings: TrialSettings
@@ -176,9 +176,9 @@ class Controller:
         self._refinements_settled = True
 
     def _queue_finalists(self, count: int) -> bool:
-        """Queue the best `count` trials again with the finalists' seed (confirm.py); whether any was."""
-        seed = confirm.seed_for(self.plan.options.seed)
-        if not confirm.enqueue(self.study, self.study.get_trials(deepcopy=False), count, seed):
+        """Queue the best `count` trials again with the finalists' seed (finalists.py); whether any was."""
+        seed = finalists.seed_for(self.plan.options.seed)
+        if not finalists.enqueue(self.study, self.study.get_trials(deepcopy=False), count, seed):
             return False
         log.info("queued the best trials again with seed %d", seed)
         return True
@@ -211,7 +211,7 @@ class Controller:
             return None
         max_fidelity = int(plan.options.epochs or rate.hparams.get("epochs") or plan.epochs)
         hparams = {**rate.hparams, "epochs": max_fidelity}
-        seed = record.confirms(trial).get("seed")
+        seed = record.finalist_of(trial).get("seed")
         # test is scored where it is read (answer_scores.py): as it trains for a baseline or a finalist's re-run
         # (the summary sets them beside the answer), after the search for the answer, never for the rest
         settings = plan.trial_settings(spec.to_dict(), hparams, plan.out_dir / f"trial-{trial.number:05d}",

@@ -8,7 +8,7 @@ import optuna
 
 from autopelt.delta.presets import PRESETS
 from autopelt.errors import UserError
-from autopelt.search import confirm, portfolio_phase, rate_policy
+from autopelt.search import finalists, portfolio_phase, rate_policy
 from autopelt.search.baselines import baseline_hparams, baseline_spec
 from autopelt.search.plan import SearchPlan
 from autopelt.study import record
@@ -22,12 +22,12 @@ def draw_trial(plan: SearchPlan, study: optuna.Study, trial: optuna.Trial, kind:
     space too, so that the sampler learns from it. Raises UserError for a source that cannot be read."""
     repeats = None
     if kind is TrialKind.FINALIST:
-        again = record.confirms(trial)["trial"]
+        again = record.finalist_of(trial)["trial"]
         original = next((t for t in study.get_trials(deepcopy=False) if t.number == again), None)
         if original is None:
             raise UserError(f"trial {again}, queued as a finalist, is not in the study")
         original = record.read(original)
-        (spec, hparams), repeats = confirm.settings_of(original), original.learning_rate
+        (spec, hparams), repeats = finalists.settings_of(original), original.learning_rate
     elif kind is TrialKind.MEMBER:
         if record.portfolio_of(trial).get("drawn"):
             plan.space.sample(trial, plan.num_layers)

@@ -69,7 +69,7 @@ def fit_time_budget(plan, records=()):
 
 def estimate_trial(plan, records=()) -> Estimate:
     """Seconds of one trial of the portfolio's first configuration on this machine (see the module doc)."""
-    from autopelt.search.confirm import seconds_per_trial
+    from autopelt.search.finalists import seconds_per_trial
 
     own = seconds_per_trial(records)
     if own is not None:

@@ -37,7 +37,7 @@ class SearchOptions:
     precision: str = "auto"  # of every trial: auto (bf16 where the device computes it natively and faster),
     # fp32, bf16 or fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
-    finalists: int | None = None  # trials trained again with another seed at the end (confirm.py); None: 3 or more
+    finalists: int | None = None  # trials trained again with another seed at the end (finalists.py); None: 3 or more
     backbone_dropout: str = "off"  # of every trial but a portfolio member (which keeps its own): TrialSettings'
     rates: str = "absolute"  # the portfolio's rates: absolute, calibrated to the study's LoRA rate, or transferred by
     # the hidden sizes (portfolio.py)

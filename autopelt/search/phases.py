@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autopelt.search import confirm
+from autopelt.search import finalists
 from autopelt.search.budget import Budget, TimeBudget, TrialBudget
 
 
@@ -22,6 +22,7 @@ def baselines_for(budget: Budget, with_portfolio: bool = False) -> list[str]:
         return list(BASELINES)
     return list(BASELINES[: max(1, budget.trials // 2)])
 
+
 def calibration_plan(portfolio, note: str, baselines: list[str], budget: Budget):
     """A calibrated portfolio's plan: its calibration (LoRA's sweep) the first baseline, the members waiting for
     its rate; on a budget of two trials it and the portfolio's first alone; on one, no calibration (the portfolio's
@@ -37,6 +38,7 @@ def calibration_plan(portfolio, note: str, baselines: list[str], budget: Budget)
         return portfolio, note, [CALIBRATION_BASELINE]
     return portfolio, note, [CALIBRATION_BASELINE, *(name for name in baselines if name != CALIBRATION_BASELINE)]
 
+
 def portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
     """All its members on a wall-time budget (early stopping sorts them); on a trial budget at most half of it,
     less the baselines, so that the sampler still draws, and at least the first (`baselines_for` leaves it room)."""
@@ -46,8 +48,9 @@ def portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
         return len(portfolio.members)
     return max(1, min(len(portfolio.members), budget.trials // 2 - baselines))
 
-def finalists(asked: int | None, workers: int, budget: Budget, baselines: int) -> int:
+
+def finalist_count(asked: int | None, workers: int, budget: Budget, baselines: int) -> int:
     """How many of the best trials the search trains again at its end: as asked, else a whole number of rounds
-    on the workers (at least 3); on a trial budget no more than it has room for (confirm.trial_room)."""
-    count = confirm.default_count(workers) if asked is None else asked
-    return count if isinstance(budget, TimeBudget) else confirm.trial_room(budget.trials, count, baselines)
+    on the workers (at least 3); on a trial budget no more than it has room for (finalists.trial_room)."""
+    count = finalists.default_count(workers) if asked is None else asked
+    return count if isinstance(budget, TimeBudget) else finalists.trial_room(budget.trials, count, baselines)

@@ -46,7 +46,7 @@ class SearchPlan:
     cpus_per_trial: float
     data_dir: str | None  # absolute: Ray workers run elsewhere
     gpus_per_trial: float = 0
-    finalists: int = 0  # the best trials trained again with another seed at the end of the search (confirm.py)
+    finalists: int = 0  # the best trials trained again with another seed at the end of the search (finalists.py)
     portfolio: Any = None  # autopelt.portfolio.portfolio.Portfolio run first, or None
     portfolio_size: int = 0  # its members this study runs (at most half of a trial budget)
     portfolio_note: str = ""  # which portfolio, and why, in one line
@@ -161,7 +161,7 @@ def prepare(options: SearchOptions) -> SearchPlan:
             f"baseline {name} left out: a {architecture_of(model_config).family} model cannot take it ({why})"
             for name, why in refused.items()]))
     portfolio_size = phases.portfolio_size(portfolio, budget, len(baselines))
-    finalists = phases.finalists(options.finalists, options.workers, budget, len(baselines))
+    finalists = phases.finalist_count(options.finalists, options.workers, budget, len(baselines))
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,

@@ -3,7 +3,7 @@
 A trial's kind (`TrialKind`, study/record.py) is read once, from what queued or drew it; `decide` gives the rate
 from the kind and what the study knows so far (its trials, its portfolio):
 
-- FINALIST: the rate of the trial it repeats (its sweep is not run twice; confirm.py).
+- FINALIST: the rate of the trial it repeats (its sweep is not run twice; finalists.py).
 - MEMBER: the rate recorded with the portfolio member (measured on the portfolio's model), read as `--rates`
   says (`portfolio_rate`): as recorded ("absolute"); times this study's LoRA rate over LoRA's rate on the tasks the
   member was learned from ("calibrated"; as recorded where the study has no LoRA rate); times

@@ -33,7 +33,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.delta import registry
-from autopelt.search import confirm, rate_policy
+from autopelt.search import finalists, rate_policy
 from autopelt.search.claims import covers
 from autopelt.study import answers, record
 from autopelt.study.record import TrialRecord
@@ -186,7 +186,7 @@ def expected_seconds(refines: dict, records: list[TrialRecord]) -> float | None:
 def _warm_overhead(records: list[TrialRecord]) -> float:
     """The least wall time a trial of the study spent outside training and evaluating (0 when none says)."""
     spent = [seconds - r.train_seconds - r.eval_seconds for r in records
-             if (seconds := confirm.seconds_of(r)) is not None and r.train_seconds is not None
+             if (seconds := finalists.seconds_of(r)) is not None and r.train_seconds is not None
              and r.eval_seconds is not None]
     return max(0.0, min(spent, default=0.0))
 

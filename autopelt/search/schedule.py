@@ -1,4 +1,4 @@
-"""When the finalists' turn comes (confirm.py says what they are): the search's clock, the room kept for them on a
+"""When the finalists' turn comes (finalists.py says what they are): the search's clock, the room kept for them on a
 trial or a wall-time budget, which trial may still start before the room, and which running trial gives its worker
 up to them. A pure object over the study's trials and an injected clock: it never writes the study (the controller
 queues the finalists when `turn` says so).
@@ -14,7 +14,7 @@ from typing import Callable
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autopelt.search import baselines, claims, confirm, refine
+from autopelt.search import baselines, claims, finalists, refine
 from autopelt.search.plan import SearchPlan
 from autopelt.study import record
 from autopelt.study.record import TrialKind, TrialRecord
@@ -31,7 +31,7 @@ class FinalistSchedule:
     def __init__(self, plan: SearchPlan, maximize: bool = True, clock: Callable[[], float] = time.monotonic):
         self.plan, self.maximize, self.clock = plan, maximize, clock
         self.started = clock()
-        self.nothing_to_confirm = False  # the finalists' turn came and no trial answered the study
+        self.no_finalists = False  # the finalists' turn came and no trial answered the study
         self.queued = False  # the finalists are seen queued (by this process or another)
         self.superseded: set[int] = set()  # trials stopped to free their worker for the finalists
         self._left_after_baselines: float | None = None  # seconds of a wall-time budget the baselines left
@@ -46,17 +46,17 @@ class FinalistSchedule:
         return self.plan.deadline_seconds - self.elapsed()
 
     def trial_room(self, budget: int) -> int:
-        """Trials of a trial budget kept for the finalists (none once there was nothing to confirm)."""
-        if self.nothing_to_confirm:
+        """Trials of a trial budget kept for the finalists (none once no trial could be one)."""
+        if self.no_finalists:
             return 0
-        return confirm.trial_room(budget, self.plan.finalists, len(self.plan.baselines))
+        return finalists.trial_room(budget, self.plan.finalists, len(self.plan.baselines))
 
     def turn(self, trials: list[FrozenTrial], budget: int | None, running: bool,
              enqueue: Callable[[int], bool]) -> str | None:
         """Whether the finalists' turn has come (the module's docstring says what each answer means).
         `enqueue(count)` queues the best `count` trials again (the controller writes the study) and says whether
         any was; it is called once, when the turn comes and none are queued yet."""
-        if self.plan.finalists <= 0 or self.nothing_to_confirm:
+        if self.plan.finalists <= 0 or self.no_finalists:
             return None
         if budget is not None:
             count = self.trial_room(budget)
@@ -74,25 +74,25 @@ class FinalistSchedule:
                     return WAIT  # its worker waits for the finalists
                 # nothing runs: the room begins now, rather than after the workers sat idle
             count = room.count
-        self.queued = self.queued or confirm.queued(trials)
+        self.queued = self.queued or finalists.queued(trials)
         if not self.queued:
             if running and budget is not None:  # they may be finalists; on a wall-time budget the
                 return WAIT  # finalists start at once (other processes' trials are never waited for)
             if not enqueue(count):
-                self.nothing_to_confirm = True  # no trial answers the study, or the best were trained again
+                self.no_finalists = True  # no trial answers the study, or the best were trained again
                 return None
             self.queued = True
             return ASK
-        if confirm.waiting(trials):
+        if finalists.waiting(trials):
             return ASK
         return WAIT if running else DONE
 
-    def time_room(self, trials: list[FrozenTrial]) -> confirm.Room | None:
-        """The finalists' room on a wall-time budget (confirm.py): one round until the baselines have finished,
+    def time_room(self, trials: list[FrozenTrial]) -> finalists.Room | None:
+        """The finalists' room on a wall-time budget (finalists.py): one round until the baselines have finished,
         then the rounds that fit in a third of what they left, each as long as the slowest trial to train again
         (at least the median trial); None while no trial measures the time of one."""
         records = [record.read(t) for t in trials]
-        seconds = confirm.seconds_per_trial(records)
+        seconds = finalists.seconds_per_trial(records)
         if seconds is None:
             return None
         workers = self.plan.options.workers
@@ -100,12 +100,12 @@ class FinalistSchedule:
             self._left_after_baselines = self.time_left()
         # while they run: one round (they leave less than is left now; the room begins then only if that is little)
         left = self._left_after_baselines if self._left_after_baselines is not None else 0.0
-        count = confirm.time_count(self.plan.finalists, workers, left, seconds)
-        slowest = confirm.slowest_finalist(records, count, self.maximize)
-        return confirm.Room(confirm.time_room(max(seconds, slowest or 0.0), count, workers), count, seconds)
+        count = finalists.time_count(self.plan.finalists, workers, left, seconds)
+        slowest = finalists.slowest(records, count, self.maximize)
+        return finalists.Room(finalists.time_room(max(seconds, slowest or 0.0), count, workers), count, seconds)
 
     @staticmethod
-    def next_fits(trials: list[FrozenTrial], left: float, room: confirm.Room) -> bool:
+    def next_fits(trials: list[FrozenTrial], left: float, room: finalists.Room) -> bool:
         """Whether the trial the study asks next can end before the room, with the margin: a queued refinement at
         its own expected time (one that cannot is skipped for the next queued one that can, `ends_before_room`),
         any other trial at the study's median trial. A baseline always starts (in the first half of the budget,
@@ -120,7 +120,7 @@ class FinalistSchedule:
                 break
             if _fits(record.read(trial).refines, left, room, records):
                 return True
-        return left - room.seconds >= confirm.MARGIN * room.trial
+        return left - room.seconds >= finalists.MARGIN * room.trial
 
     def ends_before_room(self, trial, trials: list[FrozenTrial]) -> bool:
         """A refinement starts on a wall-time budget only if it can end before the finalists' room at its own
@@ -146,8 +146,8 @@ class FinalistSchedule:
         return True
 
 
-def _fits(refines: dict, left: float, room: confirm.Room, records: list[TrialRecord]) -> bool:
+def _fits(refines: dict, left: float, room: finalists.Room, records: list[TrialRecord]) -> bool:
     """A refinement (its `refines`) can end before the room, at its expected time with the margin (the study's
     median trial while its baseline has not measured it)."""
     expected = refine.expected_seconds(refines, records)
-    return left - room.seconds >= confirm.MARGIN * (room.trial if expected is None else expected)
+    return left - room.seconds >= finalists.MARGIN * (room.trial if expected is None else expected)

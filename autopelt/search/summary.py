@@ -9,7 +9,7 @@ import shlex
 import optuna
 from optuna.trial import TrialState
 
-from autopelt.search import confirm
+from autopelt.search import finalists
 from autopelt.search.budget import format_duration
 from autopelt.search.claims import LATE_BASELINE, NOT_DONE_REASONS, TRAINED
 from autopelt.search.plan import SearchPlan
@@ -41,7 +41,7 @@ def summary_lines(study: optuna.Study, plan: SearchPlan, seconds: float, rejecte
         lines.append("  (the portfolio's first configuration: another trial answers only if its dev beats it by more "
                      f"than {answers.MARGIN_SE:g} standard error(s))")
     if devs:
-        again = confirm.seed_for(plan.options.seed)
+        again = finalists.seed_for(plan.options.seed)
         lines.append(f"finalists, trained again with seed {again}; the best mean dev among them:")
         lines += [f"  {trial_text(t, plan, devs)}" for t in answers.ranked(trials) if t.number in devs]
     front = answers.pareto_front(trials) if len(study.directions) > 1 else []
@@ -99,8 +99,8 @@ def next_commands(plan: SearchPlan, answered: bool = True) -> list[str]:
 def baseline_cost(trials: list[TrialRecord]) -> str:
     """What the baselines cost and what the search had: trials, wall time, the learning-rate sweeps' share."""
     base = [t for t in trials if t.baseline and t.seconds]
-    final = [t for t in trials if t.confirms and t.seconds]
-    searched = [t for t in trials if not t.baseline and not t.confirms and t.seconds]
+    final = [t for t in trials if t.finalist_of and t.seconds]
+    searched = [t for t in trials if not t.baseline and not t.finalist_of and t.seconds]
     base_seconds, searched_seconds = sum(t.seconds for t in base), sum(t.seconds for t in searched)
     final_seconds = sum(t.seconds for t in final)
     total = base_seconds + searched_seconds + final_seconds

@@ -42,8 +42,8 @@ def delta_text(trial: TrialRecord) -> str:
     text = trial.summary or "?"
     if trial.baseline:
         text = f"[{trial.baseline}] {text}"
-    elif trial.confirms:
-        text = f"[#{trial.confirms.get('trial')} again] {text}"
+    elif trial.finalist_of:
+        text = f"[#{trial.finalist_of.get('trial')} again] {text}"
     return text if len(text) <= SUMMARY_WIDTH else text[: SUMMARY_WIDTH - 1] + "…"
 
 

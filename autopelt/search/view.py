@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autopelt.models import model_name
-from autopelt.search import confirm
+from autopelt.search import finalists
 from autopelt.search.budget import TrialBudget, format_duration
 from autopelt.search.claims import TRAINED
 from autopelt.search.plan import SearchPlan
@@ -74,7 +74,7 @@ class LiveView:
         if plan.finalists:
             best = f"the best {plan.finalists} trials" if isinstance(plan.budget, TrialBudget) else \
                 f"the best {plan.finalists} trials, or the rounds that fit in a third of what the baselines leave,"
-            self.echo(f"at the end: {best} again with seed {confirm.seed_for(plan.options.seed)}, inside the "
+            self.echo(f"at the end: {best} again with seed {finalists.seed_for(plan.options.seed)}, inside the "
                       f"budget; the best mean dev answers")
         self.echo(f"{'trial':>6}  {'delta':<{SUMMARY_WIDTH}} {'params':>8}  {plan.dev_heading[:14]:<14} "
                   f"{'best so far':<18} elapsed / ETA")

@@ -5,7 +5,7 @@ has the best dev metric; ties, common at chance level, go to the smaller delta (
 to the earlier trial. The search's summary, `autopelt export`, the report and the dashboard launcher all call
 `best`, so they name the same trial.
 
-Finalists come first. A search ends by training its best few trials again with another seed (confirm.py): one
+Finalists come first. A search ends by training its best few trials again with another seed (finalists.py): one
 seed's dev metric picks the luckiest of deltas a point apart, not the best. A finalist's dev metric is then the
 mean over its seeds, and finalists rank before every other trial, whose single seed would otherwise win on luck.
 
@@ -46,8 +46,8 @@ def maximizes(study) -> bool:
 
 
 def seed_devs(records: Iterable[TrialRecord]) -> dict[int, list[float]]:
-    """{trial number: its dev metric and those of its finished confirmations, seed by seed} for every answer trial
-    that has at least one (confirm.py); other trials are absent."""
+    """{trial number: its dev metric and those of the finished finalists that train it again, seed by seed} for
+    every answer trial that has at least one (finalists.py); other trials are absent."""
     return record.seed_devs(records)
 
 

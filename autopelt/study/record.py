@@ -21,13 +21,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autopelt.numbers import is_finite_number
 
 TIME_BUDGET = "time budget"  # stopped_by of a trial the wall-time budget's deadline stopped
-FOR_FINALISTS = "finalists"  # stopped_by of a trial stopped to free its worker for the finalists (confirm.py)
+FOR_FINALISTS = "finalists"  # stopped_by of a trial stopped to free its worker for the finalists (finalists.py)
 CUT_BY_DEADLINE = (TIME_BUDGET, FOR_FINALISTS)  # stopped_by of trials the wall-time budget cut short
 
 
 @dataclass(frozen=True)
 class TrialRecord:
-    """One trial. The fields after `distributions` are its user attributes, named as stored."""
+    """One trial. The fields after `distributions` are its user attributes, named as stored (but those of
+    STORED_AS)."""
 
     number: int
     state: TrialState
@@ -71,9 +72,10 @@ class TrialRecord:
     refines: dict = field(default_factory=dict)  # {"baseline", "factor"[, "batch_size"][, "places"][, "pooling"]}:
     #      that baseline's delta at factor x its rate (at that batch size, in more places, read through the mean)
     portfolio: dict = field(default_factory=dict)  # {"name", "rank"}: a portfolio member this trial trains
-    confirms: dict = field(default_factory=dict)  # {"trial", "seed"}: that trial's delta, rate and batch again
-    #                                               with another training seed (confirm.py); never an answer
-    # not an attribute: read from the trials that confirm this one (`read_all`)
+    finalist_of: dict = field(default_factory=dict)  # {"trial", "seed"}: a finalist, that trial's delta, rate and
+    #                                                  batch again with another training seed (finalists.py); never
+    #                                                  an answer
+    # not an attribute: read from the finalists that train this one again (`read_all`)
     dev_seeds: tuple[float, ...] = ()  # its dev metric seed by seed, its own first, where it was trained again
 
     @property
@@ -81,7 +83,7 @@ class TrialRecord:
         """COMPLETE, trained to full fidelity, with a finite dev metric: a trial that answers the study.
         Early-stopped and failed trials appear in histories and counts, never as an answer."""
         return self.state == TrialState.COMPLETE and self.full_fidelity and bool(self.values) \
-            and is_finite_number(self.values[0]) and not self.confirms
+            and is_finite_number(self.values[0]) and not self.finalist_of
 
     @property
     def dev_value(self) -> float | None:
@@ -108,8 +110,8 @@ class TrialRecord:
             return f"portfolio #{int(self.portfolio['rank']) + 1}"
         if self.refines.get("baseline"):
             return f"refined {self.refines['baseline']}"
-        if is_finite_number(self.confirms.get("trial")):
-            return f"#{self.confirms['trial']} again"
+        if is_finite_number(self.finalist_of.get("trial")):
+            return f"#{self.finalist_of['trial']} again"
         return "searched"
 
     def test_value(self, metric: str) -> float | None:
@@ -121,8 +123,9 @@ class TrialRecord:
         """`#9 lora r8 + prefix L10`, `#0 [unipelt_apl] ...` for a baseline, `#7 [lora ×2 lr] lora r8` for a
         baseline's delta at another rate (refine.py)."""
         summary = self.summary or "?"
-        if is_finite_number(self.confirms.get("trial")):
-            return f"#{self.number} [#{self.confirms['trial']} again, seed {self.confirms.get('seed')}] {summary}"
+        again = self.finalist_of
+        if is_finite_number(again.get("trial")):
+            return f"#{self.number} [#{again['trial']} again, seed {again.get('seed')}] {summary}"
         if self.baseline:
             return f"#{self.number} [{self.baseline}] {summary}"
         if self.refines.get("baseline") and is_finite_number(self.refines.get("factor")):
@@ -142,6 +145,7 @@ class TrialRecord:
 
 
 OPTUNA_FIELDS = ("number", "state", "values", "params", "distributions")
+STORED_AS = {"finalist_of": "confirms"}  # fields stored under another name: the one studies were always written with
 ATTRIBUTES = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - set(OPTUNA_FIELDS) - {"dev_seeds"}
 
 
@@ -172,14 +176,14 @@ def read(trial: FrozenTrial) -> TrialRecord:
         peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
         precision=_text(a.get("precision")), learning_rate=_number(a.get("learning_rate")),
         lr_choice=_mapping(a.get("lr_choice")), lr_from=_mapping(a.get("lr_from")),
-        refines=_mapping(a.get("refines")), confirms=_mapping(a.get("confirms")),
+        refines=_mapping(a.get("refines")), finalist_of=finalist_of(trial),
         portfolio=_mapping(a.get("portfolio")),
     )
 
 
 class TrialKind(str, Enum):
     """What queued or drew a trial, read once from its attributes (`kind_of`): a finalist trains a trial again
-    (confirm.py), a member a portfolio configuration, a baseline a preset, a refinement a baseline's delta reshaped
+    (finalists.py), a member a portfolio configuration, a baseline a preset, a refinement a baseline's delta reshaped
     (refine.py); the sampler drew the rest. What decides a trial's rate (search/rate_policy.py), whether it may be
     stopped early and how the summary names it."""
 
@@ -192,7 +196,7 @@ class TrialKind(str, Enum):
 
 def kind_of(trial) -> TrialKind:
     """The kind of a trial (live optuna.Trial or FrozenTrial)."""
-    if confirms(trial).get("trial") is not None:
+    if finalist_of(trial).get("trial") is not None:
         return TrialKind.FINALIST
     if portfolio_of(trial):
         return TrialKind.MEMBER
@@ -213,10 +217,10 @@ def is_refinement(trial) -> bool:
     return bool(_mapping(trial.user_attrs.get("refines")))
 
 
-def confirms(trial) -> dict:
-    """{"trial", "seed"} of a trial (live optuna.Trial or FrozenTrial) that trains a finalist again (confirm.py);
-    else {}."""
-    return _mapping(trial.user_attrs.get("confirms"))
+def finalist_of(trial) -> dict:
+    """{"trial", "seed"} of a trial (live optuna.Trial or FrozenTrial) that trains another again as a finalist
+    (finalists.py); else {}."""
+    return _mapping(trial.user_attrs.get(STORED_AS["finalist_of"]))
 
 
 def portfolio_of(trial) -> dict:
@@ -254,12 +258,12 @@ def read_all(study) -> list[TrialRecord]:
 
 
 def seed_devs(records) -> dict[int, list[float]]:
-    """{trial number: its dev metric and those of its finished confirmations, seed by seed} for every answer trial
-    that has at least one (confirm.py); other trials are absent."""
+    """{trial number: its dev metric and those of the finished finalists that train it again, seed by seed} for
+    every answer trial that has at least one (finalists.py); other trials are absent."""
     records = list(records)
     again: dict[int, list[float]] = {}
     for r in records:
-        trial = r.confirms.get("trial")
+        trial = r.finalist_of.get("trial")
         if isinstance(trial, int) and r.state == TrialState.COMPLETE and r.full_fidelity and r.values \
                 and is_finite_number(r.values[0]):
             again.setdefault(trial, []).append(float(r.values[0]))
@@ -344,11 +348,12 @@ def _integer(value: Any) -> int | None:
 
 
 def attrs(**values: Any) -> dict:
-    """User attributes to write; a name that is not a TrialRecord field is a programming error."""
+    """User attributes to write, by their stored names; a name that is not a TrialRecord field is a programming
+    error."""
     unknown = sorted(set(values) - ATTRIBUTES)
     if unknown:
         raise KeyError(f"{unknown[0]!r} is not a trial attribute of autopelt's study record")
-    return values
+    return {STORED_AS.get(name, name): value for name, value in values.items()}
 
 
 def write(trial, values: dict) -> None:
@@ -410,12 +415,10 @@ def queued_baseline(name: str, drawn: bool = False) -> dict:
 
 def requeued(trial: FrozenTrial) -> dict:
     """A queued re-run of an interrupted trial: which one it replaces, and what it was queued as (a baseline, a
-    portfolio member, a refinement, a confirmation), so that it trains the same delta at the same rate."""
+    portfolio member, a refinement, a finalist), so that it trains the same delta at the same rate."""
     old = read(trial)
-    values = attrs(retry_of=trial.number)
-    for key in ("refines", "confirms", "portfolio"):
-        if getattr(old, key):
-            values[key] = getattr(old, key)
+    queued_as = {key: getattr(old, key) for key in ("refines", "finalist_of", "portfolio") if getattr(old, key)}
+    values = attrs(retry_of=trial.number, **queued_as)
     return {**values, **queued_baseline(old.baseline, old.baseline_drawn)} if old.baseline else values
 
 

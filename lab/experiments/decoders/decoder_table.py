@@ -181,8 +181,8 @@ class _Tee:
 
 
 def _search_row(record, best) -> dict:
-    if record.confirms:
-        role = f"#{record.confirms.get('trial')} again"
+    if record.finalist_of:
+        role = f"#{record.finalist_of.get('trial')} again"
     elif record.baseline:
         role = f"baseline {record.baseline}"
     elif record.portfolio:

@@ -14,10 +14,11 @@ workers, at the own wall time of the slowest trial they train again (or the stud
 without a learning-rate sweep) with a MARGIN, and as many rounds as fit in a third of the time the baselines left,
 at least one, at most `finalists` trials (the trial budget's rule, `trial_room`); one round while a baseline still
 runs (what they leave is less than what is left then). A trial that cannot end before the room is not started
-(`Controller._finalists`; a refinement is timed by its own baseline, refine.expected_seconds): its worker waits,
-and when nothing else runs the finalists start at once. A searched trial or refinement still running when the
-finalists are queued is stopped at its next report (`Controller.superseded`): it could not be a finalist. Until a
-trial has finished there is no measure, and the search runs on.
+(`FinalistSchedule.ends_before_room`, schedule.py; a refinement is timed by its own baseline,
+refine.expected_seconds): its worker waits, and when nothing else runs the finalists start at once. A searched trial
+or refinement still running when the finalists are queued is stopped at its next report
+(`FinalistSchedule.supersedes`): it could not be a finalist. Until a trial has finished there is no measure, and the
+search runs on. When their turn comes is schedule.py's; this module says what they are and how much room they take.
 
 Why a third, and one round while a baseline runs: docs/search.md (Finalists).
 """
@@ -74,11 +75,11 @@ def seconds_per_trial(records: Iterable[TrialRecord]) -> float | None:
     return statistics.median(spent) if spent else None
 
 
-def slowest_finalist(records: Iterable[TrialRecord], count: int, maximize: bool = True) -> float | None:
-    """The longest own wall time of the trials that would be the finalists now (`finalists`): a round lasts as
+def slowest(records: Iterable[TrialRecord], count: int, maximize: bool = True) -> float | None:
+    """The longest own wall time of the trials that would be the finalists now (`choose`): a round lasts as
     long as its slowest trial, which may well be longer than the study's median."""
     records = list(records)
-    chosen = {item["trial"] for item in finalists(records, count, 0, maximize)}
+    chosen = {item["trial"] for item in choose(records, count, 0, maximize)}
     spent = [seconds_of(r) for r in records if r.number in chosen]
     return max((s for s in spent if s is not None), default=None)
 
@@ -108,28 +109,28 @@ def queued(trials: list[FrozenTrial]) -> bool:
     """Finalists were queued after every other trial of the study began: by this process or another, now or in
     an earlier run. A run with a larger budget searches on, and then queues the finalists of that end."""
     alive = [t for t in trials if t.state in ALIVE]
-    return bool(alive) and bool(record.confirms(max(alive, key=lambda t: t.number)))
+    return bool(alive) and bool(record.finalist_of(max(alive, key=lambda t: t.number)))
 
 
 def waiting(trials: list[FrozenTrial]) -> bool:
     """A queued finalist has not started yet."""
-    return any(t.state == TrialState.WAITING and record.read(t).confirms for t in trials)
+    return any(t.state == TrialState.WAITING and record.read(t).finalist_of for t in trials)
 
 
-def finalists(records: Iterable[TrialRecord], count: int, seed: int, maximize: bool = True) -> list[dict]:
+def choose(records: Iterable[TrialRecord], count: int, seed: int, maximize: bool = True) -> list[dict]:
     """[{"trial", "seed"}]: the best `count` answer trials not trained again yet (a study's budget may grow after
     its finalists ran), to train again with `seed`."""
     records = list(records)
-    again = {r.confirms.get("trial") for r in records if r.confirms and r.state in ALIVE}
+    again = {r.finalist_of.get("trial") for r in records if r.finalist_of and r.state in ALIVE}
     best = answers.ranked((r for r in records if r.number not in again), maximize)[:count]
     return [{"trial": r.number, "seed": seed} for r in best]
 
 
 def enqueue(study: optuna.Study, trials: list[FrozenTrial], count: int, seed: int) -> int:
     """Queue the finalists of `trials`; how many."""
-    chosen = finalists((record.read(t) for t in trials), count, seed, answers.maximizes(study))
+    chosen = choose((record.read(t) for t in trials), count, seed, answers.maximizes(study))
     for item in chosen:
-        study.enqueue_trial({}, user_attrs=record.attrs(confirms=item))
+        study.enqueue_trial({}, user_attrs=record.attrs(finalist_of=item))
     return len(chosen)
 
 
