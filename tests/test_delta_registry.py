@@ -115,6 +115,7 @@ def test_the_toy_trains_through_a_whole_trial_and_its_entry_answers_for_it(toy, 
     """A user's method runs as a built-in one does: a real trial (data, training, dev, test, saved delta), and the
     questions the trial, the search and the report ask of a method (rate family, extra loss, checkpointing, soup,
     sizes a space checks, a wider placement, a wrapped delta, a gate's row) answered by its entry's defaults."""
+    from autopelt.ensemble.soup import why_not_soup
     from autopelt.train import run_trial
 
     spec = {"methods": [SPEC["methods"][0]]}
@@ -126,6 +127,7 @@ def test_the_toy_trains_through_a_whole_trial_and_its_entry_answers_for_it(toy, 
     entry = registry.method_of(config)
     assert registry.rate_family(config) == "toyshift" and entry.extra_loss(config) == 0.0
     assert entry.checkpointing_refusal(config, None, None) is None and entry.soup is None
+    assert why_not_soup([spec, spec]).startswith("only LoRA (with BitFit) deltas are souped, not toyshift")
     assert registry.sizes("toyshift") == () and registry.wider("toyshift", "targets", "value") is None
     assert registry.inner_field("toyshift") is None and "toyshift" not in registry.mixable()
     assert registry.in_gate_order(["toyshift", "lora", "adapter"]) == ["adapter", "lora", "toyshift"]  # no row: last

@@ -159,13 +159,15 @@ def test_export_refuses_a_member_without_weights_and_writes_nothing(study_db, tm
         moved.rename(root / "trial-0" / "delta")
 
 
-def test_the_soup_is_the_weighted_average_delta_w(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("rslora", [False, True])  # the stacked rank's scale: alpha/r', or alpha/sqrt(r')
+def test_the_soup_is_the_weighted_average_delta_w(tiny_model_dir, tmp_path, rslora):
     from autopelt.delta.io import save_delta
     from autopelt.delta.modules.lora import LoRALinear
     from autopelt.ensemble.soup import soup_folders
     from autopelt.models import load_model
 
-    spec = {"methods": [{"method": "lora", "rank": 2, "targets": ["query", "value"]}, {"method": "bitfit"}]}
+    spec = {"methods": [{"method": "lora", "rank": 2, "targets": ["query", "value"], "rslora": rslora},
+                        {"method": "bitfit"}]}
     folders, updates = [], []
     for seed in range(3):
         model = delta.apply_delta(load_model(str(tiny_model_dir), 2, None), spec, seed=seed)

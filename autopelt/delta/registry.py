@@ -61,6 +61,18 @@ class Divides:
     why: str
 
 
+@dataclass(frozen=True)
+class Stack:
+    """How members of one low-rank structure stack into one delta (a "ranks" soup): each tensor whose name ends in
+    `down` is concatenated by rows, each ending in `up` by columns, every member's times its weight and `ratio` (s/s':
+    the update's scale at a member's rank over its scale at the stacked rank); `config` is the stacked delta's."""
+
+    config: MethodConfig
+    ratio: float
+    down: str
+    up: str
+
+
 def _nothing(*_: Any) -> None:
     return None
 
@@ -106,6 +118,7 @@ class Method:
     soup:     how members of one structure average into one delta (ensemble/soup.py): "ranks" (low-rank factors
               stacked: LoRA), "average" (the tensors averaged: BitFit), or None (not linear in its tensors).
     soup_refuses: `soup_refuses(config)`: why this config of a soupable method is not, or None (a gated LoRA).
+    soup_stack: a "ranks" soup's `soup_stack(config, members)`: how that many members stack (registry.Stack).
     sizes:    fields that must divide others (registry.Divides): a search space checks each pair over every value it
               may draw, so a file that would draw an impossible config fails when it is loaded.
     wider:    field -> {value: the value that puts the delta in more places}: a refinement "in more places"
@@ -134,6 +147,7 @@ class Method:
     checkpointing_refusal: Callable[[Any, Any, Architecture], str | None] = _nothing
     soup: str | None = None
     soup_refuses: Callable[[Any], str | None] = _nothing
+    soup_stack: Callable[[Any, int], Stack] | None = None
     sizes: tuple[Divides, ...] = ()
     wider: dict[str, dict] = field(default_factory=dict)
     gate_row: int | None = None

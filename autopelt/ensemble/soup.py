@@ -14,7 +14,6 @@ predictions alone. Only plain LoRA (and BitFit beside it) is souped: a gated LoR
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +34,7 @@ def why_not_soup(specs: list[dict]) -> str | None:
     souped = [method_of(m).soup for m in methods]
     if "ranks" not in souped or None in souped:
         return f"only LoRA (with BitFit) deltas are souped, not {'+'.join(m.method for m in methods)}"
-    refused = next((why for m in methods if (why := method_of(m).soup_refuses(m))), None)
-    if refused:
-        return refused
-    if len({m.rslora for m in methods if method_of(m).soup == "ranks"}) > 1:
-        return "LoRA and rsLoRA mixed in one delta"
-    return None
+    return next((why for m in methods if (why := method_of(m).soup_refuses(m))), None)
 
 
 def soup_state(spec: dict, states: list[dict], weights) -> tuple[dict, dict]:
@@ -49,8 +43,6 @@ def soup_state(spec: dict, states: list[dict], weights) -> tuple[dict, dict]:
     Raises:
         UserError: the members cannot be souped (`why_not_soup`) or their states differ in tensors.
     """
-    import torch
-
     from autopelt.delta import parse_spec
 
     reason = why_not_soup([spec] * max(len(states), 2)) if len(states) > 1 else "one member: nothing to average"
@@ -59,24 +51,27 @@ def soup_state(spec: dict, states: list[dict], weights) -> tuple[dict, dict]:
     if any(set(state) != set(states[0]) for state in states[1:]):
         raise UserError("no soup: the members' saved tensors differ although their specs agree")
     weights = [float(w) for w in np.asarray(weights, dtype=np.float64) / np.sum(weights)]
-    members = len(states)
     from autopelt.delta.registry import method_of
 
     parsed = parse_spec(spec)
-    rslora = any(m.rslora for m in parsed.methods if method_of(m).soup == "ranks")
-    ratio = math.sqrt(members) if rslora else members  # s / s' when the rank grows members-fold
-    soup = {}
-    for name in states[0]:
-        tensors = [state[name].float() for state in states]
-        if name.endswith("lora_A.weight"):
-            soup[name] = torch.cat(tensors, dim=0)  # (members·r, in)
-        elif name.endswith("lora_B.weight"):
-            soup[name] = torch.cat([t * (w * ratio) for t, w in zip(tensors, weights)], dim=1)  # (out, members·r)
-        else:
-            soup[name] = sum(t * w for t, w in zip(tensors, weights))
-    methods = tuple(dataclasses.replace(m, rank=m.rank * members) if method_of(m).soup == "ranks" else m
-                    for m in parsed.methods)
+    stacks = [method_of(m).soup_stack(m, len(states)) if method_of(m).soup == "ranks" else None
+              for m in parsed.methods]
+    soup = {name: _souped(name, [state[name].float() for state in states], weights, stacks) for name in states[0]}
+    methods = tuple(stack.config if stack else m for m, stack in zip(parsed.methods, stacks))
     return dataclasses.replace(parsed, methods=methods).to_dict(), soup
+
+
+def _souped(name: str, tensors: list, weights: list[float], stacks: list):
+    """One tensor of the soup: a low-rank factor stacked as its method's entry says (registry.Stack), any other
+    tensor the members' weighted average."""
+    import torch
+
+    for stack in filter(None, stacks):
+        if name.endswith(stack.down):
+            return torch.cat(tensors, dim=0)  # (members·r, in)
+        if name.endswith(stack.up):
+            return torch.cat([t * (w * stack.ratio) for t, w in zip(tensors, weights)], dim=1)  # (out, members·r)
+    return sum(t * w for t, w in zip(tensors, weights))
 
 
 def soup_folders(member_dirs: list, weights, out_dir) -> Path:

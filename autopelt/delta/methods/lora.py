@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from autopelt.delta.config import LINEAR_SITES, MethodConfig, require
 from autopelt.delta.fields import BOOL, LAYER_INDICES, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, declare, site_list
-from autopelt.delta.registry import Method, register
+from autopelt.delta.registry import Method, Stack, register
 from autopelt.delta.families import linear_shape, linears_of
 from autopelt.errors import UserError
 
@@ -87,8 +89,15 @@ def peft(cfg: LoRAConfig, target):
                            **target.with_head)
 
 
+def soup_stack(cfg: LoRAConfig, members: int) -> Stack:
+    """`members` LoRAs stacked by rank: A's rows, B's columns; the stacked scale is alpha over members·r (its square
+    root for rsLoRA), so each member's B is multiplied by s/s' = members (its square root)."""
+    ratio = math.sqrt(members) if cfg.rslora else members
+    return Stack(dataclasses.replace(cfg, rank=cfg.rank * members), ratio, "lora_A.weight", "lora_B.weight")
+
+
 METHOD = register(Method(LoRAConfig, build, count, order=10, fits=fits, peft=peft, peft_bias=True,
-                         peft_names={"lora_magnitude_vector.weight": "magnitude"}, soup="ranks",
+                         peft_names={"lora_magnitude_vector.weight": "magnitude"}, soup="ranks", soup_stack=soup_stack,
                          soup_refuses=lambda cfg: "a gated LoRA or DoRA is not linear in its parameters"
                          if cfg.gate or cfg.dora else None,
                          gate_row=2))  # UniPELT's order of its gates: adapter, prefix, LoRA
