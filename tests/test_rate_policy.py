@@ -98,6 +98,17 @@ def test_a_family_no_baseline_measured_takes_its_best_single_family_members_rate
     assert policy.measured([LORA_SWEPT, *members]) == {"lora": 4e-3, "adapter": 6e-3}
 
 
+def test_a_single_method_baseline_measures_its_methods_rate_family_and_a_combination_none():
+    from autopelt.delta.presets import BASELINES
+
+    assert {name: policy.baseline_family(name) for name in (*BASELINES, "prompt", "dora", None)} == {
+        "unipelt_apl": None, "lora": "lora", "adapter": "adapter", "bitfit": "bitfit", "prefix": "prefix",
+        "compacter": "compacter", "prompt": "prompt", "dora": "lora", None: None}
+    compacter = _trained(1, 8e-3, baseline="compacter", spec=PRESETS["compacter"])
+    unipelt = _trained(2, 5e-4, baseline="unipelt_apl", spec=PRESETS["unipelt_apl"])
+    assert policy.measured([LORA_SWEPT, compacter, unipelt]) == {"lora": 4e-3, "compacter": 8e-3}
+
+
 def test_no_module_of_the_search_but_the_policy_sets_a_trials_learning_rate():
     """A rate rule elsewhere (a calibration, a scale, a fallback) would be a second place that decides."""
     setting = re.compile(r"""["']learning_rate["']\s*\]\s*=(?!=)|["']learning_rate["']\s*:(?!\s*member\.)"""

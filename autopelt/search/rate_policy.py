@@ -22,11 +22,13 @@ task, model and budget, instead of four decades of which most learn nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from autopelt.delta import registry
+from autopelt.delta.presets import PRESETS
 from autopelt.delta.spec import parse_spec
 from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
 from autopelt.study.record import TrialKind, TrialRecord, baseline_of, read
@@ -42,9 +44,6 @@ DRAWN = "drawn by the space"
 SWEEP = "sweep"
 
 AUTO = "auto"  # a space's `learning_rate: auto`
-# baseline preset -> the family whose rate it measures (UniPELT measures a combination, not a family)
-BASELINE_FAMILIES = {"lora": "lora", "adapter": "adapter", "prefix": "prefix", "compacter": "compacter",
-                     "bitfit": "bitfit", "prompt": "prompt"}
 
 
 @dataclass(frozen=True)
@@ -140,6 +139,14 @@ def _records(trials: Iterable) -> list[TrialRecord]:
 
 # -- the rates a study has measured for each family ---------------------------------------------------------
 
+@functools.cache
+def baseline_family(name: str | None) -> str | None:
+    """The family whose rate a baseline (its preset's name) measures: its one method's family; None for a
+    combination (UniPELT measures no one family) or a name that is no preset."""
+    methods = PRESETS.get(name or "", {}).get("methods", [])
+    return family(parse_spec({"methods": methods}).methods[0]) if len(methods) == 1 else None
+
+
 def family(entry) -> str:
     """The family a method entry's rate comes from (its registry entry's `rate_family`: dense adapters share one,
     PHM/Compacter another, AdaMix trains at its inner delta's)."""
@@ -156,7 +163,7 @@ def measured(trials: Iterable[TrialRecord]) -> dict[str, float]:
     trials = list(trials)
     rates, best = {}, {}
     for trial in trials:
-        family_ = BASELINE_FAMILIES.get(trial.baseline or "")
+        family_ = baseline_family(trial.baseline)
         if family_ and trial.is_answer and trial.learning_rate:
             rates[family_] = trial.learning_rate
     for trial in trials:  # else the best single-family portfolio member's rate

@@ -62,8 +62,8 @@ def ready(trials: list[FrozenTrial], baselines: list[str]) -> bool:
 
 def unsettled(trials: list[FrozenTrial]) -> set[str]:
     """The families whose measured rate may still change: those of the baselines still running."""
-    return {rate_policy.BASELINE_FAMILIES[name] for t in trials if t.state == TrialState.RUNNING
-            and (name := record.baseline_of(t)) in rate_policy.BASELINE_FAMILIES}
+    return {family for t in trials if t.state == TrialState.RUNNING
+            and (family := rate_policy.baseline_family(record.baseline_of(t)))}
 
 
 def queued(trials: list[FrozenTrial]) -> bool:
