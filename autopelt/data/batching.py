@@ -20,7 +20,8 @@ DEFAULT_GROUP_SIZE = 8
 
 
 def pad_batch(features: Features, indices) -> dict[str, torch.Tensor]:
-    """The rows `indices` as a batch: input_ids, attention_mask, token_type_ids (if any), labels (if any)."""
+    """The rows `indices` as a batch: input_ids, attention_mask, token_type_ids (if any), labels (if any),
+    soft_targets (a teacher's float32 predictions, if any)."""
     indices = np.asarray(indices, dtype=np.int64)
     lengths = features.lengths[indices]
     width = int(lengths.max()) if len(indices) else 0
@@ -35,6 +36,8 @@ def pad_batch(features: Features, indices) -> dict[str, torch.Tensor]:
     if features.labels is not None:
         dtype = torch.float32 if features.regression else torch.long
         batch["labels"] = torch.as_tensor(features.labels[indices], dtype=dtype)
+    if features.soft_targets is not None:
+        batch["soft_targets"] = torch.as_tensor(features.soft_targets[indices], dtype=torch.float32)
     return batch
 
 

@@ -32,6 +32,8 @@ class Features:
     labels: np.ndarray | None  # (N,) int64 class ids or float32 scores; None for unlabelled rows
     pad_id: int
     regression: bool
+    soft_targets: np.ndarray | None = None  # (N, C) a teacher's probabilities, or (N,) its values (distillation);
+    #                                         never cached: a trial attaches them to its train rows
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -56,7 +58,7 @@ class Features:
             ids=self.ids[gather], offsets=offsets,
             token_type_ids=None if self.token_type_ids is None else self.token_type_ids[gather],
             labels=None if self.labels is None else self.labels[indices], pad_id=self.pad_id,
-            regression=self.regression,
+            regression=self.regression, soft_targets=None if self.soft_targets is None else self.soft_targets[indices],
         )
 
     def to_arrays(self) -> dict[str, np.ndarray]:

@@ -57,14 +57,25 @@ def trial_outputs(trial: TrialRecord) -> tuple[dict, Path]:
 
 def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name: str = "",
                  floors: dict | None = None) -> Path:
-    """Write one trial's export folder (atomically: built beside `out_dir`, then moved into place). A trial
-    trained without its test scores (a search trial) is scored first, from its saved delta. `floors`: the study's
-    one-class floors (autopelt/study/floors.py), kept in metrics.json and shown in the model card."""
-    result, delta_dir = trial_outputs(trial)
+    """Write one trial's export folder (export_result). `floors`: the study's one-class floors
+    (autopelt/study/floors.py), kept in metrics.json and shown in the model card."""
+    trial_outputs(trial)  # a one-line error before anything is scored or written
+    about = {"study": study_name, "trial": trial.number, "baseline": trial.baseline,
+             **({"floors": floors} if floors else {})}
+    return export_result(trial.result_dir, out_dir, about, reseed)
+
+
+def export_result(result_dir, out_dir: Path, about: dict, reseed: int = 0) -> Path:
+    """Write the export folder of the finished trial in `result_dir` (atomically: built beside `out_dir`, then
+    moved into place). A trial trained without its test scores (a search trial) is scored first, from its saved
+    delta. `about`: what metrics.json says beside the trial's own metrics (its study and trial number, floors, what
+    it was distilled from)."""
+    result = json.loads((Path(result_dir) / "result.json").read_text())
+    delta_dir = Path(result_dir) / "delta"
     if not result.get("test") and result.get("status") == "ok":
         from autopelt.study.answer_scores import score_result_dir
 
-        result["test"], result["extra_tests"] = score_result_dir(trial.result_dir)
+        result["test"], result["extra_tests"] = score_result_dir(result_dir)
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UserError(f"--out {out_dir} exists and is not empty; choose a new folder")
@@ -75,7 +86,7 @@ def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name:
         for name in ("delta.json", "delta.safetensors"):
             shutil.copy2(delta_dir / name, staging / name)
         _portable_base_model(staging / "delta.json")
-        metrics = {**_metrics(result, trial, study_name), **({"floors": floors} if floors else {})}
+        metrics = {**about, **_metrics(result)}
         if reseed:
             metrics["reseed"] = reseeded(result["settings"], reseed, staging / "seeds")
         _write_json(staging / "training.json", {**result["settings"], "score_test": True})
@@ -123,9 +134,8 @@ def reseeded(settings: dict, seeds: int, work_dir: Path) -> dict:
     return {"seeds": seeds, "runs": runs, "summary": summary}
 
 
-def _metrics(result: dict, trial: TrialRecord, study_name: str) -> dict:
-    return {"study": study_name, "trial": trial.number, "baseline": trial.baseline,
-            "task": result.get("task"), "metric": result.get("metric"), "dev": result.get("dev"),
+def _metrics(result: dict) -> dict:
+    return {"task": result.get("task"), "metric": result.get("metric"), "dev": result.get("dev"),
             "test": result.get("test"), "params": result.get("params"), "protocol": result.get("protocol"),
             "gates": result.get("gates")}
 
@@ -176,6 +186,8 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
         note = nothing_learned_note(floors, result)
         if note:
             lines.append(f"- **{note}**")
+    if "distilled" in metrics:
+        lines.append(distilled_line(metrics["distilled"], (metrics.get("test") or {}).get(metrics.get("metric"))))
     if "reseed" in metrics:
         summary = metrics["reseed"]["summary"]
         lines.append(f"- over {metrics['reseed']['seeds']} seeds: "
@@ -188,6 +200,18 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
     else:
         lines += ["", f"No peft folder: {no_peft}."]
     return "\n".join(lines) + "\n"
+
+
+def distilled_line(distilled: dict, test: float | None) -> str:
+    """The model card's line on a delta distilled from an ensemble (autopelt/ensemble/distill.py); `test` is the
+    distilled delta's own test metric."""
+    ensemble, single = distilled["ensemble"].get("test"), distilled["single"].get("test")
+    tests = [(name, value) for name, value in (("this delta", test), ("the ensemble", ensemble),
+                                               ("the single answer", single)) if value is not None]
+    return (f"- distilled from an ensemble of {distilled['members']} deltas (knowledge distillation, alpha "
+            f"{distilled['alpha']:g}, temperature {distilled['temperature']:g}, chosen by dev among "
+            f"{len(distilled['candidates'])}): one forward pass an input instead of {distilled['members']}"
+            + (f"; test {distilled['metric']}: " + ", ".join(f"{n} {v:.4f}" for n, v in tests) if tests else ""))
 
 
 def nothing_learned_note(floors: dict | None, result: dict) -> str | None:

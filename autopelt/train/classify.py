@@ -14,6 +14,7 @@ from autopelt.data import Features, Task, map_in_order, pad_batch, train_order
 from autopelt.delta import consistency_loss, has_mixtures, route_all
 from autopelt.delta.gate_readings import has_gates, recording_gates, summarise_gates
 from autopelt.train import device as devices
+from autopelt.train.distillation import distillation_loss
 from autopelt.train.loop import Evaluation, Objective
 from autopelt.train.lr_sweep import one_class_metric
 from autopelt.train.settings import TrialSettings
@@ -26,19 +27,26 @@ def supervised_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def training_loss(model: nn.Module, batch: dict, routing: torch.Generator, consistency: float,
-                  mixed: bool = True) -> torch.Tensor:
+                  mixed: bool = True, distill: dict | None = None) -> torch.Tensor:
     """The task loss; with AdaMix (`mixed`), as AdaMix's code: the first pass's task loss plus the consistency loss
-    between it and a second pass under another routing."""
-    labels = batch.pop("labels")
+    between it and a second pass under another routing. With `distill` ({"alpha", "temperature"}) and a teacher's
+    `soft_targets` in the batch, the task loss is the distillation loss (train/distillation.py)."""
+    labels, soft = batch.pop("labels"), batch.pop("soft_targets", None)
+
+    def task_loss(outputs: torch.Tensor) -> torch.Tensor:
+        if distill is None or soft is None:
+            return supervised_loss(outputs, labels)
+        return distillation_loss(outputs, labels, soft, distill["alpha"], distill["temperature"])
+
     if not mixed:
-        return supervised_loss(model(**batch).logits, labels)
+        return task_loss(model(**batch).logits)
     route_all(model, routing)
     first = model(**batch).logits
     if consistency <= 0:
-        return supervised_loss(first, labels)
+        return task_loss(first)
     route_all(model, routing)
     second = model(**batch).logits
-    return supervised_loss(first, labels) + consistency * consistency_loss(first.float(), second.float())
+    return task_loss(first) + consistency * consistency_loss(first.float(), second.float())
 
 
 def forward_split(model: nn.Module, features: Features, settings: TrialSettings, device, dtype=None) -> torch.Tensor:
@@ -75,11 +83,13 @@ def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSe
 
 class Classification(Objective):
     """A sequence classifier (or regressor) trained on `data` (a TrialData): the task's dev metric selects, the dev
-    loss is recorded beside it; `consistency` weighs AdaMix's consistency loss (0: one pass a step)."""
+    loss is recorded beside it; `consistency` weighs AdaMix's consistency loss (0: one pass a step); `distill` mixes
+    a teacher's soft targets (attached to the train rows) into the loss."""
 
     def __init__(self, model: nn.Module, data, device: torch.device, dtype: torch.dtype | None = None,
-                 consistency: float = 0.0):
+                 consistency: float = 0.0, distill: dict | None = None):
         self.model, self.data, self.device, self.dtype, self.consistency = model, data, device, dtype, consistency
+        self.distill = distill  # {"alpha", "temperature"}: the loss also learns the train rows' soft_targets
         self.rows = len(data.train)
         self.mixed = has_mixtures(model)  # once: routing walks the model, which plain deltas need not pay every step
         self.gated = has_gates(model)
@@ -91,7 +101,7 @@ class Classification(Objective):
         return pad_batch(self.data.train, indices)
 
     def loss(self, batch: dict, routing: torch.Generator) -> torch.Tensor:
-        return training_loss(self.model, batch, routing, self.consistency, self.mixed)
+        return training_loss(self.model, batch, routing, self.consistency, self.mixed, self.distill)
 
     def evaluate(self, settings: TrialSettings) -> Evaluation:
         outputs = [] if settings.keep_predictions else None

@@ -55,6 +55,8 @@ class TrialSettings:
     max_new_tokens: int | None = None  # generation tasks: tokens generated per test input; None = 64
     keep_predictions: bool = False  # keep the dev and test predictions of the kept state: predictions.npz in
     #                                 out_dir, else result["predictions"]; what ensembles are selected from
+    distill: dict | None = None  # {"targets": a .npz of a teacher's train predictions, "alpha": their share of the
+    #                              loss, "temperature": T}: knowledge distillation (train/distillation.py)
 
     def __post_init__(self) -> None:
         positive = ("epochs", "batch_size", "eval_batch_size", "max_length")
@@ -81,6 +83,8 @@ class TrialSettings:
             raise UserError(f"gradient_checkpointing must be true or false, not {self.gradient_checkpointing!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise UserError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio!r}")
+        if self.distill is not None:
+            _check_distill(self.distill)
 
     @property
     def split_seed(self) -> int:
@@ -100,6 +104,16 @@ class TrialSettings:
 
     def replace(self, **changes) -> TrialSettings:
         return dataclasses.replace(self, **changes)
+
+
+def _check_distill(distill) -> None:
+    if not isinstance(distill, dict) or set(distill) != {"targets", "alpha", "temperature"}:
+        raise UserError(f"distill must be {{'targets': path, 'alpha': share, 'temperature': T}}, not {distill!r}")
+    if not (isinstance(distill["alpha"], (int, float)) and 0 <= distill["alpha"] <= 1):
+        raise UserError(f"distill alpha (the soft targets' share of the loss) must be in [0, 1], "
+                        f"not {distill['alpha']!r}")
+    if not (isinstance(distill["temperature"], (int, float)) and distill["temperature"] > 0):
+        raise UserError(f"distill temperature must be positive, not {distill['temperature']!r}")
 
 
 def _upgrade(data: dict) -> dict:

@@ -130,7 +130,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         consistency = max((method_of(m).extra_loss(m) for m in spec.methods), default=0.0)  # AdaMix's
         if test_each:
             report = _scoring_test(report, model, data, settings, device, dtype)
-        objective = Classification(model, data, device, dtype, consistency)
+        objective = Classification(model, data, device, dtype, consistency, settings.distill)
         trained, choice = train_at_chosen_rate(objective, settings, report=report, on_step=on_step, outcome=outcome)
         result.update(learning_rate=choice.rate, lr_choice=choice.to_dict())
         best = trained.best

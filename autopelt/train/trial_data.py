@@ -59,4 +59,9 @@ def prepare_data(settings: TrialSettings, tokenizer, task: Task | None = None) -
     protocol = {**splits.info, "train_size": len(train_rows)}
     extra = {split: tokenised[split] for split in task.extra_test_splits if split in loaded}
     protocol.update({f"{split}_size": len(loaded[split]) for split in extra})
-    return TrialData(task, features(train_rows), features(splits.dev), features(splits.test), protocol, extra)
+    data = TrialData(task, features(train_rows), features(splits.dev), features(splits.test), protocol, extra)
+    if settings.distill:
+        from autopelt.train.distillation import attach_targets
+
+        data = attach_targets(data, settings.distill)
+    return data

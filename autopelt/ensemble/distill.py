@@ -1,0 +1,113 @@
+"""Distil a study's ensemble into one delta: the ensemble's knowledge at one forward pass an input.
+
+The teacher is the exported ensemble (one backbone load, autopelt/ensemble/model.py); its averaged probabilities
+(a regression's averaged values) on the single answer's train rows are the soft targets. The student is the single
+answer's configuration (its delta, rate, epochs, batch, seed and data seed) trained again with the distillation
+loss (autopelt/train/distillation.py) once for each (alpha, temperature) of `GRID`; the best dev metric chooses
+among them, as dev chooses every trial, and the chosen student's test is scored once, after the choice.
+
+The teacher's members were trained on these same rows, so their soft targets are sharper there than on unseen
+text: what distillation transfers here is the ensemble's disagreement and its confidence on the rows it fits
+least, not new rows (AutoGluon's `distill` adds augmented rows for that; autopelt does not yet).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autopelt.errors import UserError
+
+GRID = ((0.5, 1.0), (0.5, 2.0), (0.9, 1.0), (0.9, 2.0))  # (alpha, temperature): Hinton et al.'s usual range; dev
+#                                                          chooses among them
+
+
+@dataclass(frozen=True)
+class Distilled:
+    """The chosen student: its trial folder, its (alpha, temperature), dev metric, and every candidate's."""
+
+    folder: Path
+    alpha: float
+    temperature: float
+    dev: float
+    candidates: list[dict] = field(default_factory=list)  # {"alpha", "temperature", "dev", "status"}
+
+    def to_dict(self) -> dict:
+        return {"alpha": self.alpha, "temperature": self.temperature, "dev": self.dev,
+                "candidates": self.candidates}
+
+
+def teacher_targets(ensemble_dir, settings, path) -> Path:
+    """Write the ensemble's predictions on the train rows of `settings` (a TrialSettings: task, model, K, data
+    seed) to `path`, with those rows' labels (train/distillation.save_targets)."""
+    import torch
+
+    from autopelt.ensemble.model import EnsembleModel
+    from autopelt.models import load_tokenizer, resolve_model
+    from autopelt.train.distillation import save_targets
+    from autopelt.train.classify import forward_split
+    from autopelt.train.trial_data import prepare_data, resolve_task
+
+    task = resolve_task(settings)
+    data = prepare_data(settings.replace(distill=None), load_tokenizer(resolve_model(settings.model)), task)
+    teacher = EnsembleModel(ensemble_dir, model=settings.model)
+    outputs = forward_split(teacher, data.train, settings, torch.device("cpu"))  # the members' copies are on the CPU
+    predictions = outputs[:, 0] if task.regression else outputs.softmax(-1)
+    return save_targets(path, predictions.numpy(), data.train.labels)
+
+
+def train_students(single_result: dict, targets: Path, work_dir: Path, grid=GRID, say=lambda line: None) -> Distilled:
+    """Train the single answer's configuration once for each (alpha, temperature) of `grid` on `targets`; the best
+    dev metric is the student. Raises UserError when no student finishes."""
+    from autopelt.train import TrialSettings, run_trial
+
+    base = TrialSettings.from_dict(single_result["settings"])
+    rate = single_result.get("learning_rate") or base.learning_rate
+    candidates, finished = [], []
+    for number, (alpha, temperature) in enumerate(grid):
+        say(f"distilling: student {number + 1} of {len(grid)} (alpha {alpha:g}, temperature {temperature:g}) …")
+        settings = base.replace(learning_rate=rate, out_dir=str(Path(work_dir) / f"student-{number}"),
+                                score_test=False, keep_predictions=False,
+                                distill={"targets": str(targets), "alpha": alpha, "temperature": temperature})
+        result = run_trial(settings)
+        dev = result.get("dev_metric") if result.get("status") == "ok" else None
+        candidates.append({"alpha": alpha, "temperature": temperature, "dev": dev, "status": result.get("status")})
+        if dev is not None:
+            finished.append((dev, number, alpha, temperature))
+    if not finished:
+        raise UserError(f"no distilled student finished ({candidates[0]['status']}); see {work_dir}")
+    dev, number, alpha, temperature = max(finished, key=lambda f: (f[0], -f[1]))  # ties: the earlier in the grid
+    return Distilled(Path(work_dir) / f"student-{number}", alpha, temperature, dev, candidates)
+
+
+def distill_ensemble(chosen, ensemble_dir, out_dir, grid=GRID, say=lambda line: None) -> tuple[Path, Distilled]:
+    """Distil the exported ensemble `chosen` (a StudyEnsemble with its test metrics, written to `ensemble_dir`) into
+    one delta exported to the new folder `out_dir` (autopelt/export/export.py's layout: predict, load and peft read
+    it like any export), whose metrics.json and model card set its dev and test beside the ensemble's and the single
+    answer's. The students train in a folder beside `out_dir`, removed at the end."""
+    from autopelt.export.export import export_result
+    from autopelt.train import TrialSettings
+
+    if chosen.single.result.get("task") is None or chosen.single.result.get("settings") is None:
+        raise UserError(f"the single answer {chosen.single.folder} has no readable settings to train a student from")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UserError(f"--out {out_dir} exists and is not empty; choose a new folder")
+    work = out_dir.with_name(f".{out_dir.name}.students")
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        settings = TrialSettings.from_dict(chosen.single.result["settings"])
+        say(f"distilling: the ensemble's {len(chosen.members)} members predict the single answer's train rows …")
+        targets = teacher_targets(ensemble_dir, settings, work / "teacher.npz")
+        student = train_students(chosen.single.result, targets, work, grid, say)
+        about = {"distilled": {**student.to_dict(), "members": len(chosen.members), "metric": chosen.metric,
+                               "ensemble": {"dev": chosen.dev, "test": chosen.test},
+                               "single": {"summary": chosen.single.summary, "dev": chosen.single_dev,
+                                          "test": chosen.single_test}}}
+        folder = export_result(student.folder, out_dir, about)
+        shutil.copy2(targets, folder / "teacher.npz")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return folder, student
+

@@ -1,0 +1,130 @@
+"""Knowledge distillation of a study's ensemble into one delta (train/distillation.py, ensemble/distill.py): the
+loss by its definition, the teacher's targets tied to the rows they were written for, a student at alpha 0 is the
+single answer's trial exactly, and `autopelt export --ensemble --distill` end to end (one line and nothing written on
+bad input)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import optuna
+import pytest
+import torch
+import torch.nn.functional as F
+from tinymodels import sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
+
+from autopelt.cli import main
+from autopelt.errors import UserError
+from autopelt.train import run_trial
+from autopelt.train.distillation import attach_targets, distillation_loss, save_targets
+
+LORA = {"methods": [{"method": "lora", "rank": 4, "targets": ["query", "value"]}]}
+ADAPTER = {"methods": [{"method": "pfeiffer", "bottleneck": 8}]}
+
+
+def test_at_alpha_0_the_loss_is_the_cross_entropy_and_at_1_its_gradient_is_hintons():
+    """d/dz of T^2 KL(p_T || softmax(z/T)) averaged over B rows is T (softmax(z/T) - p_T) / B (Hinton et al. 2.1)."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 3, generator=generator, requires_grad=True)
+    labels = torch.tensor([0, 2, 1, 1, 0])
+    teacher = torch.softmax(torch.randn(5, 3, generator=generator), -1)
+    assert distillation_loss(logits, labels, teacher, 0.0, 2.0) == F.cross_entropy(logits, labels)
+    distillation_loss(logits, labels, teacher, 1.0, 2.0).backward()
+    sharpened = torch.softmax(teacher.log() / 2.0, -1)
+    expected = 2.0 * (torch.softmax(logits.detach() / 2.0, -1) - sharpened) / 5
+    torch.testing.assert_close(logits.grad, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_regressions_distillation_loss_mixes_the_two_squared_errors():
+    values, labels, teacher = torch.tensor([[1.0], [2.0]]), torch.tensor([0.0, 0.0]), torch.tensor([1.0, 4.0])
+    assert float(distillation_loss(values, labels, teacher, 0.25, 3.0)) == pytest.approx(0.75 * 2.5 + 0.25 * 2.0)
+
+
+@pytest.fixture(scope="module")
+def study_db(tmp_path_factory, tiny_model_dir, trial_cache, sst2_dir):
+    """Three finished trials that kept their predictions (LoRA at seeds 0 and 1, an adapter), data seed 0."""
+    from tinymodels import trial_settings
+
+    root = tmp_path_factory.mktemp("study")
+    url = f"sqlite:///{root / 'study.db'}"
+    study = optuna.create_study(study_name="tiny", storage=url, direction="maximize")
+    for number, (spec, seed) in enumerate([(LORA, 0), (LORA, 1), (ADAPTER, 0)]):
+        out = root / f"trial-{number}"
+        result = run_trial(trial_settings(tiny_model_dir, sst2_dir, trial_cache, spec=spec, seed=seed, data_seed=0,
+                                          out_dir=str(out), keep_predictions=True, learning_rate=1e-2))
+        assert result["status"] == "ok", result["reason"]
+        study.add_trial(optuna.trial.create_trial(
+            value=result["dev_metric"], user_attrs={"result_dir": str(out), "full_fidelity": True,
+                                                    "params_pct": result["params"]["stored_pct"],
+                                                    "summary": result["summary"]}))
+    return url, root
+
+
+def test_targets_written_for_other_rows_are_refused_in_one_line(study_db, tmp_path):
+    from autopelt.train.trial_data import TrialData
+
+    from autopelt.data.features import Features
+
+    train = Features(ids=np.arange(6, dtype=np.int32), offsets=np.array([0, 2, 4, 6]), token_type_ids=None,
+                     labels=np.array([0, 1, 1]), pad_id=0, regression=False)
+    data = TrialData(None, train, train, train, {})
+    path = save_targets(tmp_path / "teacher.npz", np.full((3, 2), 0.5), np.array([0, 1, 1]))
+    attached = attach_targets(data, {"targets": str(path), "alpha": 0.5, "temperature": 1.0})
+    assert attached.train.soft_targets.shape == (3, 2) and attached.train.select([2]).soft_targets.shape == (1, 2)
+    wrong = save_targets(tmp_path / "other.npz", np.full((3, 2), 0.5), np.array([1, 1, 0]))
+    with pytest.raises(UserError, match="written for other train rows"):
+        attach_targets(data, {"targets": str(wrong), "alpha": 0.5, "temperature": 1.0})
+
+
+def test_a_student_at_alpha_0_is_the_single_answers_trial_exactly(study_db, tmp_path):
+    """Soft targets in the batch change nothing but the loss: at alpha 0 the student is the teacher-free trial."""
+    from autopelt.train import TrialSettings
+
+    _, root = study_db
+    result = json.loads((root / "trial-0" / "result.json").read_text())
+    settings = TrialSettings.from_dict(result["settings"])
+    from autopelt.models import load_tokenizer, resolve_model
+    from autopelt.train.trial_data import prepare_data, resolve_task
+
+    data = prepare_data(settings, load_tokenizer(resolve_model(settings.model)), resolve_task(settings))
+    path = save_targets(tmp_path / "teacher.npz", np.full((len(data.train), 2), 0.5), data.train.labels)
+    student = run_trial(settings.replace(out_dir=str(tmp_path / "student"),
+                                         distill={"targets": str(path), "alpha": 0.0, "temperature": 2.0}))
+    assert student["status"] == "ok", student["reason"]
+    assert student["history"] == result["history"] and student["dev"] == result["dev"]
+
+
+def test_export_distill_writes_one_delta_scored_beside_the_ensemble(study_db, tmp_path, capsys):
+    url, _ = study_db
+    out = tmp_path / "distilled"
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())
+    distilled = metrics["distilled"]
+    candidates = distilled["candidates"]
+    assert len(candidates) == 4 and distilled["dev"] == max(c["dev"] for c in candidates)  # dev chose it
+    chosen = next(c for c in candidates if (c["alpha"], c["temperature"]) == (distilled["alpha"],
+                                                                               distilled["temperature"]))
+    assert chosen["dev"] == distilled["dev"] and metrics["dev"]["accuracy"] == distilled["dev"]
+    assert metrics["test"]["accuracy"] is not None and distilled["ensemble"]["test"] is not None
+    assert distilled["single"]["test"] is not None and distilled["members"] >= 1
+    assert (out / "teacher.npz").is_file() and (out / "delta.safetensors").is_file()
+    assert "distilled from an ensemble of" in (out / "README.md").read_text()
+    assert f"to {out}" in printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["distilled"]  # no teacher or students left beside it
+    assert main(["predict", "--delta", str(out), "--text", "a good film"]) == 0
+
+
+def test_distill_without_ensemble_or_into_a_full_folder_is_one_line_and_writes_nothing(study_db, tmp_path, capsys):
+    url, _ = study_db
+    assert main(["export", "--study", "tiny", "--storage", url, "--distill", "--out", str(tmp_path / "a")]) == 2
+    assert "add --ensemble" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--out", str(full)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"] and (full / "keep.txt").read_text() == "mine"
+    shutil.rmtree(full)
