@@ -205,7 +205,8 @@ def inner_field(method: str) -> str | None:
 
 
 def mixable() -> tuple[str, ...]:
-    """Every method some wrapper may wrap (its config's `mixes`), in registration order."""
+    """Every method some wrapper may wrap (its config's `mixes`), in the order the wrappers, in registration order,
+    list them (AdaMix: adapter, lora; `autopelt train --inner` takes the first by default)."""
     return tuple(dict.fromkeys(name for config in METHODS.values() for name in config.mixes))
 
 
