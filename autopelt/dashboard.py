@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
 def best_line(study) -> str:
     """`best trial: #9 lora r8 (dev accuracy 0.7200)`: where to look first on the study's page."""
     from autopelt.study import answers
-    from autopelt.study.record import read_all, read_study
+    from autopelt.study.info import read_study
+    from autopelt.study.record import read_all
 
     best = answers.best(read_all(study), answers.maximizes(study))
     if best is None:

@@ -62,6 +62,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from autopelt.study.record import baseline_of
+
 STRATEGIES = ("autopelt", "random", "tuned-lora")
 CALIBRATION = "calibration"
 CALIBRATION_ROUNDS = 2  # of trials on every worker: the first round is cold, the second warm
@@ -111,7 +113,7 @@ def main() -> None:
     run_study(args, work, storage, "autopelt", wall(budget, args, start_up), ["--portfolio", args.portfolio])
     first = finished_trials(storage, study_name(args, "autopelt"))
     spent = sum(seconds(t) for t in first)
-    baseline_spent = sum(seconds(t) for t in first if t.user_attrs.get("baseline"))
+    baseline_spent = sum(seconds(t) for t in first if baseline_of(t))
     copy_baselines(storage, study_name(args, "autopelt"), study_name(args, "random"))
     run_study(args, work, storage, "random", wall(spent - baseline_spent, args, start_up),
               ["--sampler", "random", "--no-baselines", "--portfolio", "none"])  # it has study 1's baselines
@@ -289,7 +291,7 @@ def copy_baselines(storage: str, source: str, target: str) -> None:
         new.set_user_attr(key, value)
     new.set_metric_names(old.metric_names)
     for trial in finished_trials(storage, source):
-        if trial.user_attrs.get("baseline") and trial.state == optuna.trial.TrialState.COMPLETE:
+        if baseline_of(trial) and trial.state == optuna.trial.TrialState.COMPLETE:
             new.add_trial(optuna.trial.create_trial(
                 state=trial.state, values=trial.values, params=trial.params, distributions=trial.distributions,
                 user_attrs=trial.user_attrs, intermediate_values=trial.intermediate_values))
@@ -513,7 +515,7 @@ def rerun(settings: dict) -> tuple[float, float]:
 def metric_of(storage: str, name: str) -> str:
     import optuna
 
-    from autopelt.study.record import read_study
+    from autopelt.study.info import read_study
 
     return read_study(optuna.load_study(study_name=name, storage=storage)).metric
 
@@ -535,7 +537,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print("|---|---|---:|---:|")
     budgets, table = [], []
     for name, trials in studies.items():
-        own = [t for t in trials if not (name == "random" and t.user_attrs.get("baseline"))]
+        own = [t for t in trials if not (name == "random" and baseline_of(t))]
         states = [t.state.name for t in own]
         records = [read(t) for t in own]
         timed = sum(r.stopped_by in CUT_BY_DEADLINE for r in records)  # pruned at the deadline
@@ -552,7 +554,7 @@ def print_report(args, metric: str, studies: dict, picks: dict, reruns: dict, fu
     print(f"(one full trial: {full:.0f} s, the median LoRA r8 trial of the calibration's second round, trained to its "
           f"last epoch; a worker's first trial took {start_up:.0f} s more, which every study's budget allows each "
           f"worker once; random also had study 1's "
-          f"{sum(1 for t in studies['random'] if t.user_attrs.get('baseline'))} baselines)")
+          f"{sum(1 for t in studies['random'] if baseline_of(t))} baselines)")
     print(calibration_check(full, studies["tuned-lora"]))
     print()
     reference = reruns.get("autopelt pick", {})

@@ -27,6 +27,7 @@ from autopelt.search.resume import open_study
 from autopelt.search.summary import summary_lines
 from autopelt.search.view import LiveView
 from autopelt.study import answers, record
+from autopelt.study.info import read_study
 from autopelt.study.record import TrialKind
 from autopelt.study.storage import load_study, open_existing
 
@@ -71,7 +72,7 @@ def test_a_multi_objective_study_keeps_its_epochs_in_an_attribute(old_url):
     assert records[TIED].values == (0.8, pytest.approx(0.101))
     front = answers.pareto_front(records.values())
     assert [r.number for r in front] == [TIED]  # 0.8 at 0.101%: no other answer is as good or as small
-    info = record.read_study(old_study(old_url, "pareto"))
+    info = read_study(old_study(old_url, "pareto"))
     assert (info.task, info.metric, info.space, info.epochs) == ("rte", "accuracy", "fake", 3)
     assert info.objectives == ("dev accuracy", "stored params %") and info.protocol == {"name": "full"}
 
@@ -144,6 +145,21 @@ def test_new_trials_hold_the_attributes_old_ones_hold(old_url, tmp_path):
     for now, then in [(0, TIED), (1, 1), (2, 7), (3, 5), (4, 12), (5, 13), (6, 14)]:
         assert keys(new, now) - ADDED_SINCE == keys(old, then), (now, then)
     assert {"learning_rate", "lr_choice"} <= keys(new, 0) and {"learning_rate", "lr_choice"} <= keys(new, 1)
+
+
+def test_only_the_record_modules_touch_the_study_attributes_by_name():
+    """record.py (the trials') and info.py (the study's own) alone know the attribute names: no other module of
+    the package reads, tests or sets a user or system attribute itself."""
+    import re
+
+    import autopelt
+
+    package = Path(autopelt.__file__).parent
+    own = {package / "study" / "record.py", package / "study" / "info.py"}
+    raw = re.compile(r"\.user_attrs\b|set_user_attr\(|system_attrs")
+    found = [f"{path.relative_to(package)}:{number}: {line.strip()}" for path in sorted(package.rglob("*.py"))
+             if path not in own for number, line in enumerate(path.read_text().splitlines(), 1) if raw.search(line)]
+    assert found == []
 
 
 def test_an_attribute_name_the_record_does_not_know_is_refused():

@@ -17,6 +17,7 @@ def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -
     baseline swept its rate (every study, or none: a partial one would skew the reference)."""
     import optuna
 
+    from autopelt.study.info import read_study
     from autopelt.study.record import read_all
 
     names = studies or [s.study_name for s in optuna.get_all_study_summaries(storage)]
@@ -28,7 +29,7 @@ def from_studies(storage: str, studies: list[str] | None, size: int, out: str) -
             study = optuna.load_study(study_name=name, storage=storage)
         except KeyError:
             raise UserError(f"no study {name!r} in {storage}") from None
-        models.add(study.user_attrs.get("model"))
+        models.add(read_study(study).model)
         row = {}
         for trial in read_all(study):
             if trial.baseline == CALIBRATION_BASELINE and trial.is_answer and trial.learning_rate \

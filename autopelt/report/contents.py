@@ -15,7 +15,8 @@ from autopelt.report.data import (
 )
 from autopelt.report.importance import Importances, param_importances
 from autopelt.study import answers
-from autopelt.study.record import TrialRecord, read_all, read_study
+from autopelt.study.info import floors_of, read_study
+from autopelt.study.record import TrialRecord, read_all
 
 STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 
@@ -87,7 +88,7 @@ def header(study: optuna.Study, trials: list[TrialRecord], metric: str, maximize
         best_hparams=dict(best.hparams or best.params) if best else {},
         best_spec=dict(best.spec or {}) if best else {},
         fail_reasons=reasons.most_common(),
-        floors=dict(study.user_attrs.get("floors") or {}),
+        floors=floors_of(study),
         nothing_learned=_nothing_learned(study, trials, metric),
     )
 
@@ -96,7 +97,7 @@ def _nothing_learned(study: optuna.Study, trials: list[TrialRecord], metric: str
     from autopelt.study.floors import Floors, nothing_learned
 
     devs = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values]
-    return nothing_learned(Floors.from_dict(study.user_attrs.get("floors")), devs, metric) or ""
+    return nothing_learned(Floors.from_dict(floors_of(study)), devs, metric) or ""
 
 
 def protocol_text(protocol) -> str:

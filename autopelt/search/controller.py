@@ -31,6 +31,7 @@ from autopelt.search.plan import SearchPlan
 from autopelt.search.recorder import TrialRecorder
 from autopelt.search.schedule import ASK, DONE, WAIT, FinalistSchedule
 from autopelt.study import answers, optuna_private, record
+from autopelt.study.info import read_study
 from autopelt.study.record import TrialKind
 from autopelt.train.settings import TrialSettings
 
@@ -65,7 +66,7 @@ class Controller:
         self.study = study
         self.plan = plan
         # what the baselines' head reads: as the study was made (a study from before it was recorded: the first token)
-        self.baseline_pooling = record.read_study(study).baseline_pooling or "cls"
+        self.baseline_pooling = read_study(study).baseline_pooling or "cls"
         self.owner = recovery.Owner.current()
         self.finalists = FinalistSchedule(plan, answers.maximizes(study), clock)  # the search's clock too
         self.recorder = TrialRecorder(study, plan.param_limit, clock, on_record, on_progress)

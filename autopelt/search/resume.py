@@ -1,7 +1,7 @@
 """The study a search writes to: created on the first run, resumed by every later run of the same command.
 
 A resumed study must be about the same thing: its task, space, objectives and protocol are stored as study
-user attributes (docs/architecture.md; `StudyInfo` of autopelt/study/record.py) and compared before anything is
+user attributes (docs/architecture.md; `StudyInfo` of autopelt/study/info.py) and compared before anything is
 written.
 """
 
@@ -18,7 +18,7 @@ from autopelt.models import model_name
 from autopelt.search.plan import SearchPlan
 from autopelt.search.study_names import model_short
 from autopelt.search.recovery import GRACE_SECONDS, HEARTBEAT_SECONDS
-from autopelt.study.record import StudyInfo, read_study
+from autopelt.study.info import StudyInfo, read_study, write_study
 from autopelt.study.storage import hide_password, open_storage, sqlite_path
 
 
@@ -68,8 +68,7 @@ def open_study(plan: SearchPlan) -> optuna.Study:
         check_same(study, plan)
         return study
     info = study_info(plan)
-    for key, value in info.to_attrs().items():
-        study.set_user_attr(key, value)
+    write_study(study, info)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(list(info.objectives))

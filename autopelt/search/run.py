@@ -28,7 +28,8 @@ from autopelt.search.resume import check_existing, open_study
 from autopelt.search.summary import summary_lines
 from autopelt.search.view import LiveView
 from autopelt.study import answers
-from autopelt.study.record import TrialRecord, read_all, write_answer
+from autopelt.study.info import floors_of, write_answer, write_floors
+from autopelt.study.record import TrialRecord, read_all
 
 __all__ = ["SearchOptions", "SearchOutcome", "SearchStopped", "run_search"]
 
@@ -106,11 +107,11 @@ def record_floors(study, plan: SearchPlan) -> None:
     the report and `export` show it beside dev and test. A generation study has none."""
     from autopelt.study import floors
 
-    if plan.generation or "floors" in study.user_attrs:
+    if plan.generation or floors_of(study):
         return
     settings = plan.trial_settings({"methods": []}, {}, plan.out_dir)
     try:
-        study.set_user_attr("floors", floors.of_settings(settings).to_dict())
+        write_floors(study, floors.of_settings(settings).to_dict())
     except (UserError, OSError, ValueError):  # data that cannot be read again here: the summary goes without it
         return
 

@@ -125,8 +125,8 @@ class FinalistSchedule:
     def ends_before_room(self, trial, trials: list[FrozenTrial]) -> bool:
         """A refinement starts on a wall-time budget only if it can end before the finalists' room at its own
         expected time (a refinement that began too late was otherwise stopped at its last report)."""
-        refines, left = trial.user_attrs.get("refines"), self.time_left()
-        if not isinstance(refines, dict) or not refines or left is None or self.queued:
+        refines, left = record.refines_of(trial), self.time_left()
+        if not refines or left is None or self.queued:
             return True
         room = self.time_room(trials)
         return room is None or _fits(refines, left, room, [record.read(t) for t in trials])

@@ -15,6 +15,7 @@ from autopelt.search.claims import LATE_BASELINE, NOT_DONE_REASONS, TRAINED
 from autopelt.search.plan import SearchPlan
 from autopelt.search.trial_text import fail_reason, trial_text
 from autopelt.study import answers
+from autopelt.study.info import floors_of
 from autopelt.study.record import TrialRecord, read_all
 from autopelt.study.storage import DEFAULT_STORAGE, hide_password
 
@@ -63,7 +64,7 @@ def floor_lines(study: optuna.Study, trials: list, best, plan: SearchPlan) -> li
     value is within noise of it (autopelt/study/floors.py)."""
     from autopelt.study.floors import Floors, nothing_learned
 
-    found = Floors.from_dict(study.user_attrs.get("floors"))
+    found = Floors.from_dict(floors_of(study))
     if found is None or found.dev is None or best is None:
         return []
     what = "predicting the mean" if plan.metric in ("pearson", "spearman") else "predicting one class"

@@ -1,7 +1,8 @@
-"""A study's record: each trial as autopelt writes and reads it, and the study's own attributes.
+"""A study's record: each trial as autopelt writes and reads it (the study's own attributes are info.py's).
 
-Optuna keeps a trial as a FrozenTrial; autopelt's data rides in its user attributes (docs/architecture.md, "A study").
-This module alone knows their names. Writers (the controller, recovery, the baselines) build attributes with
+Optuna keeps a trial as a FrozenTrial; autopelt's data rides in its user attributes (docs/architecture.md, "A study"),
+and a finished trial's later test scores in one study attribute (`add_later_test`). This module alone knows their
+names. Writers (the controller, recovery, the baselines) build attributes with
 `attrs` and the functions beside it, which refuse a name that is not a field of `TrialRecord`; readers (the
 live view and summary, the report, export, the dashboard) get a `TrialRecord` from `read`: one trial, typed
 and frozen, like Optuna's own FrozenTrial. Every attribute is optional when read, and numbers are checked, so
@@ -19,6 +20,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.numbers import is_finite_number
+from autopelt.study.attr_values import as_integer, as_mapping, as_number, as_text
 
 TIME_BUDGET = "time budget"  # stopped_by of a trial the wall-time budget's deadline stopped
 FOR_FINALISTS = "finalists"  # stopped_by of a trial stopped to free its worker for the finalists (finalists.py)
@@ -159,25 +161,25 @@ def read(trial: FrozenTrial) -> TrialRecord:
         number=trial.number, state=trial.state,
         values=tuple(trial.values) if trial.values else (),
         params=dict(trial.params), distributions=dict(trial.distributions),
-        spec=_mapping(a.get("spec")) or None, summary=_text(a.get("summary")),
+        spec=as_mapping(a.get("spec")) or None, summary=as_text(a.get("summary")),
         methods=tuple(str(m) for m in a.get("methods") or () if m),
-        params_stored=_integer(a.get("params_stored")), params_trainable=_integer(a.get("params_trainable")),
-        params_pct=_number(a.get("params_pct")), hparams=_mapping(a.get("hparams")),
-        fidelity=_integer(a.get("fidelity")), max_fidelity=_integer(a.get("max_fidelity")),
+        params_stored=as_integer(a.get("params_stored")), params_trainable=as_integer(a.get("params_trainable")),
+        params_pct=as_number(a.get("params_pct")), hparams=as_mapping(a.get("hparams")),
+        fidelity=as_integer(a.get("fidelity")), max_fidelity=as_integer(a.get("max_fidelity")),
         full_fidelity=a.get("full_fidelity") is True, baseline=baseline_of(trial),
         baseline_drawn=is_drawn_baseline(trial),
-        dev=_mapping(a.get("dev")), test=_mapping(a.get("test")), extra_tests=_mapping(a.get("extra_tests")),
-        gates=gate_table(a.get("gates")), result_dir=_text(a.get("result_dir")),
-        fail_reason=_text(a.get("fail_reason")), stopped_by=_text(a.get("stopped_by")),
-        seconds=_number(a.get("seconds")), controller=_mapping(a.get("controller")) or None,
-        retry_of=_integer(a.get("retry_of")), intermediate=_intermediate(trial),
-        train_seconds=_number(a.get("train_seconds")), eval_seconds=_number(a.get("eval_seconds")),
-        examples_per_second=_number(a.get("examples_per_second")),
-        peak_memory_mb=_number(a.get("peak_memory_mb")), best_epoch=_integer(a.get("best_epoch")),
-        precision=_text(a.get("precision")), learning_rate=_number(a.get("learning_rate")),
-        lr_choice=_mapping(a.get("lr_choice")), lr_from=_mapping(a.get("lr_from")),
-        refines=_mapping(a.get("refines")), finalist_of=finalist_of(trial),
-        portfolio=_mapping(a.get("portfolio")),
+        dev=as_mapping(a.get("dev")), test=as_mapping(a.get("test")), extra_tests=as_mapping(a.get("extra_tests")),
+        gates=gate_table(a.get("gates")), result_dir=as_text(a.get("result_dir")),
+        fail_reason=as_text(a.get("fail_reason")), stopped_by=as_text(a.get("stopped_by")),
+        seconds=as_number(a.get("seconds")), controller=as_mapping(a.get("controller")) or None,
+        retry_of=as_integer(a.get("retry_of")), intermediate=_intermediate(trial),
+        train_seconds=as_number(a.get("train_seconds")), eval_seconds=as_number(a.get("eval_seconds")),
+        examples_per_second=as_number(a.get("examples_per_second")),
+        peak_memory_mb=as_number(a.get("peak_memory_mb")), best_epoch=as_integer(a.get("best_epoch")),
+        precision=as_text(a.get("precision")), learning_rate=as_number(a.get("learning_rate")),
+        lr_choice=as_mapping(a.get("lr_choice")), lr_from=as_mapping(a.get("lr_from")),
+        refines=refines_of(trial), finalist_of=finalist_of(trial),
+        portfolio=as_mapping(a.get("portfolio")),
     )
 
 
@@ -209,23 +211,29 @@ def kind_of(trial) -> TrialKind:
 
 def baseline_of(trial) -> str | None:
     """The preset a trial (live optuna.Trial or FrozenTrial) trains as a baseline, or None."""
-    return _text(trial.user_attrs.get("baseline"))
+    return as_text(trial.user_attrs.get("baseline"))
 
 
 def is_refinement(trial) -> bool:
     """A trial (live optuna.Trial or FrozenTrial) that re-runs a baseline's delta at another rate (refine.py)."""
-    return bool(_mapping(trial.user_attrs.get("refines")))
+    return bool(refines_of(trial))
+
+
+def refines_of(trial) -> dict:
+    """{"baseline", "factor", ...} of a trial (live optuna.Trial or FrozenTrial) that re-runs a baseline's delta
+    reshaped (refine.py); else {}."""
+    return as_mapping(trial.user_attrs.get("refines"))
 
 
 def finalist_of(trial) -> dict:
     """{"trial", "seed"} of a trial (live optuna.Trial or FrozenTrial) that trains another again as a finalist
     (finalists.py); else {}."""
-    return _mapping(trial.user_attrs.get(STORED_AS["finalist_of"]))
+    return as_mapping(trial.user_attrs.get(STORED_AS["finalist_of"]))
 
 
 def portfolio_of(trial) -> dict:
     """{"name", "rank"} of a trial (live optuna.Trial or FrozenTrial) that trains a portfolio member; else {}."""
-    return _mapping(trial.user_attrs.get("portfolio"))
+    return as_mapping(trial.user_attrs.get("portfolio"))
 
 
 def is_drawn_baseline(trial) -> bool:
@@ -252,7 +260,7 @@ def read_all(study) -> list[TrialRecord]:
     later = study.user_attrs.get(LATER_TESTS)
     later = later if isinstance(later, dict) else {}
     records = [read(trial) for trial in study.get_trials(deepcopy=False)]
-    records = [_with_later(r, _mapping(later.get(str(r.number)))) if str(r.number) in later else r for r in records]
+    records = [_with_later(r, as_mapping(later.get(str(r.number)))) if str(r.number) in later else r for r in records]
     devs = seed_devs(records)
     return [dataclasses.replace(r, dev_seeds=tuple(devs[r.number])) if r.number in devs else r for r in records]
 
@@ -271,25 +279,10 @@ def seed_devs(records) -> dict[int, list[float]]:
 
 
 def _with_later(record: TrialRecord, scores: dict) -> TrialRecord:
-    if record.test or not _mapping(scores.get("test")):
+    if record.test or not as_mapping(scores.get("test")):
         return record
-    return dataclasses.replace(record, test=_mapping(scores["test"]),
-                               extra_tests=_mapping(scores.get("extra_tests")) or record.extra_tests)
-
-
-ANSWER = "answer"  # study attribute: the trial that answers the study, as the search's summary names it
-
-
-def write_answer(study, best: TrialRecord | None, metric: str) -> dict | None:
-    """Record the study's answer as a study attribute, so that the dashboard shows the numbers the summary, the
-    report and the API show: {"trial", "label", "dev" (the value it was ranked by), "dev_of" ("mean of 2 seeds" or
-    "one seed"), "test", "metric"}; None while no trial answers. Returns what it wrote."""
-    answer = None if best is None else {
-        "trial": best.number, "label": best.label, "dev": best.dev_value, "dev_of": best.dev_of or "one seed",
-        "test": best.test_value(metric), "metric": metric,
-    }
-    study.set_user_attr(ANSWER, answer)
-    return answer
+    return dataclasses.replace(record, test=as_mapping(scores["test"]),
+                               extra_tests=as_mapping(scores.get("extra_tests")) or record.extra_tests)
 
 
 def add_later_test(study, number: int, test: dict, extra_tests: dict | None = None) -> None:
@@ -326,22 +319,6 @@ def _intermediate(trial: FrozenTrial) -> dict[int, float]:
 
 def _is_layer(key: Any) -> bool:
     return (isinstance(key, int) and not isinstance(key, bool)) or (isinstance(key, str) and key.isdigit())
-
-
-def _mapping(value: Any) -> dict:
-    return dict(value) if isinstance(value, dict) else {}
-
-
-def _text(value: Any) -> str | None:
-    return str(value) if value not in (None, "") else None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if is_finite_number(value) else None
-
-
-def _integer(value: Any) -> int | None:
-    return int(value) if is_finite_number(value) else None
 
 
 # -- writing ---------------------------------------------------------------------------------------------------
@@ -436,40 +413,3 @@ def objective_values(result: dict, params_pct: float, multi_objective: bool) -> 
     """(dev metric) or (dev metric, stored params %): the study's objectives, in its directions' order."""
     values = [float(result["dev_metric"])]
     return values + [float(params_pct)] if multi_objective else values
-
-
-# -- the study ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StudyInfo:
-    """The study's own user attributes: what it was made for. Unknown fields read as None."""
-
-    task: str | None = None
-    model: str | None = None  # its name, as shown (all-MiniLM-L6-v2); older studies hold the path here
-    model_path: str | None = None  # what the trials load: a hub id or a folder
-    space: str | None = None
-    space_fingerprint: str | None = None
-    metric: str | None = None
-    direction: str | None = None
-    objectives: tuple[str, ...] = ()
-    protocol: Any = None  # {"name": "k-shot", "k": 1000} as a search writes it
-    epochs: int | None = None
-    baseline_pooling: str | None = None  # what its baselines' head reads (SearchPlan.pooling); older studies: "cls"
-
-    def to_attrs(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-        out["objectives"] = list(self.objectives)
-        return out
-
-
-def read_study(study) -> StudyInfo:
-    a = study.user_attrs
-    return StudyInfo(
-        task=_text(a.get("task")), model=_text(a.get("model")), model_path=_text(a.get("model_path")),
-        space=_text(a.get("space")),
-        space_fingerprint=_text(a.get("space_fingerprint")), metric=_text(a.get("metric")),
-        direction=_text(a.get("direction")), objectives=tuple(a.get("objectives") or ()),
-        protocol=a.get("protocol") if a.get("protocol") is not None else None, epochs=_integer(a.get("epochs")),
-        baseline_pooling=_text(a.get("baseline_pooling")),
-    )
