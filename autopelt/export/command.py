@@ -17,6 +17,9 @@ def add_arguments(parser) -> None:
     which.add_argument("--ensemble", action="store_true",
                        help="export the ensemble of the study's trials (docs/ensembles.md)")
     parser.add_argument("--max-members", type=int, metavar="K", help="with --ensemble: keep its K heaviest members")
+    parser.add_argument("--distill", action="store_true",
+                        help="with --ensemble: write instead one delta trained on the ensemble's predictions "
+                             "(knowledge distillation): one forward pass an input, its test beside the ensemble's")
     parser.add_argument("--out", required=True, help="folder to create (with --pareto: one sub-folder a trial)")
     parser.add_argument("--reseed", type=int, default=0, metavar="N",
                         help="re-run the chosen config with seeds 0..N-1 and record mean ± std")
@@ -32,6 +35,8 @@ def run(args) -> int:
 
     if args.reseed < 0:
         raise UserError("--reseed takes a number of seeds ≥ 1 (or leave it out)")
+    if args.distill and not args.ensemble:
+        raise UserError("--distill distils a study's ensemble: add --ensemble")
     study = load_study(open_existing(args.storage), args.study, args.storage)
     if args.ensemble:
         return _ensemble(args, study)
@@ -62,9 +67,39 @@ def _ensemble(args, study) -> int:
     from autopelt.study.record import read_all
 
     found = answers.best(read_all(study))
+    answer_dir = found.result_dir if found else None
+    if args.distill:
+        return _distilled(args, study, trial_dirs(study), answer_dir)
     out, chosen = export_ensemble(trial_dirs(study), args.out, args.max_members, study.study_name,
-                                  answer_dir=found.result_dir if found else None, say=print)
+                                  answer_dir=answer_dir, say=print)
     print("\n".join(chosen.lines()))
     print(f"exported the ensemble ({chosen.forward_passes} forward passes an input) to {out}")
     print(f"next: autopelt predict --delta {out} --text \"…\"")
+    return 0
+
+
+def _distilled(args, study, trial_dirs: list, answer_dir) -> int:
+    """The ensemble built in a folder beside --out (the teacher, removed at the end), distilled into --out."""
+    import shutil
+    from pathlib import Path
+
+    from autopelt.ensemble.distill import distill_ensemble
+    from autopelt.errors import UserError
+    from autopelt.export.ensemble import export_ensemble
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"--out {out} exists and is not empty; choose a new folder")
+    teacher = out.with_name(f".{out.name}.teacher")
+    shutil.rmtree(teacher, ignore_errors=True)
+    try:
+        _, chosen = export_ensemble(trial_dirs, teacher, args.max_members, study.study_name, answer_dir=answer_dir,
+                                    say=print)
+        print("\n".join(chosen.lines()))
+        folder, student = distill_ensemble(chosen, teacher, out, say=print)
+    finally:
+        shutil.rmtree(teacher, ignore_errors=True)
+    print(f"distilled the ensemble of {len(chosen.members)} into one delta (alpha {student.alpha:g}, temperature "
+          f"{student.temperature:g}, chosen by dev {student.dev:.4f}; test in {folder / 'metrics.json'}) to {folder}")
+    print(f"next: autopelt predict --delta {folder} --text \"…\"")
     return 0
