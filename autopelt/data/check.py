@@ -15,7 +15,7 @@ from autopelt.errors import UserError
 
 SMALL_DEV_ROWS = 100  # below this a dev split's standard error is wider than most gaps between deltas
 NAMED_CLASSES = 6  # at most this many class names are printed; more are counted
-SAMPLE_ROWS = 256  # train rows kept to size a trial's batches (search/fit.py)
+SAMPLE_ROWS = 256  # train rows kept to size a trial's batches (search/budget_fit.py)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ class SearchPlan:
     gpu_note: str = ""  # how many trials share a GPU, and why, in one line (a local GPU machine without the flag)
     pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
     generation: bool = False  # a generation task: trials train the language model; dev is minus the dev loss
-    fit_note: str = ""  # what a wall-time budget left out of the plan, and why (search/fit.py)
+    fit_note: str = ""  # what a wall-time budget left out of the plan, and why (search/budget_fit.py)
     data: Any = None  # autopelt.data.check.DataCheck: the splits as every trial reads them (None: a generation task)
 
     @property

@@ -20,7 +20,7 @@ import optuna
 from autopelt.ensemble.study import StudyEnsemble, of_study, with_test
 from autopelt.errors import UserError
 from autopelt.search.controller import Controller, SearchStopped
-from autopelt.search.fit import fit_time_budget
+from autopelt.search.budget_fit import fit_time_budget
 from autopelt.search.options import SearchOptions
 from autopelt.search.plan import SearchPlan, prepare
 from autopelt.search.recovery import Heartbeat

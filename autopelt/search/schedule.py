@@ -113,7 +113,7 @@ class FinalistSchedule:
         waiting = sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: t.number)
         if waiting and (record.baseline_of(waiting[0]) or record.portfolio_of(waiting[0]).get("rank") == 0):
             return True  # what the study asks next (Optuna pops the oldest queued trial): the portfolio's first
-            #              is the prior's favourite, which the budget was checked to hold (fit.py)
+            #              is the prior's favourite, which the budget was checked to hold (budget_fit.py)
         records = [record.read(t) for t in trials]
         for trial in waiting:
             if not record.is_refinement(trial):
