@@ -1,0 +1,211 @@
+"""What each form of a search's answer is worth on test, and what it costs at inference.
+
+For each task and seed, one `autopelt search` (as a user runs it: `--train-file/--validation-file` from
+../shared/data/tasks, K rows, `--budget N` trials, one worker, the seed as its rows' and training seed), then from
+its study, each chosen on dev alone and scored on test once:
+
+- `single`: the study's answer (one delta, one forward pass);
+- `ensemble`: the study's ensemble as the search's summary chooses it (greedy selection with replacement,
+  autopelt/ensemble/study.py), its members' test predictions averaged;
+- `k3`: the same selection kept to its 3 heaviest members (`export --ensemble --max-members 3`);
+- `soup`: the members averaged into one LoRA delta (autopelt/ensemble/soup.py) where they share one LoRA
+  structure, else the reason it does not apply;
+- `distilled`: `export --ensemble --distill`: the single answer's configuration trained on the ensemble's
+  probabilities (autopelt/ensemble/distill.py), alpha and temperature chosen by dev.
+
+Each form's inference cost: forward passes an input, and the seconds to predict the task's test split on this
+CPU (one process, the base model loaded once). Every (task, seed) is one row of `<work>/rows.jsonl`, written when
+it ends, so a killed run resumes at the next one; the search itself resumes inside its own study (in `--scratch`).
+
+    python bench/answer_forms.py run --tasks trec,tweeteval_emotion,qnli,snips --seeds 0 1 2 [--k 500 --budget 12]
+    python bench/answer_forms.py summary      # benchmarks/results/answer-forms-<date>.json, printed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, write_results  # noqa: E402
+
+TASKS_DIR = ROOT.parent / "shared" / "data" / "tasks"
+DEFAULT_WORK = ROOT / "benchmarks" / "runs" / "answer-forms"  # rows.jsonl, committed: a later session resumes
+DEFAULT_SCRATCH = Path("/tmp/answer-forms")  # the studies, their trials and the forms' folders (large, not kept)
+FORMS = ("single", "ensemble", "k3", "soup", "distilled")
+
+
+def search(task: str, seed: int, args, work: Path) -> tuple[str, str, Path]:
+    """Run (or resume) the task's search; (storage URL, study name, its trials' folder)."""
+    name, out = f"{task}-s{seed}", work / "studies" / f"{task}-s{seed}"
+    storage = f"sqlite:///{work / 'studies' / 'studies.db'}"
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "autopelt.cli", "search", "--train-file", str(TASKS_DIR / task / "train.jsonl"),
+               "--validation-file", str(TASKS_DIR / task / "validation.jsonl"), "--k", str(args.k),
+               "--seed", str(seed), "--budget", str(args.budget), "--workers", "1", "--storage", storage,
+               "--study-name", name, "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    (out / "search.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return storage, name, out
+
+
+def predict_seconds(folder: Path, data) -> float:
+    """Seconds to predict `data.test` with the delta or ensemble folder (loaded first, not timed)."""
+    import torch
+
+    import autopelt
+    from autopelt.ensemble.folder import is_ensemble
+    from autopelt.ensemble.model import EnsembleModel
+    from autopelt.train.classify import forward_split
+    from autopelt.train.settings import TrialSettings
+
+    model = EnsembleModel(folder) if is_ensemble(folder) else autopelt.load(None, folder)
+    settings = TrialSettings(task="x", spec={"methods": []})
+    started = time.perf_counter()
+    forward_split(model, data.test, settings, torch.device("cpu"))
+    return round(time.perf_counter() - started, 2)
+
+
+def forms(storage: str, name: str, work: Path) -> dict:
+    """Every form's test metric and inference cost for one finished study."""
+    from autopelt.ensemble.distill import distill_ensemble
+    from autopelt.ensemble.soup import soup_folders, why_not_soup
+    from autopelt.export.ensemble import export_ensemble
+    from autopelt.models import load_tokenizer, resolve_model
+    from autopelt.study import answers
+    from autopelt.study.record import read_all, trial_dirs
+    from autopelt.study.storage import load_study
+    from autopelt.train import TrialSettings
+    from autopelt.train.trial_data import prepare_data, resolve_task
+
+    study = load_study(storage, name, storage)
+    found = answers.best(read_all(study))
+    folders = trial_dirs(study)
+    target = work / "forms" / name
+    row: dict = {}
+    ensemble_dir, chosen = export_ensemble(folders, target / "ensemble", answer_dir=found.result_dir)
+    settings = TrialSettings.from_dict(chosen.single.result["settings"])
+    data = prepare_data(settings, load_tokenizer(resolve_model(settings.model)), resolve_task(settings))
+    single_dir = Path(chosen.single.folder) / "delta"
+    row.update(metric=chosen.metric, members=len(chosen.members), single_test=chosen.single_test,
+               single_passes=1, single_seconds=predict_seconds(single_dir, data), ensemble_test=chosen.test,
+               ensemble_passes=chosen.forward_passes, ensemble_seconds=predict_seconds(ensemble_dir, data))
+    k3_dir, k3 = export_ensemble(folders, target / "k3", max_members=3, answer_dir=found.result_dir)
+    row.update(k3_test=k3.test, k3_passes=k3.forward_passes, k3_seconds=predict_seconds(k3_dir, data))
+    from autopelt.delta import read_delta_header
+
+    reason = why_not_soup([read_delta_header(m.folder / "delta")["spec"] for m in chosen.members])
+    if reason is None:
+        soup_dir = soup_folders([m.folder / "delta" for m in chosen.members], chosen.weights, target / "soup")
+        row.update(soup_test=_score(soup_dir, data, chosen.metric), soup_passes=1,
+                   soup_seconds=predict_seconds(soup_dir, data))
+    else:
+        row["soup_reason"] = reason
+    distilled_dir, student = distill_ensemble(chosen, ensemble_dir, target / "distilled")
+    metrics = json.loads((distilled_dir / "metrics.json").read_text())
+    row.update(distilled_test=metrics["test"][chosen.metric], distilled_passes=1,
+               distilled_seconds=predict_seconds(distilled_dir, data), distilled_alpha=student.alpha,
+               distilled_temperature=student.temperature, distilled_dev=student.dev)
+    return row
+
+
+def _score(folder: Path, data, metric: str) -> float:
+    """The task's test metric of a delta folder's predictions."""
+    import torch
+
+    import autopelt
+    from autopelt.train.classify import forward_split
+    from autopelt.train.settings import TrialSettings
+
+    model = autopelt.load(None, folder)
+    outputs = forward_split(model, data.test, TrialSettings(task="x", spec={"methods": []}), torch.device("cpu"))
+    return float(data.task.compute_metrics(outputs, data.test.labels)[metric])
+
+
+def run(args) -> None:
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    rows_file = work / "rows.jsonl"
+    done = {json.loads(line)["key"] for line in rows_file.read_text().splitlines()} if rows_file.is_file() else set()
+    for seed in args.seeds:
+        for task in args.tasks.split(","):
+            key = f"{task}|k{args.k}|b{args.budget}|seed{seed}"
+            if key in done:
+                continue
+            started = time.monotonic()
+            scratch = Path(args.scratch)
+            storage, name, _ = search(task, seed, args, scratch)
+            row = {"key": key, "task": task, "seed": seed, "k": args.k, "budget": args.budget,
+                   **forms(storage, name, scratch), "seconds": round(time.monotonic() - started)}
+            with rows_file.open("a") as out:
+                out.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per form: its mean test, the paired difference to the single answer (mean, std, worst), forward passes and
+    predict seconds (means), over every (task, seed) where it applies; and the distilled delta's share of the
+    ensemble's gain."""
+    table = []
+    for form in FORMS:
+        usable = [r for r in rows if r.get(f"{form}_test") is not None]
+        if not usable:
+            continue
+        gains = [100 * (r[f"{form}_test"] - r["single_test"]) for r in usable]
+        table.append({"form": form, "runs": len(usable), "tasks": len({r["task"] for r in usable}),
+                      "test": round(statistics.fmean(100 * r[f"{form}_test"] for r in usable), 2),
+                      "gain": round(statistics.fmean(gains), 2),
+                      "gain_std": round(statistics.stdev(gains), 2) if len(gains) > 1 else 0.0,
+                      "worst": round(min(gains), 2),
+                      "passes": round(statistics.fmean(r[f"{form}_passes"] for r in usable), 1),
+                      "seconds": round(statistics.fmean(r[f"{form}_seconds"] for r in usable), 2)})
+    by_form = {entry["form"]: entry for entry in table}
+    if "distilled" in by_form and by_form.get("ensemble", {}).get("gain"):
+        by_form["distilled"]["share_of_ensemble_gain"] = round(by_form["distilled"]["gain"]
+                                                               / by_form["ensemble"]["gain"], 2)
+    return table
+
+
+def summary(args) -> None:
+    rows_file = Path(args.work) / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.is_file() else []
+    table = summarise(rows)
+    for entry in table:
+        print(json.dumps(entry))
+    if table:
+        settings = {"runs": sorted(r["key"] for r in rows)}
+        path = write_results("answer-forms", table, settings=settings,
+                             notes="test in points; gain: paired difference to the single answer, same study; "
+                                   "seconds: predicting the task's test split on this CPU")
+        print(f"wrote {path}")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run", help="search and score every form (resumes)")
+    go.add_argument("--tasks", default="trec,tweeteval_emotion,qnli,snips")
+    go.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    go.add_argument("--k", type=int, default=500)
+    go.add_argument("--budget", type=int, default=12, help="trials a search runs")
+    go.add_argument("--work", default=str(DEFAULT_WORK))
+    go.add_argument("--scratch", default=str(DEFAULT_SCRATCH))
+    show = commands.add_parser("summary", help="the table, written to benchmarks/results/")
+    show.add_argument("--work", default=str(DEFAULT_WORK))
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    run(args) if args.command == "run" else summary(args)
+
+
+if __name__ == "__main__":
+    main()
