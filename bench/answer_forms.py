@@ -75,7 +75,7 @@ def predict_seconds(folder: Path, data) -> float:
 
 def forms(storage: str, name: str, work: Path) -> dict:
     """Every form's test metric and inference cost for one finished study."""
-    from autopelt.ensemble.distill import distill_ensemble
+    from autopelt.export.distill import distill_ensemble
     from autopelt.ensemble.soup import soup_folders, why_not_soup
     from autopelt.export.ensemble import export_ensemble
     from autopelt.models import load_tokenizer, resolve_model

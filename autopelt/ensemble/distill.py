@@ -13,7 +13,6 @@ least, not new rows (AutoGluon's `distill` adds augmented rows for that; autopel
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,35 +78,3 @@ def train_students(single_result: dict, targets: Path, work_dir: Path, grid=GRID
         raise UserError(f"no distilled student finished ({candidates[0]['status']}); see {work_dir}")
     dev, number, alpha, temperature = max(finished, key=lambda f: (f[0], -f[1]))  # ties: the earlier in the grid
     return Distilled(Path(work_dir) / f"student-{number}", alpha, temperature, dev, candidates)
-
-
-def distill_ensemble(chosen, ensemble_dir, out_dir, grid=GRID, say=lambda line: None) -> tuple[Path, Distilled]:
-    """Distil the exported ensemble `chosen` (a StudyEnsemble with its test metrics, written to `ensemble_dir`) into
-    one delta exported to the new folder `out_dir` (autopelt/export/export.py's layout: predict, load and peft read
-    it like any export), whose metrics.json and model card set its dev and test beside the ensemble's and the single
-    answer's. The students train in a folder beside `out_dir`, removed at the end."""
-    from autopelt.export.export import export_result
-    from autopelt.train import TrialSettings
-
-    if chosen.single.result.get("task") is None or chosen.single.result.get("settings") is None:
-        raise UserError(f"the single answer {chosen.single.folder} has no readable settings to train a student from")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UserError(f"--out {out_dir} exists and is not empty; choose a new folder")
-    work = out_dir.with_name(f".{out_dir.name}.students")
-    shutil.rmtree(work, ignore_errors=True)
-    try:
-        settings = TrialSettings.from_dict(chosen.single.result["settings"])
-        say(f"distilling: the ensemble's {len(chosen.members)} members predict the single answer's train rows …")
-        targets = teacher_targets(ensemble_dir, settings, work / "teacher.npz")
-        student = train_students(chosen.single.result, targets, work, grid, say)
-        about = {"distilled": {**student.to_dict(), "members": len(chosen.members), "metric": chosen.metric,
-                               "ensemble": {"dev": chosen.dev, "test": chosen.test},
-                               "single": {"summary": chosen.single.summary, "dev": chosen.single_dev,
-                                          "test": chosen.single_test}}}
-        folder = export_result(student.folder, out_dir, about)
-        shutil.copy2(targets, folder / "teacher.npz")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return folder, student
-

@@ -83,7 +83,7 @@ def _distilled(args, study, trial_dirs: list, answer_dir) -> int:
     import shutil
     from pathlib import Path
 
-    from autopelt.ensemble.distill import distill_ensemble
+    from autopelt.export.distill import distill_ensemble
     from autopelt.errors import UserError
     from autopelt.export.ensemble import export_ensemble
 
