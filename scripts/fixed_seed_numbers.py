@@ -50,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
+    parser.add_argument("--no-search", action="store_true", help="the trials alone (the search takes longest)")
     parser.add_argument("--generation-data-dir", default=str(ROOT.parent / "shared" / "data" / "gen"))
     args = parser.parse_args()
     numbers: dict = {}
@@ -58,9 +59,10 @@ def main() -> None:
         run([*AUTOPELT, "train", "--task", "sst2", "--k", "64", "--epochs", "2", "--seed", "0",
              "--method", "lora", "--data-dir", args.data_dir, "--out", str(work / "trial")], work)
         numbers["trial"] = kept(json.loads((work / "trial" / "result.json").read_text()))
-        run([*AUTOPELT, "search", "--task", "sst2", "--k", "64", "--budget", "12", "--seed", "0",
-             "--workers", "1", "--data-dir", args.data_dir, "--storage", f"sqlite:///{work / 'study.db'}",
-             "--out", str(work / "search")], work)
+        if not args.no_search:
+            run([*AUTOPELT, "search", "--task", "sst2", "--k", "64", "--budget", "12", "--seed", "0",
+                 "--workers", "1", "--data-dir", args.data_dir, "--storage", f"sqlite:///{work / 'study.db'}",
+                 "--out", str(work / "search")], work)
         trials = {}
         for result in sorted((work / "search").rglob("result.json")):
             trials[str(result.parent.relative_to(work / "search"))] = kept(json.loads(result.read_text()))
