@@ -141,8 +141,9 @@ def _num_layers(config) -> int:
 
 
 def summarise(rows: list[dict]) -> list[dict]:
-    """Per (model, task, member): the ladder's best rate by mean dev, and per rule its x1 rate, how far that is from
-    the best (|log10| of the ratio) and its mean test."""
+    """Per (model, task, member): the ladder's best rate by mean dev (over the rungs run so far: `rungs`), and per
+    rule its x1 rate, how far that is from the best (|log10| of the ratio) and its mean test (None until it has
+    run)."""
     table = []
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -157,14 +158,15 @@ def summarise(rows: list[dict]) -> list[dict]:
         best = max(dev, key=dev.get)
         rules = trials[0]["rules"]
         entry = {"model": model, "task": task, "member": member, "best_rate": best, "best_dev": round(dev[best], 4),
-                 "seeds": len(by_rate[best])}
+                 "seeds": len(by_rate[best]), "rungs": f"{len(by_rate)} of {len(ladder(trials[0]['rules']))}"}
         for rule in RULES:
             if rule not in rules:
                 continue
             nearest = min(by_rate, key=lambda r: abs(math.log(r / rules[rule])))
             entry[f"{rule}_rate"] = float(f"{rules[rule]:.3g}")
             entry[f"{rule}_off"] = round(abs(math.log10(rules[rule] / best)), 2)
-            entry[f"{rule}_test"] = round(mean([t["test"] for t in by_rate[nearest]]), 4)
+            ran = abs(math.log(nearest / rules[rule])) <= math.log(1.05)  # the rule's own rate has run
+            entry[f"{rule}_test"] = round(mean([t["test"] for t in by_rate[nearest]]), 4) if ran else None
         table.append(entry)
     return table
 
