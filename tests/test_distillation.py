@@ -9,10 +9,10 @@ import json
 import shutil
 
 import numpy as np
-import optuna
 import pytest
 import torch
 import torch.nn.functional as F
+from test_ensemble_export import study_db  # noqa: F401  (three finished trials that kept predictions)
 from tinymodels import sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
 from autopelt.cli import main
@@ -40,26 +40,6 @@ def test_at_alpha_0_the_loss_is_the_cross_entropy_and_at_1_its_gradient_is_hinto
 def test_a_regressions_distillation_loss_mixes_the_two_squared_errors():
     values, labels, teacher = torch.tensor([[1.0], [2.0]]), torch.tensor([0.0, 0.0]), torch.tensor([1.0, 4.0])
     assert float(distillation_loss(values, labels, teacher, 0.25, 3.0)) == pytest.approx(0.75 * 2.5 + 0.25 * 2.0)
-
-
-@pytest.fixture(scope="module")
-def study_db(tmp_path_factory, tiny_model_dir, trial_cache, sst2_dir):
-    """Three finished trials that kept their predictions (LoRA at seeds 0 and 1, an adapter), data seed 0."""
-    from tinymodels import trial_settings
-
-    root = tmp_path_factory.mktemp("study")
-    url = f"sqlite:///{root / 'study.db'}"
-    study = optuna.create_study(study_name="tiny", storage=url, direction="maximize")
-    for number, (spec, seed) in enumerate([(LORA, 0), (LORA, 1), (ADAPTER, 0)]):
-        out = root / f"trial-{number}"
-        result = run_trial(trial_settings(tiny_model_dir, sst2_dir, trial_cache, spec=spec, seed=seed, data_seed=0,
-                                          out_dir=str(out), keep_predictions=True, learning_rate=1e-2))
-        assert result["status"] == "ok", result["reason"]
-        study.add_trial(optuna.trial.create_trial(
-            value=result["dev_metric"], user_attrs={"result_dir": str(out), "full_fidelity": True,
-                                                    "params_pct": result["params"]["stored_pct"],
-                                                    "summary": result["summary"]}))
-    return url, root
 
 
 def test_targets_written_for_other_rows_are_refused_in_one_line(study_db, tmp_path):
