@@ -193,7 +193,7 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     finally:
         hf_logging.set_verbosity(verbosity)
     _settle_loaded(model, dtype, keep_fp32=_head_modules(model))
-    _fresh_head(model, seed)  # drawn in fp32, whatever the trial computes in
+    fresh_head(model, seed)  # drawn in fp32, whatever the trial computes in
     return model
 
 
@@ -294,8 +294,9 @@ def _model_file(name_or_path: str, name: str) -> Path | None:
         return None  # token
 
 
-def _fresh_head(model, seed: int) -> None:
-    """A checkpoint's own task head is never reused: every trial's head is random, from its seed."""
+def fresh_head(model, seed: int) -> None:
+    """A checkpoint's own task head is never reused: every trial's head is random, from its seed (drawn again in
+    place: a packed trial's own copy of the head, train/packed.py)."""
     import torch
 
     from autopelt.delta.families import architecture_of

@@ -99,15 +99,21 @@ def apply_delta(model: nn.Module, spec, seed: int = 0) -> nn.Module:
     for config in sorted(spec.methods, key=lambda m: ENTRIES[innermost(m).method].order):
         method_of(config).build(at, config)
     _share_padding_mask(model, arch)
-    head = getattr(model, arch.head, None)  # None on a language model: its LM head is part of the frozen base
+    read_head_input(model, spec, arch)
+    if getattr(model, arch.head, None) is not None:  # None on a language model: its LM head is part of the base
+        for part in arch.head_parts:
+            model.get_submodule(part).requires_grad_(True)
+    return model
+
+
+def read_head_input(model: nn.Module, spec: DeltaSpec, arch: Architecture) -> None:
+    """Hook what the task head reads as `spec` says: a decoder's last real token, the mean under mean pooling
+    (`apply_delta`; a pack's shared model, delta/packing.py, reads as its members do)."""
+    head = getattr(model, arch.head, None)
     if arch.causal and head is not None:
         _read_last_token(model, arch)
     if spec.pooling == "mean":
         _pool_mean(model, arch)
-    if head is not None:
-        for part in arch.head_parts:
-            model.get_submodule(part).requires_grad_(True)
-    return model
 
 
 def _read_last_token(model: nn.Module, arch: Architecture) -> None:

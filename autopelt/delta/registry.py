@@ -125,6 +125,7 @@ class Method:
               (search/refine.py) draws the wider value where the space offers it (a Pfeiffer adapter: Houlsby's).
     gate_row: where its UniPELT gate's row goes in a gate map (the report), lowest first; None: after those, by
               name (the gates' kind is the method's name).
+    unpackable: why its trials cannot share a backbone pass with others (delta/packing.py), or None: they can.
     """
 
     config: type[MethodConfig]
@@ -151,6 +152,7 @@ class Method:
     sizes: tuple[Divides, ...] = ()
     wider: dict[str, dict] = field(default_factory=dict)
     gate_row: int | None = None
+    unpackable: str | None = None
 
     @property
     def name(self) -> str:

@@ -156,11 +156,10 @@ def grad_scaler(device: torch.device, dtype: torch.dtype | None):
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
-def optimiser_step(loss: torch.Tensor, optimiser, scaler, params, grad_clip: float) -> None:
-    """Backward from `loss` and one optimiser step, both loops' own: under fp16's loss scale (a step whose gradients
-    overflow is skipped and the scale backs off; `grad_scaler` is disabled, a no-op, at bf16 and fp32), the
-    gradients unscaled before they are clipped to `grad_clip`."""
-    scaler.scale(loss).backward()
+def clip_and_step(optimiser, scaler, params, grad_clip: float) -> None:
+    """One optimiser step from the gradients a backward of the (scaled) loss left, both loops' own: under fp16's
+    loss scale (a step whose gradients overflow is skipped and the scale backs off; `grad_scaler` is disabled, a
+    no-op, at bf16 and fp32), the gradients unscaled before they are clipped to `grad_clip`."""
     scaler.unscale_(optimiser)
     torch.nn.utils.clip_grad_norm_(params, grad_clip)
     scaler.step(optimiser)

@@ -169,26 +169,35 @@ class Training:
 
     def run(self, until_evaluations: int | None = None) -> TrainOutcome:
         """Train until the schedule ends or training stops, or until `until_evaluations` dev evaluations exist."""
-        settings, outcome = self.settings, self.outcome
         self.model.train()
         while not self.done:
-            if until_evaluations is not None and len(outcome.history) >= until_evaluations:
+            if until_evaluations is not None and len(self.outcome.history) >= until_evaluations:
                 break
-            if self.batches is None:
-                self.batches, self.position = self.objective.batches(settings.batch_size, self.order), 0
-            self._step(self.batches[self.position])
-            self.position += 1
-            stop = bool(settings.eval_every) and outcome.steps % settings.eval_every == 0 and self._checkpoint()
-            if not (stop or outcome.steps >= self.total or self.position == len(self.batches)):
-                continue
-            if not settings.eval_every and not stop:  # the end of an epoch
-                stop = self._checkpoint()
-            if stop or outcome.steps >= self.total:
-                if settings.eval_every and not stop and outcome.steps % settings.eval_every:
-                    self._checkpoint()  # the last steps were not evaluated yet
-                self.done = True
-            self.epoch, self.batches = self.epoch + 1, None
-        return outcome
+            self._step(self.next_rows())
+            self.advance()
+        return self.outcome
+
+    def next_rows(self):
+        """The train rows of the next step (a new epoch's batches drawn when the last epoch's are used up)."""
+        if self.batches is None:
+            self.batches, self.position = self.objective.batches(self.settings.batch_size, self.order), 0
+        return self.batches[self.position]
+
+    def advance(self) -> None:
+        """After a step of `next_rows()`: evaluate where the schedule says (every `eval_every` steps, else at the end
+        of an epoch), stop where an evaluation or the schedule says; `done` then holds."""
+        settings, outcome = self.settings, self.outcome
+        self.position += 1
+        stop = bool(settings.eval_every) and outcome.steps % settings.eval_every == 0 and self._checkpoint()
+        if not (stop or outcome.steps >= self.total or self.position == len(self.batches)):
+            return
+        if not settings.eval_every and not stop:  # the end of an epoch
+            stop = self._checkpoint()
+        if stop or outcome.steps >= self.total:
+            if settings.eval_every and not stop and outcome.steps % settings.eval_every:
+                self._checkpoint()  # the last steps were not evaluated yet
+            self.done = True
+        self.epoch, self.batches = self.epoch + 1, None
 
     def finish(self) -> TrainOutcome:
         """Put the best evaluated state back into the model. Raises NonFiniteLoss when no dev evaluation was
@@ -218,16 +227,23 @@ class Training:
             total = loss.detach() if total is None else total + loss.detach()
             if number < len(batches):
                 self.scaler.scale(loss).backward()
-        devices.optimiser_step(loss, self.optimizer, self.scaler, self.params, self.settings.grad_clip)
+        self.scaler.scale(loss).backward()
+        self.update(len(indices), float(total), time.perf_counter() - started)
+
+    def update(self, rows: int, loss: float, seconds: float) -> None:
+        """The optimiser's step from the gradients the step's backward left (`rows` rows, mean `loss`), the
+        schedule's, and the step counted: `seconds` join the training time."""
+        began = time.perf_counter()
+        devices.clip_and_step(self.optimizer, self.scaler, self.params, self.settings.grad_clip)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         outcome = self.outcome
         outcome.steps += 1
-        outcome.examples_seen += len(indices)
+        outcome.examples_seen += rows
         outcome.fidelity = outcome.steps / self.steps_per_epoch
-        outcome.train_seconds += time.perf_counter() - started
+        outcome.train_seconds += seconds + time.perf_counter() - began
         if self.on_step is not None:
-            self.on_step(outcome.steps, self.total, float(total))
+            self.on_step(outcome.steps, self.total, loss)
 
     def _shares(self, batches: list[dict]) -> list[float]:
         """Each micro-batch's share of the step's mean loss: its size over theirs together."""

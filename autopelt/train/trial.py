@@ -43,30 +43,45 @@ def run_trial(settings: TrialSettings, report: Callable[[dict], object] | None =
     meta-dataset, which simulates answers at every fidelity; nothing is selected by it).
     """
     started = time.perf_counter()
-    result = {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
-              "model": settings.model, "seed": settings.seed, "precision": None,
-              "learning_rate": settings.learning_rate,
-              "lr_choice": None, "protocol": None, "metric": None, "attention": None, "attention_choice": None,
-              "phase_seconds": {},
-              "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
-              "peak_host_memory_mb": None, "peak_device_memory_mb": None, "peak_host_memory_by": None,
-              "gates": None, "delta_dir": None, "settings": settings.to_dict()}
+    result = new_result(settings)
     outcome = TrainOutcome()
     try:
         settings = _run_fitting(settings, result, outcome, report, on_step, test_each_evaluation)
         result["status"] = "ok"
-    except NonFiniteLoss as error:
-        result.update(status="failed", reason=str(error))
-    except UserError as error:
-        result.update(status="failed", reason=str(error))
     except Exception as error:  # a trial never takes its caller down; the reason says what happened
-        if devices.is_out_of_memory(error):
-            reason = devices.out_of_memory_reason(error, devices.pick_device(settings.device))
-            if result.get("memory_retries"):
-                reason += f"; it did not fit at micro-batches of {', '.join(map(str, result['memory_retries']))} rows"
-        else:
-            reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
-        result.update(status="failed", reason=reason, traceback=traceback.format_exc(limit=8))
+        fail(result, error, settings)
+    return close_result(result, settings, outcome, started)
+
+
+def new_result(settings: TrialSettings) -> dict:
+    """A trial's result before it runs: what its settings say, the rest None."""
+    return {"status": "running", "reason": None, "spec": settings.spec, "task": settings.task,
+            "model": settings.model, "seed": settings.seed, "precision": None,
+            "learning_rate": settings.learning_rate,
+            "lr_choice": None, "protocol": None, "metric": None, "attention": None, "attention_choice": None,
+            "phase_seconds": {},
+            "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
+            "peak_host_memory_mb": None, "peak_device_memory_mb": None, "peak_host_memory_by": None,
+            "gates": None, "delta_dir": None, "settings": settings.to_dict()}
+
+
+def fail(result: dict, error: Exception, settings: TrialSettings) -> None:
+    """Record `error` as the trial's failure: its one-line reason (and traceback, for an unexpected one)."""
+    if isinstance(error, (NonFiniteLoss, UserError)):
+        result.update(status="failed", reason=str(error))
+        return
+    if devices.is_out_of_memory(error):
+        reason = devices.out_of_memory_reason(error, devices.pick_device(settings.device))
+        if result.get("memory_retries"):
+            reason += f"; it did not fit at micro-batches of {', '.join(map(str, result['memory_retries']))} rows"
+    else:
+        reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+    result.update(status="failed", reason=reason, traceback=traceback.format_exc(limit=8))
+
+
+def close_result(result: dict, settings: TrialSettings, outcome: TrainOutcome, started: float) -> dict:
+    """The result with what training recorded and the trial's seconds (since `started`), written to
+    `settings.out_dir` where there is one."""
     total = time.perf_counter() - started
     result.update(
         epochs_run=round(outcome.fidelity, 4), steps=outcome.steps, history=outcome.history,
@@ -114,7 +129,6 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         return run_generation(settings, result, outcome, report, on_step)
     spec = delta.parse_spec(settings.spec)
     task = resolve_task(settings)
-    predictions = result.setdefault("predictions", {}) if settings.keep_predictions else None
     model_name = resolve_model(settings.model)
     result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary())
     if settings.threads:
@@ -133,35 +147,48 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
         objective = Classification(model, data, device, dtype, consistency, settings.distill)
         trained, choice = train_at_chosen_rate(objective, settings, report=report, on_step=on_step, outcome=outcome)
         result.update(learning_rate=choice.rate, lr_choice=choice.to_dict())
-        best = trained.best
-        result.update(dev=best["dev"], dev_metric=best["dev_metric"])
-
-        result["gates"] = trained.gates  # recorded in the dev evaluation whose state was kept: no extra pass
-        if settings.keep_predictions:  # the outputs of the dev evaluation whose state was kept: no extra pass
-            with timed(phases, "predictions"):
-                dev_outputs = trained.best_dev_outputs
-                if dev_outputs is None:
-                    dev_outputs = forward_split(model, data.dev, settings, device, dtype)
-                predictions.update(dev=from_outputs(dev_outputs, task.regression), dev_labels=data.dev.labels)
-        with timed(phases, "test"):
-            if settings.score_test and settings.keep_predictions:
-                outputs = forward_split(model, data.test, settings, device, dtype)
-                result["test"] = task.compute_metrics(outputs, data.test.labels)
-                predictions.update(test=from_outputs(outputs, task.regression), test_labels=data.test.labels)
-            elif settings.score_test:
-                result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
-            for split, features in data.extra_tests.items() if settings.score_test else ():
-                result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
-        result["eval_seconds"] = trained.eval_seconds + phases["test"]
+        conclude(result, settings, model, data, trained, device, dtype)
     result.update(memory.record())
-    if settings.out_dir:
-        with timed(phases, "save"):
-            if predictions:  # on disk, not in the result a search worker sends back
-                save_predictions(settings.out_dir, predictions)
-                del result["predictions"]
-            metadata = {"base_model": portable_name(model_name), **task_metadata(task)}
-            result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                       metadata=metadata))
+    save(result, settings, model, spec, model_name, task)
+
+
+def conclude(result: dict, settings: TrialSettings, model, data, trained: TrainOutcome, device, dtype) -> None:
+    """After training (the best state back in `model`): its dev scores, gates, kept predictions and test scores."""
+    phases, task = result["phase_seconds"], data.task
+    predictions = result.setdefault("predictions", {}) if settings.keep_predictions else None
+    best = trained.best
+    result.update(dev=best["dev"], dev_metric=best["dev_metric"])
+    result["gates"] = trained.gates  # recorded in the dev evaluation whose state was kept: no extra pass
+    if settings.keep_predictions:  # the outputs of the dev evaluation whose state was kept: no extra pass
+        with timed(phases, "predictions"):
+            dev_outputs = trained.best_dev_outputs
+            if dev_outputs is None:
+                dev_outputs = forward_split(model, data.dev, settings, device, dtype)
+            predictions.update(dev=from_outputs(dev_outputs, task.regression), dev_labels=data.dev.labels)
+    with timed(phases, "test"):
+        if settings.score_test and settings.keep_predictions:
+            outputs = forward_split(model, data.test, settings, device, dtype)
+            result["test"] = task.compute_metrics(outputs, data.test.labels)
+            predictions.update(test=from_outputs(outputs, task.regression), test_labels=data.test.labels)
+        elif settings.score_test:
+            result["test"], _ = evaluate(model, data.test, task, settings, device, dtype)
+        for split, features in data.extra_tests.items() if settings.score_test else ():
+            result["extra_tests"][split], _ = evaluate(model, features, task, settings, device, dtype)
+    result["eval_seconds"] = trained.eval_seconds + phases["test"]
+
+
+def save(result: dict, settings: TrialSettings, model, spec, model_name: str, task) -> None:
+    """Keep the trial's predictions and delta in `settings.out_dir` (nothing without one)."""
+    if not settings.out_dir:
+        return
+    with timed(result["phase_seconds"], "save"):
+        predictions = result.get("predictions")
+        if predictions:  # on disk, not in the result a search worker sends back
+            save_predictions(settings.out_dir, predictions)
+            del result["predictions"]
+        metadata = {"base_model": portable_name(model_name), **task_metadata(task)}
+        result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
+                                                   metadata=metadata))
 
 
 def score_saved(result: dict) -> tuple[dict, dict]:

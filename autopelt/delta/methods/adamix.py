@@ -88,4 +88,5 @@ def stored(cfg: AdaMixConfig) -> MethodConfig:
 
 
 METHOD = register(Method(AdaMixConfig, build, count, wraps=lambda cfg: cfg.delta, stored=stored,
-                         extra_loss=lambda cfg: cfg.consistency))
+                         extra_loss=lambda cfg: cfg.consistency,
+                         unpackable="its experts are drawn per pass and its loss takes two passes"))

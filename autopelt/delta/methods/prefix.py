@@ -202,4 +202,5 @@ def checkpointing_refusal(config: PrefixConfig, model_config, arch) -> str | Non
 METHOD = register(Method(PrefixConfig, build, count, order=50, refuses=refuses, stored=stored, peft=peft,
                          peft_refuses=peft_refuses, peft_tensors=peft_tensors,
                          checkpointing_refusal=checkpointing_refusal,
-                         gate_row=1))  # UniPELT's order of its gates: adapter, prefix, LoRA
+                         gate_row=1,  # UniPELT's order of its gates: adapter, prefix, LoRA
+                         unpackable="its keys and values join the attention's, inside the attention module"))

@@ -68,4 +68,5 @@ def peft_refuses(cfg: PromptConfig, arch) -> str | None:
 
 
 METHOD = register(Method(PromptConfig, build, count, order=60, peft=peft, peft_refuses=peft_refuses,
-                         peft_tensors=peft_tensors))
+                         peft_tensors=peft_tensors,
+                         unpackable="its tokens lengthen the sequence"))

@@ -30,8 +30,12 @@ class LoRALinear(AdditiveMerge, nn.Module):
         result = self.base_layer(x)
         if self.merged:
             return result
+        return result + self.additive_update(x)
+
+    def additive_update(self, x: torch.Tensor) -> torch.Tensor:
+        """What the unmerged LoRA adds to the base layer's output on `x` (a packed pass adds it to some rows)."""
         scale = self.gate.scale(x) if self.gate is not None else self.scaling  # (B, 1, 1) or float
-        return result + self.lora_B(self.lora_A(self.dropout(x))) * scale
+        return self.lora_B(self.lora_A(self.dropout(x))) * scale
 
     def delta_weight(self) -> torch.Tensor:  # (out, in)
         return _weight(self.lora_B) @ _weight(self.lora_A) * self.scaling
@@ -44,6 +48,8 @@ class DoRALinear(LoRALinear):
     """DoRA (Liu et al. 2024): y = m / ||W + s·B·A|| ⊙ (W + s·B·A)·x + bias, the norm taken per output feature (a row
     of W) and, as the paper's section 4.3 and peft do, held constant for the gradient. `magnitude` starts at ||W||,
     so a new DoRA is the identity. Wraps the nn.Linear itself: LoRA is injected before any other wrapper."""
+
+    additive_update = None  # its magnitude rescales the base's output too: no update that adds alone
 
     def __init__(self, base_layer: nn.Module, lora_A: nn.Linear, lora_B: nn.Linear, scaling: float,
                  dropout: float = 0.0):

@@ -1,0 +1,216 @@
+"""Packed trials: several classification trials trained in one process, one pass of one frozen backbone a step.
+
+Trials that share a model, task, data, maximum length, precision, backbone dropout and attention, and whose
+deltas can pack (delta/packing.py), train as members of one pack: each has its own delta (its seed), head,
+AdamW, schedule, batch order and batch size, dev evaluations and early stop; at every step the members' batches
+are concatenated along the batch dimension (padded to the longest row, under the attention mask) and go through
+the shared model once; the loss is the sum of the members' mean losses, and since their parameters are disjoint
+each gets exactly its own gradient (the multi-job packing of mLoRA/ASPEN, PLoRA and LoRAFusion, for every method
+whose modules read a site's input alone). A member whose schedule ends or that stops early leaves the pack.
+
+Each member's result is its trial's (`run_trial`'s), with `packed` = {"members", "member"}; it evaluates and
+saves its own model, which is exactly its trial's alone. A packed trial needs its learning rate: there is no
+per-trial rate sweep in a pack. Trials that cannot pack (their `packed` = {"refused": reason}) or that share
+nothing with another run alone, one after the other, through `run_trial`.
+
+What differs from trials alone, beyond float rounding (a matmul over more rows, longer padding): a delta's own
+dropout (LoRA's `dropout` > 0) draws its masks from one random stream for the whole pack; each member's
+`train_seconds` is its share, by rows, of the steps it was packed in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from autopelt import delta
+from autopelt.data import pad_batch
+from autopelt.delta.packing import pack_deltas, packing_refusal
+from autopelt.dtypes import settle_dtypes
+from autopelt.errors import UserError
+from autopelt.models import fresh_head, load_model, load_tokenizer, resolve_model
+from autopelt.train import backbone, device as devices
+from autopelt.train.classify import Classification, supervised_loss
+from autopelt.train.generate import is_generation
+from autopelt.train.loop import NonFiniteLoss, Training, TrainOutcome
+from autopelt.train.settings import TrialSettings
+from autopelt.train.trial import (attention_cache, close_result, conclude, fail, first_batch, new_result, run_trial,
+                                  save, timed)
+from autopelt.train.trial_data import prepare_data, resolve_task
+
+# what members of one pack share: one model, one data, one pass
+SHARED = ("task", "custom_task", "model", "data_dir", "protocol", "dev_size", "split_seed", "max_train_examples",
+          "max_length", "threads", "device", "precision", "backbone_dropout", "attention", "cache_dir")
+
+Report = Callable[[dict], object]
+
+
+def refusal(settings: TrialSettings) -> str | None:
+    """Why this trial cannot train packed with others (a one-line reason), or None."""
+    if is_generation(settings):
+        return "a generation task trains alone"
+    if settings.learning_rate is None:
+        return "a packed trial needs its learning rate (no per-trial rate sweep in a pack)"
+    reasons = {"micro_batch_size": "micro-batches", "distill": "distillation",
+               "gradient_checkpointing": "gradient checkpointing"}
+    for name, what in reasons.items():
+        if getattr(settings, name):
+            return f"a trial with {what} trains alone"
+    if settings.precision == "fp16":
+        return "fp16's loss scale is one per pass: an fp16 trial trains alone"
+    return packing_refusal(settings.spec)
+
+
+def packing_key(settings: TrialSettings) -> tuple:
+    """What a trial must share with the others of its pack."""
+    return tuple(repr(getattr(settings, name)) for name in SHARED)
+
+
+def run_packed(settings: Sequence[TrialSettings], reports: Sequence[Report | None] | None = None) -> list[dict]:
+    """Train every trial of `settings`, those that can pack together in packs (one per `packing_key`), the others
+    alone; their results (run_trial's form), in the order given. `reports[i]` gets trial i's dev evaluations;
+    a truthy return stops that trial (it leaves its pack)."""
+    reports = list(reports) if reports is not None else [None] * len(settings)
+    results: list[dict | None] = [None] * len(settings)
+    packs: dict[tuple, list[int]] = {}
+    for i, trial in enumerate(settings):
+        reason = refusal(trial)
+        if reason:
+            results[i] = run_trial(trial, reports[i])
+            results[i]["packed"] = {"refused": reason}
+        else:
+            packs.setdefault(packing_key(trial), []).append(i)
+    for members in packs.values():
+        if len(members) == 1:
+            results[members[0]] = run_trial(settings[members[0]], reports[members[0]])
+            continue
+        for i, result in zip(members, _run_pack([settings[i] for i in members], [reports[i] for i in members])):
+            results[i] = result
+    return results
+
+
+class _Member:
+    """One trial in a pack: its settings, result, outcome and (once built) its training run."""
+
+    def __init__(self, settings: TrialSettings, report: Report | None, position: int, members: int):
+        self.settings, self.report = settings, report
+        self.started = time.perf_counter()
+        self.result = new_result(settings)
+        self.result["packed"] = {"members": members, "member": position}
+        self.outcome = TrainOutcome()
+        self.run: Training | None = None
+        self.done = False
+
+
+def _run_pack(settings: list[TrialSettings], reports: list[Report | None]) -> list[dict]:
+    members = [_Member(trial, report, i, len(settings)) for i, (trial, report) in enumerate(zip(settings, reports))]
+    try:
+        _train_pack(members)
+    except Exception as error:  # the whole pack failed (out of memory, a bad input): each member says why
+        for member in members:
+            if member.result["status"] == "running":
+                fail(member.result, error, member.settings)
+    return [close_result(m.result, m.settings, m.outcome, m.started) for m in members]
+
+
+def _train_pack(members: list[_Member]) -> None:
+    first = members[0].settings
+    task = resolve_task(first)
+    model_name = resolve_model(first.model)
+    if first.threads:
+        torch.set_num_threads(first.threads)
+    device = devices.pick_device(first.device)
+    phases: dict = {}
+    with devices.PeakMemory(device) as memory:
+        with timed(phases, "data"):
+            data = prepare_data(first, load_tokenizer(model_name), task)
+        pack, dtype, attention = _build(members, task, model_name, data, device, phases)
+        for member, own in zip(members, pack.members):
+            spec = delta.parse_spec(member.settings.spec)
+            member.result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary(),
+                                 protocol=data.protocol, precision=devices.resolve_precision(first.precision, device),
+                                 attention=attention["attention"], attention_choice=attention,
+                                 phase_seconds=dict(phases),
+                                 params=delta.count_parameters(spec, own.config, task.num_labels).to_dict())
+            objective = Classification(own, data, device, dtype)
+            member.run = Training(objective, member.settings, member.report, outcome=member.outcome)
+        _steps(pack, members, data, device, dtype)
+        for member, own in zip(members, pack.members):
+            if member.result["status"] != "running":
+                continue
+            try:
+                trained = member.run.finish()
+                member.result.update(lr_choice={"rate": member.settings.learning_rate, "how": "given", "seconds": 0})
+                conclude(member.result, member.settings, own, data, trained, device, dtype)
+                member.result["status"] = "ok"
+            except Exception as error:
+                fail(member.result, error, member.settings)
+    for member, own in zip(members, pack.members):
+        member.result.update(memory.record())
+        if member.result["status"] == "ok":
+            save(member.result, member.settings, own, delta.parse_spec(member.settings.spec), model_name, task)
+
+
+def _build(members: list[_Member], task, model_name: str, data, device, phases: dict):
+    """The shared model with every member's delta (delta/packing.py), its autocast dtype and attention choice."""
+    first = members[0].settings
+    precision = devices.resolve_precision(first.precision, device)
+    if precision == "fp16":
+        raise UserError("fp16's loss scale is one per pass: fp16 trials train alone")
+    dtype = devices.autocast_dtype(precision)
+    with timed(phases, "model"):
+        torch.manual_seed(first.seed)
+        model = load_model(model_name, task.num_labels, task.problem_type, seed=first.seed,
+                           dtype=devices.load_dtype(precision))
+        backbone.set_backbone_dropout(model, first.backbone_dropout)
+    with timed(phases, "attention"):
+        attention = backbone.choose_attention(first.attention, model, first_batch(data.train, first.batch_size),
+                                              device, dtype, first.backbone_dropout, attention_cache(first))
+    backbone.set_attention(model, attention["attention"])
+
+    def prepare(own, i: int) -> None:  # the member's own head, as its trial alone would draw it
+        fresh_head(own, members[i].settings.seed)
+        if task.regression:
+            members[i].result["head_centered"] = backbone.center_regression_head(own, data.train.labels)
+
+    with timed(phases, "delta"):
+        pack = pack_deltas(model, [m.settings.spec for m in members], [m.settings.seed for m in members], prepare)
+        model.to(device)
+        settle_dtypes(model, dtype)
+    return pack, dtype, attention
+
+
+def _steps(pack, members: list[_Member], data, device, dtype) -> None:
+    """Train the members in lockstep until each has finished or stopped: one pass of their batches together."""
+    while True:
+        pack.model.train()  # a dev evaluation leaves the members' modules in eval mode
+        active = [(i, m) for i, m in enumerate(members) if not m.done]
+        if not active:
+            return
+        started = time.perf_counter()
+        rows = [member.run.next_rows() for _, member in active]
+        batch = pad_batch(data.train, [r for part in rows for r in part])
+        labels = batch.pop("labels").to(device)
+        pack.rows.assign([(i, len(part)) for (i, _), part in zip(active, rows)])
+        with devices.autocast(device, dtype):
+            logits = pack.model(**{k: v.to(device) for k, v in batch.items()}).logits
+        losses, start = [], 0
+        for part in rows:
+            losses.append(supervised_loss(logits[start:start + len(part)], labels[start:start + len(part)]))
+            start += len(part)
+        finite = [bool(torch.isfinite(loss)) for loss in losses]
+        kept = [loss for loss, ok in zip(losses, finite) if ok]
+        if kept:
+            torch.stack(kept).sum().backward()
+        seconds, total = time.perf_counter() - started, sum(len(part) for part in rows)
+        for ((_, member), part, loss, ok) in zip(active, rows, losses, finite):
+            if not ok:
+                error = NonFiniteLoss(f"the loss became {float(loss.detach())} at step {member.outcome.steps + 1}")
+                fail(member.result, error, member.settings)
+                member.done = True
+                continue
+            member.run.update(len(part), float(loss.detach()), seconds * len(part) / total)
+            member.run.advance()
+            member.done = member.run.done
