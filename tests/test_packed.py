@@ -74,10 +74,14 @@ def test_packed_trials_equal_the_same_trials_alone(tiny_model_dir, glue_dir, tmp
     ({"methods": [{"method": "houlsby", "bottleneck": 8}]}, "cls"),
     ({"methods": [{"method": "bitfit"}]}, "cls"),
     ({"methods": [{"method": "lora", "rank": 4}, {"method": "ia3"}]}, "mean"),
+    ({"methods": [{"method": "lora", "rank": 4, "rslora": True}, {"method": "bitfit"}]}, "cls"),
+    ({"methods": [{"method": "vera", "rank": 16}]}, "mean"),
+    ({"methods": [{"method": "compacter", "bottleneck": 8}]}, "cls"),
 ])
 def test_more_methods_pack_exactly(spec, pooling, tiny_model_dir, glue_dir, tmp_path):
-    """DoRA, Houlsby, BitFit (the shared model's biases, its own copies) and LoRA under (IA)3, each packed beside
-    a plain LoRA (which takes the base-once path where the other has no module of its own): equal to alone."""
+    """DoRA, Houlsby, BitFit (the shared model's biases, its own copies), LoRA under (IA)3, rsLoRA with BitFit, VeRA
+    and Compacter, each packed beside a plain LoRA (which takes the base-once path where the other has no module of
+    its own, or one that adds an update): equal to alone."""
     trials = [({"methods": [{"method": "lora", "rank": 4}], "pooling": pooling}, 3e-3, 0, 8, 2),
               ({**spec, "pooling": pooling}, 3e-3, 1, 8, 2)]
     make = lambda name, i, t: _settings(tiny_model_dir, glue_dir, tmp_path / "cache",  # noqa: E731

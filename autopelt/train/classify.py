@@ -73,12 +73,18 @@ def evaluate(model: nn.Module, features: Features, task: Task, settings: TrialSe
         outputs = forward_split(model, features, settings, device, dtype)
     if outputs_to is not None:
         outputs_to.append(outputs)
+    return score(outputs, features, task, loss), (summarise_gates(totals) if gates else None)
+
+
+def score(outputs: torch.Tensor, features: Features, task: Task, loss: bool = False) -> dict:
+    """The task's metrics of a split's float32 outputs (in its row order); with `loss`, the mean task loss as
+    "loss"."""
     with torch.inference_mode():
         metrics = task.compute_metrics(outputs, features.labels)
         if loss:
             labels = torch.as_tensor(features.labels, dtype=torch.float32 if outputs.shape[-1] == 1 else torch.long)
             metrics["loss"] = float(supervised_loss(outputs, labels))
-    return metrics, (summarise_gates(totals) if gates else None)
+    return metrics
 
 
 class Classification(Objective):
@@ -107,8 +113,12 @@ class Classification(Objective):
         outputs = [] if settings.keep_predictions else None
         dev, gates = evaluate(self.model, self.data.dev, self.data.task, settings, self.device, self.dtype,
                               gates=self.gated, loss=True, outputs_to=outputs)
+        return self.evaluation(dev, gates, outputs[0] if outputs else None)
+
+    def evaluation(self, dev: dict, gates: dict | None = None, outputs: torch.Tensor | None = None) -> Evaluation:
+        """The Evaluation of dev metrics (with "loss", taken out) and gate values, keeping `outputs`."""
         dev_loss = dev.pop("loss", None)
-        return Evaluation(dev, dev[self.data.task.metric], dev_loss, gates, outputs[0] if outputs else None)
+        return Evaluation(dev, dev[self.data.task.metric], dev_loss, gates, outputs)
 
     def floor(self) -> tuple[float | None, int]:
         labels = self.data.dev.labels

@@ -183,6 +183,14 @@ class Training:
             self.batches, self.position = self.objective.batches(self.settings.batch_size, self.order), 0
         return self.batches[self.position]
 
+    def evaluates_now(self) -> bool:
+        """Whether `advance()`, after the step just taken, evaluates on dev (a pack evaluates its members due at
+        once together)."""
+        steps, every = self.outcome.steps, self.settings.eval_every
+        if every:
+            return steps % every == 0 or steps >= self.total
+        return steps >= self.total or self.position + 1 == len(self.batches)
+
     def advance(self) -> None:
         """After a step of `next_rows()`: evaluate where the schedule says (every `eval_every` steps, else at the end
         of an epoch), stop where an evaluation or the schedule says; `done` then holds."""

@@ -26,15 +26,15 @@ from typing import Callable, Sequence
 import torch
 
 from autopelt import delta
-from autopelt.data import pad_batch
+from autopelt.data import map_in_order, pad_batch
 from autopelt.delta.packing import pack_deltas, packing_refusal
 from autopelt.dtypes import settle_dtypes
 from autopelt.errors import UserError
 from autopelt.models import fresh_head, load_model, load_tokenizer, resolve_model
 from autopelt.train import backbone, device as devices
-from autopelt.train.classify import Classification, supervised_loss
+from autopelt.train.classify import Classification, score, supervised_loss
 from autopelt.train.generate import is_generation
-from autopelt.train.loop import NonFiniteLoss, Training, TrainOutcome
+from autopelt.train.loop import Evaluation, NonFiniteLoss, Training, TrainOutcome
 from autopelt.train.settings import TrialSettings
 from autopelt.train.trial import (attention_cache, close_result, conclude, fail, first_batch, new_result, run_trial,
                                   save, timed)
@@ -134,7 +134,7 @@ def _train_pack(members: list[_Member]) -> None:
                                  attention=attention["attention"], attention_choice=attention,
                                  phase_seconds=dict(phases),
                                  params=delta.count_parameters(spec, own.config, task.num_labels).to_dict())
-            objective = Classification(own, data, device, dtype)
+            objective = _MemberObjective(own, data, device, dtype)
             member.run = Training(objective, member.settings, member.report, outcome=member.outcome)
         _steps(pack, members, data, device, dtype)
         for member, own in zip(members, pack.members):
@@ -205,6 +205,7 @@ def _steps(pack, members: list[_Member], data, device, dtype) -> None:
         if kept:
             torch.stack(kept).sum().backward()
         seconds, total = time.perf_counter() - started, sum(len(part) for part in rows)
+        stepped = []
         for ((_, member), part, loss, ok) in zip(active, rows, losses, finite):
             if not ok:
                 error = NonFiniteLoss(f"the loss became {float(loss.detach())} at step {member.outcome.steps + 1}")
@@ -212,5 +213,48 @@ def _steps(pack, members: list[_Member], data, device, dtype) -> None:
                 member.done = True
                 continue
             member.run.update(len(part), float(loss.detach()), seconds * len(part) / total)
+            stepped.append(member)
+        _evaluate_together(pack, [(members.index(m), m) for m in stepped if m.run.evaluates_now()], data, device,
+                           dtype)
+        for member in stepped:
             member.run.advance()
             member.done = member.run.done
+
+
+class _MemberObjective(Classification):
+    """A member's objective: its dev evaluation is the one the pack computed for it (`given`), where there is one."""
+
+    given: Evaluation | None = None
+
+    def evaluate(self, settings: TrialSettings) -> Evaluation:
+        given, self.given = self.given, None
+        return given if given is not None else super().evaluate(settings)
+
+
+def _evaluate_together(pack, due: list[tuple[int, _Member]], data, device, dtype) -> None:
+    """The dev evaluation of the members `due` one now, in one pass a batch: each batch of dev rows once per member,
+    each member's copy through its own delta. Each member's evaluation is handed to its objective, and the pass's
+    seconds shared among them. Fewer than two: each evaluates alone (its objective's own evaluation)."""
+    if len(due) < 2:
+        return
+    started = time.perf_counter()
+    batch_size = min(member.settings.eval_batch_size for _, member in due)
+
+    def outputs(batch: dict) -> torch.Tensor:  # (rows, members x outputs): the members' side by side
+        batch.pop("labels", None)
+        rows = len(batch["input_ids"])
+        pack.rows.assign([(i, rows) for i, _ in due])
+        together = {k: v.repeat(len(due), *([1] * (v.dim() - 1))).to(device) for k, v in batch.items()}
+        with devices.autocast(device, dtype):
+            logits = pack.model(**together).logits.float().cpu()
+        return torch.cat(logits.split(rows), dim=1)
+
+    pack.model.eval()
+    with torch.inference_mode():
+        side_by_side = map_in_order(data.dev, batch_size, outputs)
+    share = (time.perf_counter() - started) / len(due)
+    for (_, member), own in zip(due, side_by_side.chunk(len(due), dim=1)):
+        keep = own if member.settings.keep_predictions else None
+        member.run.objective.given = member.run.objective.evaluation(score(own, data.dev, data.task, loss=True),
+                                                                     None, keep)
+        member.outcome.eval_seconds += share
