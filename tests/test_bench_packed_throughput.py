@@ -1,0 +1,23 @@
+"""bench/packed_throughput.py: both modes run the same trials, the packed one as a pack, and the file says so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import benches
+from tinymodels import tiny_model_dir  # noqa: F401  (a fixture)
+
+
+def test_the_same_trials_alone_and_packed_give_the_same_dev_metrics(tiny_model_dir, glue_dir, tmp_path):
+    bench = benches.load_bench("packed_throughput")
+    rows = bench.main(["--data-dir", str(glue_dir), "--task", "sst2", "--k", "8", "--model", str(tiny_model_dir),
+                       "--max-length", "32", "--threads", "1", "--batch-size", "4", "--out-dir", str(tmp_path)])
+    alone, packed = rows
+    assert [alone["mode"], packed["mode"]] == ["alone", "packed"]
+    assert alone["ok"] == packed["ok"] == len(bench.MEMBERS)
+    assert packed["dev"] == pytest.approx(alone["dev"], abs=1e-4)
+    assert alone["speedup"] == 1.0 and packed["speedup"] == pytest.approx(
+        packed["trials_per_hour"] / alone["trials_per_hour"], abs=1e-3)
+    written = json.loads(next(tmp_path.glob("packed_throughput-*.json")).read_text())
+    assert [row["mode"] for row in written["rows"]] == ["alone", "packed"] and "lora r8" in written["settings"]["members"]
