@@ -1,11 +1,11 @@
 """Trials per hour of packed trials (train/packed.py) against the same trials one by one.
 
 Trains N classification trials of different methods at fixed rates (by default LoRA, (IA)3, a Pfeiffer adapter and
-BitFit; 1 epoch; test not scored, as a search's trials) twice in this process: one after the other through
-`run_trial` (each loads its model and data, as a fresh worker would, from a warm file cache), and as one pack
-through `run_packed` (one model, one data, one pass a step). For each: the wall seconds, trials per hour, training
-examples per second over the wall time and over the training steps' time, and every trial's dev metric (packing
-must not change them beyond rounding).
+BitFit; 1 epoch; test not scored, as a search's trials) twice in this process, after an untimed warm-up step: one
+after the other through `run_trial` (each loads its model and data, as a fresh worker would, from a warm file
+cache), and as one pack through `run_packed` (one model, one data, one pass a step and a dev evaluation). For each:
+the wall seconds, trials per hour, training examples per second over the wall time and over the training steps'
+time, and every trial's dev metric (packing must not change them beyond rounding).
 
 Usage: python bench/packed_throughput.py --data-dir ../shared/data/glue-full --task sst2 --k 1000 \\
            [--model all-MiniLM-L6-v2] [--threads 2] [--epochs 1] [--order alone,packed] [--out-dir DIR]
@@ -34,7 +34,7 @@ MEMBERS = (  # (name, spec, fixed learning rate): each method at a rate it usual
 
 def trial_settings(args, spec: dict, rate: float, out_dir: Path) -> TrialSettings:
     return TrialSettings(task=args.task, spec={**spec, "pooling": args.pooling}, model=args.model,
-                         data_dir=args.data_dir, protocol=args.k, seed=0, epochs=args.epochs,
+                         data_dir=args.data_dir, protocol=args.k, dev_size=args.dev_size, seed=0, epochs=args.epochs,
                          batch_size=args.batch_size, learning_rate=rate, threads=args.threads, score_test=False,
                          max_length=args.max_length, out_dir=str(out_dir))
 
@@ -52,6 +52,13 @@ def summarise(mode: str, results: list[dict], wall: float) -> dict:
             "dev": [None if r["dev_metric"] is None else round(r["dev_metric"], 4) for r in results]}
 
 
+def warm_up(args) -> None:
+    """One step and a small evaluation, untimed: what a process pays once (imports, the attention and bf16
+    choices, the tokenisation cache) is paid before either mode runs."""
+    _, spec, rate = MEMBERS[0]
+    run_trial(trial_settings(args, spec, rate, Path(".")).replace(max_steps=1, dev_size=32, out_dir=None))
+
+
 def measure(args, mode: str, work: Path) -> dict:
     settings = [trial_settings(args, spec, rate, work / mode / str(i)) for i, (_, spec, rate) in enumerate(MEMBERS)]
     started = time.perf_counter()
@@ -64,6 +71,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--task", default="sst2")
     parser.add_argument("--k", type=int, default=1000)
+    parser.add_argument("--dev-size", type=int, default=None, help="dev rows (default: the protocol's, 1,000)")
     parser.add_argument("--model", default=None, help="default: autopelt's (all-MiniLM-L6-v2)")
     parser.add_argument("--pooling", default="mean", choices=("mean", "cls"))
     parser.add_argument("--epochs", type=int, default=1)
@@ -76,6 +84,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from results import write_results  # bench/ is sys.path[0]
 
     rows = []
+    warm_up(args)
     with tempfile.TemporaryDirectory() as work:
         load = os.getloadavg()[0]
         for mode in args.order.split(","):

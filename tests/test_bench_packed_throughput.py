@@ -9,9 +9,10 @@ from support import benches
 from tinymodels import tiny_model_dir  # noqa: F401  (a fixture)
 
 
+@pytest.mark.slow  # an end-to-end run of the benchmark (tiny, but 8 trials and their imports)
 def test_the_same_trials_alone_and_packed_give_the_same_dev_metrics(tiny_model_dir, glue_dir, tmp_path):
     bench = benches.load_bench("packed_throughput")
-    rows = bench.main(["--data-dir", str(glue_dir), "--task", "sst2", "--k", "8", "--model", str(tiny_model_dir),
+    rows = bench.main(["--data-dir", str(glue_dir), "--task", "sst2", "--k", "8", "--dev-size", "16", "--model", str(tiny_model_dir),
                        "--max-length", "32", "--threads", "1", "--batch-size", "4", "--out-dir", str(tmp_path)])
     alone, packed = rows
     assert [alone["mode"], packed["mode"]] == ["alone", "packed"]
