@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,8 @@ from safetensors.torch import load_file
 
 from autopelt.delta.packing import pack_deltas, packing_refusal
 from autopelt.errors import UserError
-from autopelt.train import TrialSettings
-from autopelt.train.packed import refusal, run_packed
+from autopelt.train import TrialSettings, run_packed
+from autopelt.train.packed import refusal
 from autopelt.train.trial import run_trial
 from conftest import moved, tiny_batch, tiny_model
 from tinymodels import tiny_model_dir  # noqa: F401  (a fixture)
@@ -138,5 +139,19 @@ def test_a_refused_trial_runs_alone_and_says_why(tiny_model_dir, glue_dir, tmp_p
     results = run_packed([make("lora", lora), make("prefix", prefix)])
     assert results[1]["packed"] == {"refused": packing_refusal(prefix[0])}
     assert "packed" not in results[0]  # the one packable trial had no other to pack with: run_trial's result
+    written = json.loads((tmp_path / "prefix" / "result.json").read_text())
+    assert written["packed"] == results[1]["packed"]
     _assert_same_trial(run_trial(make("prefix-alone", prefix)), results[1])
     assert "learning rate" in refusal(make("sweep", lora).replace(learning_rate=None))
+
+
+def test_a_member_whose_delta_does_not_fit_fails_alone(tiny_model_dir, glue_dir, tmp_path):
+    """A LoRA on a layer the 2-layer model lacks fails with its trial's reason; the two others train packed."""
+    trials = [({"methods": [{"method": "lora", "rank": 4}]}, 1e-3, 0, 8, 1),
+              ({"methods": [{"method": "lora", "rank": 4, "layers": [5]}]}, 1e-3, 0, 8, 1),
+              ({"methods": [{"method": "ia3"}]}, 3e-3, 0, 8, 1)]
+    results = run_packed([_settings(tiny_model_dir, glue_dir, tmp_path / "cache", tmp_path / str(i), *t)
+                          for i, t in enumerate(trials)])
+    assert [r["status"] for r in results] == ["ok", "failed", "ok"]
+    assert "layer" in results[1]["reason"] and results[1]["steps"] == 0
+    assert results[0]["steps"] == results[2]["steps"] > 0

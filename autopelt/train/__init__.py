@@ -2,7 +2,7 @@
 
 import importlib
 
-_EXPORTS = {"TrialSettings": "settings", "run_trial": "trial"}
+_EXPORTS = {"TrialSettings": "settings", "run_trial": "trial", "run_packed": "packed"}
 __all__ = sorted(_EXPORTS)
 
 

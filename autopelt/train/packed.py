@@ -11,7 +11,8 @@ whose modules read a site's input alone). A member whose schedule ends or that s
 Each member's result is its trial's (`run_trial`'s), with `packed` = {"members", "member"}; it evaluates and
 saves its own model, which is exactly its trial's alone. A packed trial needs its learning rate: there is no
 per-trial rate sweep in a pack. Trials that cannot pack (their `packed` = {"refused": reason}) or that share
-nothing with another run alone, one after the other, through `run_trial`.
+nothing with another (no `packed`) run alone, one after the other, through `run_trial`; a member whose delta does
+not fit the model fails alone, as its trial would.
 
 What differs from trials alone, beyond float rounding (a matmul over more rows, longer padding): a delta's own
 dropout (LoRA's `dropout` > 0) draws its masks from one random stream for the whole pack; each member's
@@ -21,12 +22,14 @@ dropout (LoRA's `dropout` > 0) draws its masks from one random stream for the wh
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from autopelt import delta
 from autopelt.data import map_in_order, pad_batch
+from autopelt.delta.inject import check_fits
 from autopelt.delta.packing import pack_deltas, packing_refusal
 from autopelt.dtypes import settle_dtypes
 from autopelt.errors import UserError
@@ -37,7 +40,7 @@ from autopelt.train.generate import is_generation
 from autopelt.train.loop import Evaluation, NonFiniteLoss, Training, TrainOutcome
 from autopelt.train.settings import TrialSettings
 from autopelt.train.trial import (attention_cache, close_result, conclude, fail, first_batch, new_result, run_trial,
-                                  save, timed)
+                                  save, timed, write_result)
 from autopelt.train.trial_data import prepare_data, resolve_task
 
 # what members of one pack share: one model, one data, one pass
@@ -60,7 +63,10 @@ def refusal(settings: TrialSettings) -> str | None:
             return f"a trial with {what} trains alone"
     if settings.precision == "fp16":
         return "fp16's loss scale is one per pass: an fp16 trial trains alone"
-    return packing_refusal(settings.spec)
+    try:
+        return packing_refusal(settings.spec)
+    except UserError as error:  # it fails alone, with its own reason
+        return f"its spec is invalid: {error}"
 
 
 def packing_key(settings: TrialSettings) -> tuple:
@@ -80,6 +86,8 @@ def run_packed(settings: Sequence[TrialSettings], reports: Sequence[Report | Non
         if reason:
             results[i] = run_trial(trial, reports[i])
             results[i]["packed"] = {"refused": reason}
+            if trial.out_dir:
+                write_result(Path(trial.out_dir), results[i])
         else:
             packs.setdefault(packing_key(trial), []).append(i)
     for members in packs.values():
@@ -126,7 +134,9 @@ def _train_pack(members: list[_Member]) -> None:
     with devices.PeakMemory(device) as memory:
         with timed(phases, "data"):
             data = prepare_data(first, load_tokenizer(model_name), task)
-        pack, dtype, attention = _build(members, task, model_name, data, device, phases)
+        pack, dtype, attention, members = _build(members, task, model_name, data, device, phases)
+        if pack is None:
+            return
         for member, own in zip(members, pack.members):
             spec = delta.parse_spec(member.settings.spec)
             member.result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary(),
@@ -154,7 +164,8 @@ def _train_pack(members: list[_Member]) -> None:
 
 
 def _build(members: list[_Member], task, model_name: str, data, device, phases: dict):
-    """The shared model with every member's delta (delta/packing.py), its autocast dtype and attention choice."""
+    """The shared model with the delta of every member whose delta fits it (delta/packing.py), its autocast dtype,
+    attention choice and those members (the pack: None where none fits)."""
     first = members[0].settings
     precision = devices.resolve_precision(first.precision, device)
     if precision == "fp16":
@@ -169,6 +180,9 @@ def _build(members: list[_Member], task, model_name: str, data, device, phases: 
         attention = backbone.choose_attention(first.attention, model, first_batch(data.train, first.batch_size),
                                               device, dtype, first.backbone_dropout, attention_cache(first))
     backbone.set_attention(model, attention["attention"])
+    members = [member for member in members if _fits(member, model.config)]
+    if not members:
+        return None, dtype, attention, members
 
     def prepare(own, i: int) -> None:  # the member's own head, as its trial alone would draw it
         fresh_head(own, members[i].settings.seed)
@@ -179,7 +193,17 @@ def _build(members: list[_Member], task, model_name: str, data, device, phases: 
         pack = pack_deltas(model, [m.settings.spec for m in members], [m.settings.seed for m in members], prepare)
         model.to(device)
         settle_dtypes(model, dtype)
-    return pack, dtype, attention
+    return pack, dtype, attention, members
+
+
+def _fits(member: _Member, model_config) -> bool:
+    """Whether the member's delta fits the model; one that does not fails alone, with its reason."""
+    try:
+        check_fits(delta.parse_spec(member.settings.spec), model_config)
+    except UserError as error:
+        fail(member.result, error, member.settings)
+        return False
+    return True
 
 
 def _steps(pack, members: list[_Member], data, device, dtype) -> None:

@@ -93,7 +93,7 @@ def close_result(result: dict, settings: TrialSettings, outcome: TrainOutcome, s
     lr_seconds = (result.get("lr_choice") or {}).get("seconds", 0.0)
     result["overhead_seconds"] = total - result["train_seconds"] - result["eval_seconds"] - lr_seconds
     if settings.out_dir:
-        _write_result(Path(settings.out_dir), result)
+        write_result(Path(settings.out_dir), result)
     return result
 
 
@@ -324,7 +324,7 @@ def task_metadata(task) -> dict:
     return {"task": task.name, "text_columns": list(task.text_columns), "label_names": list(task.label_names)}
 
 
-def _write_result(out_dir: Path, result: dict) -> None:
+def write_result(out_dir: Path, result: dict) -> None:
     """result.json without the predictions' arrays (they live in predictions.npz)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     kept = {k: v for k, v in result.items() if k != "predictions"}
