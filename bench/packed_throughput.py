@@ -8,7 +8,11 @@ the wall seconds, trials per hour, training examples per second over the wall ti
 time, and every trial's dev metric (packing must not change them beyond rounding).
 
 Usage: python bench/packed_throughput.py --data-dir ../shared/data/glue-full --task sst2 --k 1000 \\
-           [--model all-MiniLM-L6-v2] [--threads 2] [--epochs 1] [--order alone,packed] [--out-dir DIR]
+           [--model all-MiniLM-L6-v2] [--threads 2] [--epochs 1 | --max-steps N] [--dev-size N]
+           [--order alone,packed] [--repeats N] [--out-dir DIR]
+
+`speedup` is trials per hour over the one-by-one run of the same repeat; `train_speedup` the same for training
+examples per second over the training steps' time alone (no model load, data or dev evaluation).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ MEMBERS = (  # (name, spec, fixed learning rate): each method at a rate it usual
 def trial_settings(args, spec: dict, rate: float, out_dir: Path) -> TrialSettings:
     return TrialSettings(task=args.task, spec={**spec, "pooling": args.pooling}, model=args.model,
                          data_dir=args.data_dir, protocol=args.k, dev_size=args.dev_size, seed=0, epochs=args.epochs,
-                         batch_size=args.batch_size, learning_rate=rate, threads=args.threads, score_test=False,
-                         max_length=args.max_length, out_dir=str(out_dir))
+                         max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=rate,
+                         threads=args.threads, score_test=False, max_length=args.max_length, out_dir=str(out_dir))
 
 
 def summarise(mode: str, results: list[dict], wall: float) -> dict:
@@ -78,7 +82,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=None, help="train this many steps instead of --epochs")
     parser.add_argument("--order", default="alone,packed", help="the modes, in the order they run")
+    parser.add_argument("--repeats", type=int, default=1, help="run the modes' order this many times")
     parser.add_argument("--out-dir", default=None, help="where the results file goes (default benchmarks/results)")
     args = parser.parse_args(argv)
     from results import write_results  # bench/ is sys.path[0]
@@ -87,12 +93,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     warm_up(args)
     with tempfile.TemporaryDirectory() as work:
         load = os.getloadavg()[0]
-        for mode in args.order.split(","):
-            rows.append({**measure(args, mode, Path(work)), "load_before": round(load, 2)})
-            load = os.getloadavg()[0]
-    alone = next((r for r in rows if r["mode"] == "alone"), None)
-    for row in rows:
+        for repeat in range(args.repeats):
+            for mode in args.order.split(","):
+                row = measure(args, mode, Path(work) / str(repeat))
+                rows.append({"repeat": repeat, **row, "load_before": round(load, 2)})
+                load = os.getloadavg()[0]
+    for row in rows:  # against the one-by-one run of the same repeat
+        alone = next((r for r in rows if r["mode"] == "alone" and r["repeat"] == row["repeat"]), None)
         row["speedup"] = round(row["trials_per_hour"] / alone["trials_per_hour"], 3) if alone else None
+        row["train_speedup"] = round(row["train_examples_per_second"] / alone["train_examples_per_second"], 3) \
+            if alone and alone["train_examples_per_second"] else None
     members = ", ".join(f"{name} at {rate:g}" for name, _, rate in MEMBERS)
     path = write_results("packed_throughput", rows, precision=cpu_precision_note(),
                          settings={**vars(args), "members": members}, out_dir=args.out_dir,
