@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--max-steps", type=int, default=None, help="train this many steps instead of --epochs")
     parser.add_argument("--order", default="alone,packed", help="the modes, in the order they run")
     parser.add_argument("--repeats", type=int, default=1, help="run the modes' order this many times")
+    parser.add_argument("--name", default="packed_throughput", help="the results file's name (one a model)")
     parser.add_argument("--out-dir", default=None, help="where the results file goes (default benchmarks/results)")
     args = parser.parse_args(argv)
     from results import write_results  # bench/ is sys.path[0]
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         row["train_speedup"] = round(row["train_examples_per_second"] / alone["train_examples_per_second"], 3) \
             if alone and alone["train_examples_per_second"] else None
     members = ", ".join(f"{name} at {rate:g}" for name, _, rate in MEMBERS)
-    path = write_results("packed_throughput", rows, precision=cpu_precision_note(),
+    path = write_results(args.name, rows, precision=cpu_precision_note(),
                          settings={**vars(args), "members": members}, out_dir=args.out_dir,
                          notes="load_before: the 1-minute load average before the mode ran (shared machine)")
     for row in rows:

@@ -242,6 +242,7 @@ def _steps(pack, members: list[_Member], data, device, dtype) -> None:
                            dtype)
         for member in stepped:
             member.run.advance()
+            member.run.objective.given = None  # used by the evaluation it was computed for, or by none
             member.done = member.run.done
 
 
