@@ -34,6 +34,8 @@ MEMBERS = (  # (name, spec, fixed learning rate): each method at a rate it usual
     ("pfeiffer b48", {"methods": [{"method": "pfeiffer", "bottleneck": 48}]}, 1e-3),
     ("bitfit", {"methods": [{"method": "bitfit"}]}, 1e-3),
 )
+LORA_MEMBERS = tuple((f"lora r8 at {rate:g}", {"methods": [{"method": "lora", "rank": 8}]}, rate)
+                     for rate in (5e-4, 1e-3, 2e-3, 4e-3))  # the multi-LoRA packing of the papers
 
 
 def trial_settings(args, spec: dict, rate: float, out_dir: Path) -> TrialSettings:
@@ -56,15 +58,20 @@ def summarise(mode: str, results: list[dict], wall: float) -> dict:
             "dev": [None if r["dev_metric"] is None else round(r["dev_metric"], 4) for r in results]}
 
 
+def members_of(args) -> tuple:
+    return LORA_MEMBERS if args.members == "lora" else MEMBERS
+
+
 def warm_up(args) -> None:
     """One step and a small evaluation, untimed: what a process pays once (imports, the attention and bf16
     choices, the tokenisation cache) is paid before either mode runs."""
-    _, spec, rate = MEMBERS[0]
+    _, spec, rate = members_of(args)[0]
     run_trial(trial_settings(args, spec, rate, Path(".")).replace(max_steps=1, dev_size=32, out_dir=None))
 
 
 def measure(args, mode: str, work: Path) -> dict:
-    settings = [trial_settings(args, spec, rate, work / mode / str(i)) for i, (_, spec, rate) in enumerate(MEMBERS)]
+    settings = [trial_settings(args, spec, rate, work / mode / str(i))
+                for i, (_, spec, rate) in enumerate(members_of(args))]
     started = time.perf_counter()
     results = run_packed(settings) if mode == "packed" else [run_trial(s) for s in settings]
     return summarise(mode, results, time.perf_counter() - started)
@@ -82,6 +89,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--members", default="mixed", choices=("mixed", "lora"),
+                        help="mixed: LoRA, (IA)3, Pfeiffer, BitFit; lora: four LoRAs at four rates")
     parser.add_argument("--max-steps", type=int, default=None, help="train this many steps instead of --epochs")
     parser.add_argument("--order", default="alone,packed", help="the modes, in the order they run")
     parser.add_argument("--repeats", type=int, default=1, help="run the modes' order this many times")
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         row["speedup"] = round(row["trials_per_hour"] / alone["trials_per_hour"], 3) if alone else None
         row["train_speedup"] = round(row["train_examples_per_second"] / alone["train_examples_per_second"], 3) \
             if alone and alone["train_examples_per_second"] else None
-    members = ", ".join(f"{name} at {rate:g}" for name, _, rate in MEMBERS)
+    members = ", ".join(f"{name} at {rate:g}" for name, _, rate in members_of(args))
     path = write_results(args.name, rows, precision=cpu_precision_note(),
                          settings={**vars(args), "members": members}, out_dir=args.out_dir,
                          notes="load_before: the 1-minute load average before the mode ran (shared machine)")
