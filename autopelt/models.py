@@ -165,10 +165,12 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0, dtype=None):
+def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0, dtype=None,
+               quantize: str | None = None, device=None):
     """The base model with a freshly initialised sequence-classification head, seeded. Its linear weights are read
     straight into `dtype` (a trial's autocast dtype; None: fp32), whatever the checkpoint stores, with no fp32 copy
-    first; the head and everything else in fp32 (`autopelt.dtypes.settle_dtypes`)."""
+    first; the head and everything else in fp32 (`autopelt.dtypes.settle_dtypes`). `quantize` "4bit": the linears
+    but the head's in NF4 on the CUDA `device` instead (autopelt/quantize.py)."""
     import torch
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -187,7 +189,8 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
         # a fine-tuned checkpoint's head may have another number of labels: it is replaced below anyway
         model = AutoModelForSequenceClassification.from_pretrained(
             name_or_path, config=config, ignore_mismatched_sizes=True, local_files_only=bool(offline),
-            dtype=dtype or torch.float32)  # built on the meta device, each tensor read once, in dtype (transformers 5)
+            dtype=dtype or torch.float32,  # built on the meta device, each tensor read once, in dtype (transformers 5)
+            **_quantized(quantize, device, config, head=True))
     except OSError as error:
         raise UserError(f"cannot load model {name_or_path!r} ({_cause(error, offline)})") from None
     finally:
@@ -197,10 +200,11 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     return model
 
 
-def load_language_model(name_or_path: str, seed: int = 0, dtype=None):
+def load_language_model(name_or_path: str, seed: int = 0, dtype=None, quantize: str | None = None, device=None):
     """The base model with its own LM head (a decoder's causal LM, T5's encoder-decoder), seeded; a one-line error
     for a family autopelt does not know. Its linear weights (the LM head's too) are read straight into `dtype` (a
-    trial's autocast dtype; None: fp32), whatever the checkpoint stores; everything else in fp32."""
+    trial's autocast dtype; None: fp32), whatever the checkpoint stores; everything else in fp32. `quantize`
+    "4bit": the linears but the LM head's in NF4 on the CUDA `device` instead (autopelt/quantize.py)."""
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -218,13 +222,25 @@ def load_language_model(name_or_path: str, seed: int = 0, dtype=None):
     try:
         model = model_class(config, lm=True).from_pretrained(name_or_path, config=config,
                                                              local_files_only=bool(offline),
-                                                             dtype=dtype or torch.float32)
+                                                             dtype=dtype or torch.float32,
+                                                             **_quantized(quantize, device, config, head=False))
     except (OSError, ValueError) as error:
         raise UserError(f"cannot load model {name_or_path!r} as a language model ({_cause(error, offline)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
     _settle_loaded(model, dtype)
     return model
+
+
+def _quantized(quantize: str | None, device, config, head: bool) -> dict:
+    """from_pretrained's arguments for a quantised base (none without `quantize`); a new task head (`head`) stays
+    in full precision, as a language model's own head does (transformers keeps the output embedding)."""
+    if not quantize:
+        return {}
+    from autopelt.delta.families import architecture_of
+    from autopelt.quantize import load_arguments
+
+    return load_arguments(device, list(architecture_of(config).head_parts) if head else [])
 
 
 def _settle_loaded(model, dtype, keep_fp32=()) -> None:

@@ -282,8 +282,9 @@ def out_of_memory_reason(error: BaseException, device: torch.device) -> str:
     first = re.split(OUT_OF_MEMORY_DETAIL, first)[0]  # per-process accounting and allocator advice: not the point
     if allowed:
         first += f" This trial may use {allowed.group(1)}."
-    remedy = ("lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU" if device.type == "cuda"
-              else "lower --batch-size, or run fewer --workers at once")
+    remedy = ("lower --batch-size or --max-length, or raise --gpus-per-trial so that fewer trials share a GPU"
+              if device.type == "cuda"
+              else "lower --batch-size or --max-length, or run fewer --workers at once")
     return f"out of memory: {first} ({remedy})"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from autopelt import delta
+from autopelt import delta, quantize
 from autopelt.data.generation import PROMPT, load_generation_splits, make_generation_splits
 from autopelt.dtypes import settle_dtypes
 from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
@@ -40,16 +40,18 @@ def run_generation(settings, result: dict, outcome, report=None, on_step=None) -
     if settings.out_dir:
         metadata = {"base_model": portable_name(model_name), "task": task.name, "generation": {
             "input_column": task.input_column, "target_column": task.target_column, "prompt": PROMPT}}
-        result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                   metadata=metadata))
+        result["delta_dir"] = str(delta.save_delta(model if settings.quantize else model.cpu(), spec,
+                                                   Path(settings.out_dir) / "delta", metadata=metadata))
 
 
 def _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step):
     tokenizer = load_tokenizer(model_name)
     check_generation_tokenizer(tokenizer, model_name)
-    precision = devices.resolve_precision(settings.precision, device)
+    quantize.check(settings, spec.to_dict(), model_name, device)
+    precision = quantize.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
-    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
+    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision),
+                                quantize=settings.quantize, device=device)
     check_generator(model.config)
     backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
     delta.apply_delta(model, spec, seed=settings.seed)
@@ -82,9 +84,10 @@ def score_saved_generation(settings, delta_dir) -> dict:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
     tokenizer = load_tokenizer(model_name)
-    precision = devices.resolve_precision(settings.precision, device)
+    precision = quantize.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
-    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
+    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision),
+                                quantize=settings.quantize, device=device)
     delta.load_delta(model, delta_dir, seed=settings.seed)
     model.to(device)
     settle_dtypes(model, dtype)

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from autopelt import delta
+from autopelt import delta, quantize
 from autopelt.data import pad_batch
 from autopelt.data.cache import default_cache_dir
 from autopelt.delta.registry import method_of
@@ -160,7 +160,8 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
                 save_predictions(settings.out_dir, predictions)
                 del result["predictions"]
             metadata = {"base_model": portable_name(model_name), **task_metadata(task)}
-            result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
+            result["delta_dir"] = str(delta.save_delta(model if settings.quantize else model.cpu(), spec,
+                                                       Path(settings.out_dir) / "delta",
                                                        metadata=metadata))
 
 
@@ -218,7 +219,7 @@ def _saved_model(result: dict, settings: TrialSettings):
     precision = result.get("precision") or devices.resolve_precision(settings.precision, device)
     dtype = devices.autocast_dtype(precision)
     model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed,
-                       dtype=devices.load_dtype(precision))
+                       dtype=devices.load_dtype(precision), quantize=settings.quantize, device=device)
     if result.get("attention"):
         backbone.set_attention(model, result["attention"])
     delta.load_delta(model, delta_dir, seed=settings.seed)
@@ -231,12 +232,14 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     """The model with the delta in place, on `device`, its frozen weights in the trial's precision; the autocast
     dtype. Records precision, attention and parameter counts in `result`, and the seconds of each part."""
     phases = result["phase_seconds"]
-    precision = devices.resolve_precision(settings.precision, device)
+    quantize.check(settings, spec.to_dict(), model_name, device)
+    precision = quantize.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
     with timed(phases, "model"):
         torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
         model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed,
-                           dtype=devices.load_dtype(precision))  # the frozen weights read in the trial's dtype
+                           dtype=devices.load_dtype(precision),  # the frozen weights read in the trial's dtype
+                           quantize=settings.quantize, device=device)
         backbone.set_backbone_dropout(model, settings.backbone_dropout)  # before the delta: its dropout stays
         if task.regression:
             result["head_centered"] = backbone.center_regression_head(model, data.train.labels)
