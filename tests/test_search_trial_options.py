@@ -46,7 +46,7 @@ def test_every_trial_gets_the_batch_size_and_length_asked_for_over_what_it_drew(
     (["--max-length", "-3"], "--max-length must be a whole number, at least 1, not -3"),
     (["--max-length", "4096"], "--max-length 4096 is more than the model's 512 positions; give --max-length 512 or "
                                "less"),
-    (["--workers", "0"], "--workers must be a whole number, at least 1, not 0"),
+    (["--workers", "0"], "--workers must be at least 1, not 0"),
 ])
 def test_a_bad_trial_option_is_one_line_before_any_study(flags, line, tmp_path, monkeypatch, capsys, sst2_dir,
                                                          tiny_model_dir):

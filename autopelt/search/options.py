@@ -52,7 +52,7 @@ def check_numbers(options: SearchOptions) -> None:
     """Raise UserError on the first number or choice out of its range; reads nothing else."""
     if options.workers is not None and (isinstance(options.workers, bool) or not isinstance(options.workers, int)
                                         or options.workers < 1):
-        raise UserError(f"--workers must be a whole number, at least 1, not {options.workers!r}")
+        raise UserError(f"--workers must be at least 1, not {options.workers!r}")
     for flag, value in (("--batch-size", options.batch_size), ("--max-length", options.max_length)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UserError(f"{flag} must be a whole number, at least 1, not {value!r}")
