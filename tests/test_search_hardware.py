@@ -32,9 +32,9 @@ def step(gib: float | None, shape: str = "batch 32 x 128 tokens") -> StepProbe:
 
 
 def test_a_machine_without_a_gpu_runs_one_trial_at_a_time_on_all_its_cores():
-    placed = resources.place(options(), Hardware(8), step(1))
-    assert placed == Placement(1, 8, 0, placed.note)
-    assert placed.note == "1 worker (8 CPU cores, no CUDA GPU): one trial at a time on 8 CPU threads (--workers to choose)"
+    """As before the hardware chose: the header's study line says "1 worker", and nothing more is said."""
+    assert resources.place(options(), Hardware(8), step(1)) == Placement(1, 8, 0, "")
+    assert resources.place(options(cpus_per_trial=2), Hardware(8), step(1)) == Placement(1, 2, 0, "")
 
 
 def test_an_h200_runs_as_many_trials_as_its_cores_feed_when_its_memory_holds_more():

@@ -33,8 +33,9 @@ class Hardware:
 
 
 def probe() -> Hardware:
-    """This machine as a local search sees it: `os.cpu_count()` cores, and each visible CUDA GPU's name, total and
-    free memory (asking initialises CUDA in this process)."""
+    """This machine as a local search sees it: the cores this process may run on, and each visible CUDA GPU's name,
+    total and free memory (asking opens a CUDA context on each GPU in this process, as gpu_share's measured step
+    does on the first)."""
     import torch
 
     gpus = []
@@ -42,4 +43,12 @@ def probe() -> Hardware:
         for index in range(torch.cuda.device_count()):
             free, total = torch.cuda.mem_get_info(index)
             gpus.append(Gpu(torch.cuda.get_device_name(index), int(total), int(free)))
-    return Hardware(os.cpu_count() or 1, tuple(gpus))
+    return Hardware(cpu_count(), tuple(gpus))
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (its affinity, where the system says; a container's CPU set), else all."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

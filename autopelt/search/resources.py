@@ -69,11 +69,8 @@ def place(options: SearchOptions, hardware: Hardware, step: StepProbe) -> Placem
 
 
 def _default_placement(options: SearchOptions, hardware: Hardware, step: StepProbe) -> Placement:
-    if not hardware.gpus or options.gpus_per_trial == 0:
-        cpus = options.cpus_per_trial or hardware.cpus
-        why = hardware.line() if not hardware.gpus else f"--gpus-per-trial 0; {hardware.line()}"
-        return Placement(1, cpus, 0, f"1 worker ({why}): one trial at a time on {cpus:g} CPU threads "
-                                     f"(--workers to choose)")
+    if not hardware.gpus or options.gpus_per_trial == 0:  # as before there was a choice: the header's "1 worker"
+        return Placement(1, options.cpus_per_trial or hardware.cpus, 0)
     feed = options.cpus_per_trial or CPUS_PER_GPU_TRIAL
     by_cpu = max(1, int((hardware.cpus - DRIVER_CPUS) // feed))
     need, failed = _measured(step)
