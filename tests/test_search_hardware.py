@@ -94,3 +94,25 @@ def test_the_plan_holds_the_workers_the_hardware_gave_and_says_why(tmp_path, mon
     assert plan.gpu_note.startswith("15 workers on 16 CPU cores, 1 GPU (NVIDIA H200")
     assert plan.finalists == 6  # 3 rounded up to a round of 15 workers, at most a third of the 20 trials
     assert prepare(asked, Hardware(2)).options.workers == 1
+
+
+def test_a_plan_on_a_ray_cluster_takes_one_trial_per_gpu_it_has(tmp_path, monkeypatch, caplog):
+    """The cluster as `ray.cluster_resources()` describes it (the probe of a cluster); the finalists follow the
+    workers (3 rounded up to a round of 4)."""
+    from autopelt.search import ray_backend
+
+    monkeypatch.setattr(ray_backend.ray, "cluster_resources", lambda: {"CPU": 64.0, "GPU": 4.0})
+
+    def plan(**given):
+        return prepare(SearchOptions(task="rte", storage=f"sqlite:///{tmp_path}/study.db", out=str(tmp_path / "out"),
+                                     space=str(fakes.SPACE), data_dir=str(GLUE_DIR), baselines=False,
+                                     portfolio="none", budget=20, ray_address="10.0.0.1:6379", **given), Hardware(2))
+
+    placed = ray_backend.on_cluster(plan())
+    assert (placed.options.workers, placed.gpus_per_trial, placed.cpus_per_trial, placed.finalists) == (4, 1, 1, 4)
+    assert placed.gpu_note.startswith("4 workers: the Ray cluster's 4 GPUs, one a trial") and not caplog.records
+    asked = ray_backend.on_cluster(plan(workers=2))
+    assert (asked.options.workers, asked.gpus_per_trial) == (2, 0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "the Ray cluster has 4 GPUs but each trial asks for none: pass --gpus-per-trial (1, or a share) to train on "
+        "them"]
