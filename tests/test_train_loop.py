@@ -247,6 +247,15 @@ def test_the_losses_are_checked_every_few_steps(monkeypatch, make_settings):
     assert len(calls) == 4 < STEPS_PER_EPOCH
 
 
+def test_a_cpu_trial_keeps_fp32_matmuls_in_fp32(make_settings):
+    """TF32 is for CUDA cards that have it: a CPU trial in fp32 leaves torch's float32 matmul precision alone."""
+    from autopelt.train import device as devices
+
+    assert devices.allow_tf32(torch.device("cpu"), None) is False
+    assert_ok(run_trial(make_settings(precision="fp32", max_steps=1, epochs=1)))
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
 def test_a_huge_learning_rate_fails_on_a_non_finite_loss(make_settings):
     """No monkeypatching: a real divergence (lr 1e30 without clipping) is caught by the loss check."""
     result = run_trial(make_settings(learning_rate=1e30, grad_clip=float("inf"), warmup_ratio=0.0, epochs=3))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generationdata import make_tiny_lm_folder, write_e2e_like
 from safetensors.torch import load_file
 from tinymodels import make_tiny_model_folder, tiny_model_dir, trial_cache, trial_settings, write_glue_like  # noqa: F401
 
-from autopelt.train import run_trial, warm
+from autopelt.train import TrialSettings, run_trial, warm
 
 SPECS = {
     "lora": {"methods": [{"method": "lora", "rank": 4}]},
@@ -141,3 +142,20 @@ def test_warm_off_loads_every_trial(settings, monkeypatch):
     monkeypatch.setenv(warm.WARM_ENV, "off")
     run_trial(settings("lora"))
     assert run_trial(settings("lora"))["warm"] == {"model": False, "data": False}
+
+
+def test_a_warm_generation_trial_is_the_cold_trial(tmp_path, monkeypatch):
+    """A generation trial's language model (tied embeddings, no task head) is held as a classifier's is."""
+    pytest.importorskip("sacrebleu")
+    model, data = make_tiny_lm_folder(tmp_path / "lm"), write_e2e_like(tmp_path / "gen")
+
+    def settings(method: str, name: str) -> TrialSettings:
+        return TrialSettings(task="e2e", spec=SPECS[method], model=str(model), data_dir=str(data),
+                             custom_task={"input_column": "mr", "target_column": "ref"}, epochs=1, batch_size=8,
+                             learning_rate=1e-2, threads=1, max_new_tokens=4, out_dir=str(tmp_path / name))
+
+    expected = cold(settings("lora", "cold"), monkeypatch)
+    assert run_trial(settings("prompt", "first"))["warm"]["model"] is False
+    again = run_trial(settings("lora", "again"))
+    assert again["warm"]["model"]
+    assert_same_trial(again, expected)
