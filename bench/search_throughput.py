@@ -69,14 +69,17 @@ HAND_OVER = ("data", "model", "attention", "delta")  # before a trial trains: wh
 
 
 def hand_over(results: list[dict], summary: dict) -> dict:
-    """The trials' hand-over: its seconds (in all, per trial, each phase), its share of the worker time, and how
-    many trials found their model held (`warm`)."""
+    """The trials' hand-over (`results` in trial order): its seconds (in all, per trial, per trial after each
+    worker's first, each phase), its share of the worker time, and how many trials found their model held
+    (`warm`). A worker's first trial loads whether or not workers hold."""
     phases = {name: sum(trial_phases(r)[name] for r in results) for name in HAND_OVER}
     worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
     seconds = sum(phases.values())
+    later = [sum(trial_phases(r)[name] for name in HAND_OVER) for r in results[summary["workers"]:]]
     return {"trials": len(results), "warm_trials": sum(bool((r.get("warm") or {}).get("model")) for r in results),
             "hand_over_seconds": round(seconds, 2),
             "per_trial_seconds": round(seconds / len(results), 3) if results else 0.0,
+            "per_later_trial_seconds": round(sum(later) / len(later), 3) if later else None,
             "share_pct": round(100 * seconds / worker_time, 2) if worker_time else 0.0,
             **{f"{name}_seconds": round(value, 2) for name, value in phases.items()},
             "trials_per_hour": round(summary["trials_per_hour"], 1)}
@@ -158,7 +161,8 @@ def main() -> None:
     runs = {mode: run(args, extra, args.work_dir / mode, mode == "on", write=False) for mode in ("on", "off")}
     rows = [{"warm": mode, **hand_over(results, summary)} for mode, (summary, results) in runs.items()]
     print("\n".join(f"warm {row['warm']}: hand-over {row['hand_over_seconds']} s over {row['trials']} trials "
-                    f"({row['per_trial_seconds']} s a trial, {row['share_pct']}% of worker time; data "
+                    f"({row['per_trial_seconds']} s a trial, {row['per_later_trial_seconds']} s after a worker's "
+                    f"first; {row['share_pct']}% of worker time; data "
                     f"{row['data_seconds']} s, model {row['model_seconds']} s), {row['warm_trials']} warm"
                     for row in rows))
     from results import write_results  # bench/results.py, beside this script

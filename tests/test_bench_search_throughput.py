@@ -58,4 +58,5 @@ def test_the_hand_over_adds_the_phases_before_training_and_counts_the_warm_trial
     handed = bench.hand_over([cold, warm], summary)
     assert handed["trials"] == 2 and handed["warm_trials"] == 1
     assert handed["hand_over_seconds"] == pytest.approx(4.2) and handed["per_trial_seconds"] == pytest.approx(2.1)
+    assert handed["per_later_trial_seconds"] == pytest.approx(0.2)  # the worker's second trial, held
     assert handed["model_seconds"] == pytest.approx(1.1) and handed["share_pct"] == pytest.approx(100 * 4.2 / 110, abs=0.01)
