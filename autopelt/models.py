@@ -165,10 +165,13 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0, dtype=None):
+def load_model(name_or_path: str, num_labels: int, problem_type: str | None = None, seed: int = 0, dtype=None,
+               quantize: str | None = None, device=None, info: dict | None = None):
     """The base model with a freshly initialised sequence-classification head, seeded. Its linear weights are read
     straight into `dtype` (a trial's autocast dtype; None: fp32), whatever the checkpoint stores, with no fp32 copy
-    first; the head and everything else in fp32 (`autopelt.dtypes.settle_dtypes`)."""
+    first; the head and everything else in fp32 (`autopelt.dtypes.settle_dtypes`). `quantize` "4bit": the linears
+    but the head's in NF4 on the CUDA `device` instead (autopelt/quantize.py). `info`, where given, receives
+    transformers' loading info (`missing_keys`, `mismatched_keys`, ...): what was initialised rather than read."""
     import torch
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -185,22 +188,28 @@ def load_model(name_or_path: str, num_labels: int, problem_type: str | None = No
     hf_logging.disable_progress_bar()
     try:
         # a fine-tuned checkpoint's head may have another number of labels: it is replaced below anyway
-        model = AutoModelForSequenceClassification.from_pretrained(
+        model, loading = AutoModelForSequenceClassification.from_pretrained(
             name_or_path, config=config, ignore_mismatched_sizes=True, local_files_only=bool(offline),
-            dtype=dtype or torch.float32)  # built on the meta device, each tensor read once, in dtype (transformers 5)
+            dtype=dtype or torch.float32, output_loading_info=True,  # each tensor read once, in dtype
+            **_quantized(quantize, device, config, head=True))
     except OSError as error:
         raise UserError(f"cannot load model {name_or_path!r} ({_cause(error, offline)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+    if info is not None:
+        info.update(loading)
     _settle_loaded(model, dtype, keep_fp32=_head_modules(model))
     fresh_head(model, seed)  # drawn in fp32, whatever the trial computes in
     return model
 
 
-def load_language_model(name_or_path: str, seed: int = 0, dtype=None):
+def load_language_model(name_or_path: str, seed: int = 0, dtype=None, quantize: str | None = None, device=None,
+                        info: dict | None = None):
     """The base model with its own LM head (a decoder's causal LM, T5's encoder-decoder), seeded; a one-line error
     for a family autopelt does not know. Its linear weights (the LM head's too) are read straight into `dtype` (a
-    trial's autocast dtype; None: fp32), whatever the checkpoint stores; everything else in fp32."""
+    trial's autocast dtype; None: fp32), whatever the checkpoint stores; everything else in fp32. `quantize`
+    "4bit": the linears but the LM head's in NF4 on the CUDA `device` instead (autopelt/quantize.py). `info` as
+    `load_model`'s."""
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -216,15 +225,31 @@ def load_language_model(name_or_path: str, seed: int = 0, dtype=None):
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        model = model_class(config, lm=True).from_pretrained(name_or_path, config=config,
-                                                             local_files_only=bool(offline),
-                                                             dtype=dtype or torch.float32)
+        model, loading = model_class(config, lm=True).from_pretrained(name_or_path, config=config,
+                                                                      local_files_only=bool(offline),
+                                                                      dtype=dtype or torch.float32,
+                                                                      output_loading_info=True,
+                                                                      **_quantized(quantize, device, config,
+                                                                                   head=False))
     except (OSError, ValueError) as error:
         raise UserError(f"cannot load model {name_or_path!r} as a language model ({_cause(error, offline)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+    if info is not None:
+        info.update(loading)
     _settle_loaded(model, dtype)
     return model
+
+
+def _quantized(quantize: str | None, device, config, head: bool) -> dict:
+    """from_pretrained's arguments for a quantised base (none without `quantize`); a new task head (`head`) stays
+    in full precision, as a language model's own head does (transformers keeps the output embedding)."""
+    if not quantize:
+        return {}
+    from autopelt.delta.families import architecture_of
+    from autopelt.quantize import load_arguments
+
+    return load_arguments(device, list(architecture_of(config).head_parts) if head else [])
 
 
 def _settle_loaded(model, dtype, keep_fp32=()) -> None:
@@ -295,8 +320,9 @@ def _model_file(name_or_path: str, name: str) -> Path | None:
 
 
 def fresh_head(model, seed: int) -> None:
-    """A checkpoint's own task head is never reused: every trial's head is random, from its seed (drawn again in
-    place: a packed trial's own copy of the head, train/packed.py)."""
+    """A checkpoint's own task head is never reused: every trial's head is random, from its seed (its linear
+    layers' weights drawn from a generator of their own, their biases zero; the global random state is not read).
+    Drawn again in place for a packed trial's own copy of the head (train/packed.py)."""
     import torch
 
     from autopelt.delta.families import architecture_of

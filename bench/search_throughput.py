@@ -9,14 +9,20 @@ the search spends on its own (Ray and worker start-up, imports, the sampler, stu
 less the seconds their trials took. The overhead share is everything but the learning-rate sweep (which trains
 and evaluates its candidates), training and evaluation, over the search's worker time.
 
+The hand-over is what a trial spends before it trains: data, model, attention choice, building the delta. A
+worker holds the model and rows between trials (autopelt/train/warm.py); `--warm both` runs the search twice,
+holding and with AUTOPELT_WARM=0, and compares their hand-overs (`search-throughput-warm` results).
+
 Usage: python bench/search_throughput.py --data-dir ../shared/data/glue-full --task sst2 --k 1000 --budget 4 \\
-           --work-dir /tmp/throughput [--workers 1] [--cpus-per-trial 2] [--epochs 1] [-- extra search flags]
+           --work-dir /tmp/throughput [--workers 1] [--cpus-per-trial 2] [--epochs 1] [--warm on|off|both] \\
+           [-- extra search flags]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -59,6 +65,24 @@ def summarise(results: list[dict], wall: float, workers: int, stopped: list[floa
 
 
 OVERHEAD = ("data", "model", "attention", "delta", "save", "rest of the trial")  # a trial's own, not learning
+HAND_OVER = ("data", "model", "attention", "delta")  # before a trial trains: what a warm worker shortens
+
+
+def hand_over(results: list[dict], summary: dict) -> dict:
+    """The trials' hand-over (`results` in trial order): its seconds (in all, per trial, per trial after each
+    worker's first, each phase), its share of the worker time, and how many trials found their model held
+    (`warm`). A worker's first trial loads whether or not workers hold."""
+    phases = {name: sum(trial_phases(r)[name] for r in results) for name in HAND_OVER}
+    worker_time = max(summary["wall_seconds"] * summary["workers"], sum(summary["phase_seconds"].values()))
+    seconds = sum(phases.values())
+    later = [sum(trial_phases(r)[name] for name in HAND_OVER) for r in results[summary["workers"]:]]
+    return {"trials": len(results), "warm_trials": sum(bool((r.get("warm") or {}).get("model")) for r in results),
+            "hand_over_seconds": round(seconds, 2),
+            "per_trial_seconds": round(seconds / len(results), 3) if results else 0.0,
+            "per_later_trial_seconds": round(sum(later) / len(later), 3) if later else None,
+            "share_pct": round(100 * seconds / worker_time, 2) if worker_time else 0.0,
+            **{f"{name}_seconds": round(value, 2) for name, value in phases.items()},
+            "trials_per_hour": round(summary["trials_per_hour"], 1)}
 
 
 def study_records(database: Path) -> list:
@@ -125,31 +149,66 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cpus-per-trial", type=float)
     parser.add_argument("--model")
+    parser.add_argument("--warm", choices=("on", "off", "both"), default="on",
+                        help="workers hold the model and rows between trials (on), load them per trial (off), or "
+                             "one search each way, compared (both)")
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, help="also write the summary and every trial's phases as JSON here")
     args, extra = parser.parse_known_args()
-    args.work_dir.mkdir(parents=True, exist_ok=True)
+    if args.warm != "both":
+        run(args, extra, args.work_dir, args.warm == "on", write=True)
+        return
+    runs = {mode: run(args, extra, args.work_dir / mode, mode == "on", write=False) for mode in ("on", "off")}
+    rows = [{"warm": mode, **hand_over(results, summary)} for mode, (summary, results) in runs.items()]
+    print("\n".join(f"warm {row['warm']}: hand-over {row['hand_over_seconds']} s over {row['trials']} trials "
+                    f"({row['per_trial_seconds']} s a trial, {row['per_later_trial_seconds']} s after a worker's "
+                    f"first; {row['share_pct']}% of worker time; data "
+                    f"{row['data_seconds']} s, model {row['model_seconds']} s), {row['warm_trials']} warm"
+                    for row in rows))
+    from results import write_results  # bench/results.py, beside this script
+
+    precision = ", ".join(sorted({r["precision"] for _, results in runs.values() for r in results
+                                  if r.get("precision")})) or None
+    print(write_results("search-throughput-warm", rows, precision=precision,
+                        notes="the same search twice: workers holding the model and rows between trials (on) and "
+                              "AUTOPELT_WARM=0 (off); hand-over = data, model, attention and delta phases",
+                        settings={"task": args.task, "k": args.k, "budget": args.budget, "epochs": args.epochs,
+                                  "workers": args.workers, "model": args.model}))
+
+
+def run(args, extra: list[str], work_dir: Path, warm: bool, write: bool) -> tuple[dict, list[dict]]:
+    """One search in `work_dir`, timed; its summary and its trials' results (written as `search-throughput` when
+    `write`)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "autopelt.cli", "search", "--task", args.task, "--data-dir", args.data_dir,
-               "--k", str(args.k), "--budget", args.budget, "--storage", f"sqlite:///{args.work_dir / 'study.db'}",
-               "--study-name", "throughput", "--out", str(args.work_dir / "trials"), "--workers", str(args.workers)]
+               "--k", str(args.k), "--budget", args.budget, "--storage", f"sqlite:///{work_dir / 'study.db'}",
+               "--study-name", "throughput", "--out", str(work_dir / "trials"), "--workers", str(args.workers)]
     for flag in ("epochs", "cpus_per_trial", "model"):
         if getattr(args, flag) is not None:
             command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     command += [a for a in extra if a != "--"]
-    print("$ autopelt " + " ".join(command[3:]), flush=True)
+    print(f"$ {'' if warm else 'AUTOPELT_WARM=0 '}autopelt " + " ".join(command[3:]), flush=True)
     started = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "AUTOPELT_WARM": "1" if warm
+                                                                         else "0"})
     wall = time.perf_counter() - started
     by_number = {int(p.parent.name.split("-")[-1]): json.loads(p.read_text())
-                 for p in sorted((args.work_dir / "trials").glob("trial-*/result.json"))}
+                 for p in sorted((work_dir / "trials").glob("trial-*/result.json"))}
     results = list(by_number.values())
-    records = study_records(args.work_dir / "study.db")
+    records = study_records(work_dir / "study.db")
     summary = summarise(results, wall, args.workers, stopped_seconds(records))
     summary["running_overhead_share"] = running_overhead(records, by_number)
+    summary["warm"] = hand_over(results, summary)
     print(table(summary))
     if summary["running_overhead_share"] is not None:
         print(f"in a running study (every trial with a result but the first): overhead "
               f"{100 * summary['running_overhead_share']:.1f}% of a trial")
+    if write:
+        write_summary(args, command, summary, results)
+    return summary, results
+
+
+def write_summary(args, command: list[str], summary: dict, results: list[dict]) -> None:
     from results import write_results  # bench/results.py, beside this script
 
     precision = ", ".join(sorted({r["precision"] for r in results if r.get("precision")})) or None

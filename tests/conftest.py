@@ -22,6 +22,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("AUTOPELT_CPU_BF16_SPEEDUP", "none")
 # and `--attention auto` takes sdpa untimed, for the same reason (tests/test_train_backbone.py tests the timing)
 os.environ.setdefault("AUTOPELT_ATTENTION", "sdpa")
+# and every trial loads its model and rows, so a test sees its own loads (tests/test_warm.py turns holding on)
+os.environ.setdefault("AUTOPELT_WARM", "0")
 
 # The test support package (tests/support) is imported by subprocesses and Ray workers too: they inherit this.
 TESTS_DIR = Path(__file__).resolve().parent

@@ -48,3 +48,15 @@ def test_a_running_study_s_overhead_leaves_out_the_first_trial_and_counts_the_ha
                SimpleNamespace(number=2, seconds=10.5), SimpleNamespace(number=3, seconds=12.0)]  # 3: stopped
     # trial 1: 0.5 s handed over + 0.5 data + 0.5 rest; trial 2: 0.5 + 0.5 model + 0.5 rest
     assert bench.running_overhead(records, results) == pytest.approx(3.0 / 31.0)
+
+
+def test_the_hand_over_adds_the_phases_before_training_and_counts_the_warm_trials():
+    bench = load_bench()
+    cold = {**result(30.0, 20.0, 5.0, data=2.0, model=1.0, attention=0.5, delta=0.5), "warm": {"model": False}}
+    warm = {**result(25.0, 20.0, 5.0, data=0.0, model=0.1, delta=0.1), "warm": {"model": True, "data": True}}
+    summary = bench.summarise([cold, warm], wall=110.0, workers=1)
+    handed = bench.hand_over([cold, warm], summary)
+    assert handed["trials"] == 2 and handed["warm_trials"] == 1
+    assert handed["hand_over_seconds"] == pytest.approx(4.2) and handed["per_trial_seconds"] == pytest.approx(2.1)
+    assert handed["per_later_trial_seconds"] == pytest.approx(0.2)  # the worker's second trial, held
+    assert handed["model_seconds"] == pytest.approx(1.1) and handed["share_pct"] == pytest.approx(100 * 4.2 / 110, abs=0.01)

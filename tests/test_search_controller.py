@@ -23,6 +23,7 @@ from autopelt.delta.presets import BASELINES, PRESETS
 from autopelt.errors import UserError
 from autopelt.search import baselines, claims, controller as controller_module, finalists, recorder, recovery, refine
 from autopelt.search.controller import DONE, WAIT, Controller
+from autopelt.search.hardware import Gpu, Hardware
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.recovery import Owner, host_id
 from autopelt.search.resume import open_study
@@ -533,34 +534,33 @@ def test_a_trial_of_another_machine_is_interrupted_once_its_heartbeat_is_stale(t
     assert quick.trials[remote.number].user_attrs["fail_reason"] == claims.INTERRUPTED
 
 
+def machine(gpus: int, cpus: int = 16, free: int = 80 * 2**30) -> Hardware:
+    """A machine as `hardware.probe` describes one: `gpus` cards of 80 GiB, `free` of each free."""
+    return Hardware(cpus, tuple(Gpu("NVIDIA H100", 80 * 2**30, free) for _ in range(gpus)))
+
+
 @pytest.mark.parametrize("gpus, workers, address, expected", [
     (0, 1, None, 0), (1, 1, None, 1), (1, 2, None, 0.5), (4, 2, None, 1), (2, 3, None, 0.5),
     (4, 1, "10.0.0.1:6379", 0)])
 def test_a_gpu_machine_trains_on_its_gpus_without_a_flag(tmp_path, monkeypatch, gpus, workers, address, expected):
     from autopelt.search import gpu_share
-    from autopelt.search import resources as resources_module
 
-    monkeypatch.setattr(resources_module, "local_gpus", lambda: gpus)
-    monkeypatch.setattr(resources_module, "gpu_bytes", lambda: 80 * 2**30)
     monkeypatch.setattr(gpu_share, "measure_trial_bytes", lambda *a, **k: 2**30)  # a GPU's memory holds many
     options = search_options(tmp_path, workers=workers, ray_address=address)
-    assert prepare(options).gpus_per_trial == expected
+    assert prepare(options, machine(gpus)).gpus_per_trial == expected
     if gpus:
-        asked = search_options(tmp_path, gpus_per_trial=0.25)
-        assert prepare(asked).gpus_per_trial == 0.25  # what is asked wins
+        asked = search_options(tmp_path, gpus_per_trial=0.25, workers=workers)
+        assert prepare(asked, machine(gpus)).gpus_per_trial == 0.25  # what is asked wins
 
 
 def test_no_more_trials_share_a_gpu_than_fit_in_its_memory_by_a_measured_step(tmp_path, monkeypatch):
     """8 workers on one 80 GiB GPU whose trial step measured 20 GiB: 3 at once (0.85 x 80 / (20 + 0.6)), said in
     one line; the step measured at the space's largest batch (32) and the trial's default length (128)."""
     from autopelt.search import gpu_share
-    from autopelt.search import resources as resources_module
 
     measured = []
-    monkeypatch.setattr(resources_module, "local_gpus", lambda: 1)
-    monkeypatch.setattr(resources_module, "gpu_bytes", lambda: 80 * 2**30)
     monkeypatch.setattr(gpu_share, "measure_trial_bytes", lambda *a, **k: measured.append(a) or 20 * 2**30)
-    plan = prepare(search_options(tmp_path, workers=8))
+    plan = prepare(search_options(tmp_path, workers=8), machine(1))
     assert plan.gpus_per_trial == pytest.approx(1 / 3) and len(measured) == 1 and measured[0][3:5] == (32, 128)
     assert plan.gpu_note.startswith("3 trials share a GPU: a training step at batch 32 x 128 tokens took 20.0 GiB")
     assert gpu_share.trials_per_gpu(8, 1, 100 * 2**30, 80 * 2**30) == 1  # never none
@@ -569,14 +569,12 @@ def test_no_more_trials_share_a_gpu_than_fit_in_its_memory_by_a_measured_step(tm
 
 def test_a_gpu_share_measurement_that_fails_leaves_the_workers_spread_and_says_why(tmp_path, monkeypatch):
     from autopelt.search import gpu_share
-    from autopelt.search import resources as resources_module
 
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 30.00 GiB\nmore detail")
 
-    monkeypatch.setattr(resources_module, "local_gpus", lambda: 1)
     monkeypatch.setattr(gpu_share, "measure_trial_bytes", out_of_memory)
-    plan = prepare(search_options(tmp_path, workers=4))
+    plan = prepare(search_options(tmp_path, workers=4), machine(1))
     assert plan.gpus_per_trial == 0.25
     assert plan.gpu_note == ("4 trials share a GPU, unmeasured: a training step at batch 32 x 128 tokens failed "
                              "(CUDA out of memory. Tried to allocate 30.00 GiB; --gpus-per-trial to choose)")

@@ -4,12 +4,18 @@ budget names only the portfolio members it runs."""
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import math
+import weakref
 
 import optuna
+import pytest
+import torch
 from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 
 from autopelt.cli import main
+from autopelt.errors import UserError
 from autopelt.search import budget_fit
 from autopelt.search.plan import SearchOptions, prepare
 from autopelt.search.view import _portfolio_plan
@@ -89,6 +95,47 @@ def test_a_step_is_measured_on_the_model_itself(tmp_path, sst2_dir, tiny_model_d
     estimate = budget_fit.estimate_trial(plan)
     assert math.isfinite(estimate.seconds) and 0 < estimate.seconds < 60
     assert estimate.how.startswith("a measured training step: ")
+
+
+def timed_linears(plan, batch: int, length: int, seen: list, fail: bool = False) -> float:
+    """The budget check's step, watched through torch's global forward hook: each plain linear it ran (a weak
+    reference) and its output's dtype, into `seen`; `fail` raises CUDA's out-of-memory error from the first one."""
+
+    def watch(module, args, output):
+        if isinstance(module, torch.nn.Linear):
+            seen.append((weakref.ref(module), output.dtype))
+            if fail:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB\nmore detail")
+
+    handle = torch.nn.modules.module.register_module_forward_hook(watch)
+    try:
+        return budget_fit.measure_step_seconds(plan, batch, length)
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("precision, computed", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+def test_the_budget_check_times_the_step_in_the_trials_precision_and_keeps_nothing(tmp_path, sst2_dir, tiny_model_dir,
+                                                                                    precision, computed):
+    asked = dataclasses.replace(options(tmp_path, sst2_dir, tiny_model_dir, "1h"), precision=precision)
+    seen = []
+    seconds = timed_linears(prepare(asked), 4, 16, seen)
+    assert seconds > 0 and seen and {dtype for _, dtype in seen} == {computed}  # bf16: autocast, as a trial
+    gc.collect()
+    assert all(ref() is None for ref, _ in seen)  # the model is gone before the trials start
+
+
+def test_a_budget_check_that_runs_out_of_memory_says_so_in_one_line_and_lets_go(tmp_path, sst2_dir, tiny_model_dir):
+    plan = prepare(options(tmp_path, sst2_dir, tiny_model_dir, "1h"))
+    seen = []
+    with pytest.raises(UserError) as error:
+        timed_linears(plan, 4, 16, seen, fail=True)
+    assert str(error.value) == ("the budget check's training step at batch 4 x 16 tokens: out of memory: CUDA out of "
+                                "memory. Tried to allocate 9.00 GiB (lower --batch-size or --max-length, or run fewer "
+                                "--workers at once)")
+    del error
+    gc.collect()
+    assert len(seen) == 1 and seen[0][0]() is None
 
 
 def test_a_trial_budget_names_only_the_portfolio_members_it_runs(tmp_path, sst2_dir, tiny_model_dir):

@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 from tinymodels import make_settings, sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fixtures)
 
 import autopelt.train.classify as classify
+import autopelt.train.loop as loop
 from autopelt import delta
 from autopelt.delta.modules.mixture import MixtureLinear
 from autopelt.models import load_model
@@ -205,6 +206,54 @@ def test_non_finite_loss_fails_the_trial(value, monkeypatch, make_settings, tmp_
     assert reason == f"the loss became {value} at step 1"
     assert result["history"] == [] and result["steps"] == 0
     assert (tmp_path / "result.json").is_file() and not (tmp_path / "delta").exists()
+
+
+def nan_from(call: int, monkeypatch) -> list:
+    """Training losses (not the dev evaluation's) are nan from the `call`-th on; the calls, as they come."""
+    real, calls = classify.supervised_loss, []
+
+    def turning(logits, labels):
+        loss = real(logits, labels)
+        if not torch.is_grad_enabled():
+            return loss
+        calls.append(len(calls) + 1)
+        return loss * float("nan") if len(calls) >= call else loss
+
+    monkeypatch.setattr(classify, "supervised_loss", turning)
+    return calls
+
+
+@pytest.mark.parametrize("micro_batch", [None, 4])
+def test_a_loss_checked_at_the_evaluation_fails_the_trial_at_its_own_step(micro_batch, monkeypatch, make_settings):
+    """The losses are checked at each evaluation (and every CHECK_EVERY steps), not at every step (a host sync on
+    CUDA): a loss that turns nan at step 5 (in its second micro-batch) still fails the trial at step 5, with the
+    evaluation of step 3 in its history and its counts as they stood before step 5."""
+    nan_from(10 if micro_batch else 5, monkeypatch)
+    result = run_trial(make_settings(batch_size=8, micro_batch_size=micro_batch, eval_every=3, epochs=1,
+                                     max_train_examples=48))  # six steps of two micro-batches each
+    assert assert_failed(result) == "the loss became nan at step 5"
+    assert [entry["step"] for entry in result["history"]] == [3]
+    assert result["steps"] == 4 and result["epochs_run"] == round(4 / 6, 4)
+
+
+def test_the_losses_are_checked_every_few_steps(monkeypatch, make_settings):
+    """Between evaluations a check comes every CHECK_EVERY steps: a nan at step 3 stops the run at the check after
+    step 4, not at the end of the epoch."""
+    monkeypatch.setattr(loop, "CHECK_EVERY", 2)
+    calls = nan_from(3, monkeypatch)
+    result = run_trial(make_settings(batch_size=8, epochs=1))
+    assert assert_failed(result) == "the loss became nan at step 3"
+    assert result["history"] == [] and result["steps"] == 2
+    assert len(calls) == 4 < STEPS_PER_EPOCH
+
+
+def test_a_cpu_trial_keeps_fp32_matmuls_in_fp32(make_settings):
+    """TF32 is for CUDA cards that have it: a CPU trial in fp32 leaves torch's float32 matmul precision alone."""
+    from autopelt.train import device as devices
+
+    assert devices.allow_tf32(torch.device("cpu"), None) is False
+    assert_ok(run_trial(make_settings(precision="fp32", max_steps=1, epochs=1)))
+    assert torch.get_float32_matmul_precision() == "highest"
 
 
 def test_a_huge_learning_rate_fails_on_a_non_finite_loss(make_settings):

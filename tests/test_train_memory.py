@@ -63,11 +63,11 @@ def test_a_trial_that_does_not_fit_fails_with_one_line_that_says_what_to_change(
     assert result["reason"].startswith("out of memory: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert "lower --batch-size" in result["reason"]
     on_gpu = devices.out_of_memory_reason(torch.OutOfMemoryError("CUDA out of memory."), torch.device("cuda"))
-    assert on_gpu == ("out of memory: CUDA out of memory. (lower --batch-size, or raise --gpus-per-trial so that "
-                      "fewer trials share a GPU)")
+    assert on_gpu == ("out of memory: CUDA out of memory. (lower --batch-size or --max-length, or raise --gpus-per-trial "
+                      "so that fewer trials share a GPU)")
 
 
-GPU_REMEDY = " (lower --batch-size, or raise --gpus-per-trial so that fewer trials share a GPU)"
+GPU_REMEDY = " (lower --batch-size or --max-length, or raise --gpus-per-trial so that fewer trials share a GPU)"
 
 
 @pytest.mark.parametrize("as_torch_says, reason", [

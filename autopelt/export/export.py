@@ -135,9 +135,18 @@ def reseeded(settings: dict, seeds: int, work_dir: Path) -> dict:
 
 
 def _metrics(result: dict) -> dict:
-    return {"task": result.get("task"), "metric": result.get("metric"), "dev": result.get("dev"),
-            "test": result.get("test"), "params": result.get("params"), "protocol": result.get("protocol"),
-            "gates": result.get("gates")}
+    metrics = {"task": result.get("task"), "metric": result.get("metric"), "dev": result.get("dev"),
+               "test": result.get("test"), "params": result.get("params"), "protocol": result.get("protocol"),
+               "gates": result.get("gates")}
+    base = quantized_base(result)
+    return {**metrics, "quantized_base": base} if base else metrics
+
+
+def quantized_base(result: dict) -> str | None:
+    """How the base was stored while the delta trained, where it was quantised (autopelt/quantize.py); else None."""
+    if (result.get("settings") or {}).get("quantize") != "4bit":
+        return None
+    return "4-bit NF4, double quantisation, bf16 compute (QLoRA)"
 
 
 def _maybe_peft(folder: Path, result: dict) -> str | None:
@@ -179,6 +188,9 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
         f"- stored parameters: {params.get('stored', 0):,} ({params.get('stored_pct', 0):.3f}% of the base model)",
         f"- dev: {_fmt(result.get('dev'))}; test (never used for selection): {_fmt(result.get('test'))}",
     ]
+    if quantized_base(result):
+        lines.append(f"- **trained on a 4-bit quantised base** ({quantized_base(result)}): load the base the same "
+                     f"way to score as above; in full precision its outputs differ slightly")
     floors = metrics.get("floors")
     if floors and floors.get("dev") is not None:
         lines.append(f"- one-class floor (what learning nothing scores): dev {floors['dev']:.4f}"

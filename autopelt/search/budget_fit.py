@@ -75,7 +75,7 @@ def estimate_trial(plan, records=()) -> Estimate:
     if own is not None:
         return Estimate(own, "the median of the study's own trials")
     hparams = plan.portfolio.hparams(0, plan.epochs)
-    batch = int(hparams.get("batch_size") or TrialSettings.batch_size)
+    batch = int(plan.options.batch_size or hparams.get("batch_size") or TrialSettings.batch_size)
     length = _batch_length(plan, batch)
     step = measure_step_seconds(plan, batch, length)
     sizes = plan.data.sizes if plan.data is not None else {"train": batch, "dev": batch}
@@ -87,15 +87,51 @@ def estimate_trial(plan, records=()) -> Estimate:
 
 def measure_step_seconds(plan, batch: int, length: int) -> float:
     """Seconds of one training step (forward and backward, the base frozen) of the portfolio's first configuration
-    at `batch` rows of `length` tokens, on this process's CPU or its first GPU: the best of two after a warm-up."""
+    at `batch` rows of `length` tokens, as a trial takes it: on the trials' kind of device (the first GPU where they
+    get one, else this CPU at their threads) and in their precision (`--precision` resolved there: the frozen linears
+    stored in its dtype and the step under its autocast, as train/trial.py builds a model); the best of two after a
+    warm-up. The model's memory goes back before it returns (to the GPU too), so the trials start with all of it.
+
+    Raises:
+        UserError: the step ran out of memory (one line: what to change).
+    """
+    import torch
+
+    from autopelt.train import device as devices
+
+    device = torch.device("cuda:0" if torch.cuda.is_available() and plan.gpus_per_trial else "cpu")
+    precision = devices.resolve_precision(plan.options.precision, device)
+    threads = torch.get_num_threads()
+    reason = None
+    try:
+        if device.type == "cpu":
+            torch.set_num_threads(max(1, int(plan.cpus_per_trial)))
+        seconds = _timed_steps(plan, batch, length, device, precision)
+    except Exception as error:  # noqa: BLE001 - out of memory is bad input; anything else goes up as it is
+        if not devices.is_out_of_memory(error):
+            raise
+        reason = devices.out_of_memory_reason(error, device)
+    finally:
+        torch.set_num_threads(threads)
+    devices.release_memory()  # after the except clause: its traceback, which held the model, is gone
+    if reason:
+        raise UserError(f"the budget check's training step at batch {batch} x {length} tokens: {reason}")
+    return seconds
+
+
+def _timed_steps(plan, batch: int, length: int, device, precision: str) -> float:
+    """The best of two timed steps after a warm-up; the model lives in this frame alone."""
     import torch
 
     from autopelt.delta import apply_delta
+    from autopelt.dtypes import settle_dtypes
     from autopelt.models import load_model
+    from autopelt.train import device as devices
 
-    device = torch.device("cuda:0" if torch.cuda.is_available() and plan.gpus_per_trial else "cpu")
-    model = load_model(plan.model, plan.num_labels)
+    dtype = devices.autocast_dtype(precision)
+    model = load_model(plan.model, plan.num_labels, dtype=devices.load_dtype(precision))
     model = apply_delta(model, plan.portfolio.members[0].spec(plan.num_layers)).to(device).train()
+    settle_dtypes(model, dtype)
     vocab = max(4, min(int(model.config.vocab_size), 1000))
     ids = torch.randint(3, vocab, (batch, length), device=device)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
@@ -103,7 +139,9 @@ def measure_step_seconds(plan, batch: int, length: int) -> float:
     best = math.inf
     for round_ in range(3):
         started = time.perf_counter()
-        model(**inputs).loss.backward()
+        with devices.autocast(device, dtype):
+            loss = model(**inputs).loss
+        loss.backward()
         if device.type == "cuda":
             torch.cuda.synchronize()
         if round_:
@@ -116,12 +154,13 @@ def _batch_length(plan, batch: int) -> int:
     from autopelt.models import load_tokenizer
 
     rows = list(plan.data.sample) if plan.data is not None else []
+    longest = plan.options.max_length or TrialSettings.max_length
     if not rows:
-        return TrialSettings.max_length
+        return longest
     tokenizer = load_tokenizer(plan.model)
     columns = plan.data.task.text_columns
     texts = [[str(row[column]) for row in rows] for column in columns]
-    encoded = tokenizer(*texts, truncation=True, max_length=TrialSettings.max_length)["input_ids"]
+    encoded = tokenizer(*texts, truncation=True, max_length=longest)["input_ids"]
     lengths = [len(ids) for ids in encoded]
     chunks = [lengths[i:i + batch] for i in range(0, len(lengths), batch)]
     return max(1, round(sum(max(chunk) for chunk in chunks) / len(chunks)))

@@ -42,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--gradient-checkpointing", action="store_true",
                       help="every trial recomputes the model's activations in the backward pass: less memory, "
                            "more time")
+    what.add_argument("--batch-size", type=int,
+                      help="every trial's batch size, over the space's and the portfolio's (default: theirs)")
+    what.add_argument("--max-length", type=int,
+                      help="every trial's rows cut to this many tokens (default: the space's, else 128)")
+    what.add_argument("--quantize", choices=("4bit",),
+                      help="4bit: every trial's frozen base in NF4 on CUDA, LoRA over it (QLoRA; a decoder and a "
+                           "LoRA-only space such as --space lora; needs bitsandbytes)")
     what.add_argument("--backbone-dropout", choices=("off", "attention-off", "model"), default="off",
                       help="the frozen model's dropout in every trial (default off; a portfolio member keeps its own)")
     what.add_argument("--no-early-stopping", dest="early_stopping", action="store_false",
@@ -56,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "postgresql://user:pw@host/db to share a study between machines)")
     how.add_argument("--study-name", help="default: <task>-<model>-<space>-<space hash>")
     how.add_argument("--out", help="trial outputs (results, delta weights); default ./autopelt_runs/<study>")
-    how.add_argument("--workers", type=int, default=1, help="trials at once (default 1)")
+    how.add_argument("--workers", type=int,
+                     help="trials at once (default: on CUDA GPUs, as many as fit in their free memory by one measured "
+                          "step and as the CPU cores feed, one core a trial; on a Ray cluster one per GPU; else 1)")
     how.add_argument("--cpus-per-trial", type=float, help="default: this machine's CPUs / workers")
     how.add_argument("--gpus-per-trial", type=float,
                      help="default: local CUDA GPUs / workers (at most 1), no more trials on a GPU than fit in its "
@@ -83,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs, seed=args.seed, out=args.out, early_stopping=args.early_stopping, sampler=args.sampler,
         precision=args.precision, custom_task=custom_task_fields(args), finalists=args.finalists,
         portfolio=args.portfolio, rates=args.rates, backbone_dropout=args.backbone_dropout,
-        gradient_checkpointing=args.gradient_checkpointing,
+        gradient_checkpointing=args.gradient_checkpointing, batch_size=args.batch_size, max_length=args.max_length,
+        quantize=args.quantize,
     )
     try:
         outcome = run_search(options)

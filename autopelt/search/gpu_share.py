@@ -27,6 +27,11 @@ def trials_per_gpu(workers: int, gpus: int, trial_bytes: int | None, gpu_bytes: 
     return max(1, min(wanted, fit))
 
 
+def trials_fitting(free_bytes: int, trial_bytes: int) -> int:
+    """Trials of `trial_bytes` each (plus a CUDA context) that fit together in `HEADROOM` of a GPU's free memory."""
+    return int(HEADROOM * free_bytes // (trial_bytes + CONTEXT_BYTES))
+
+
 def memory_fraction(share: float, gpu_bytes: int) -> float:
     """The fraction of a GPU's memory a trial given `share` of it may hold in torch's allocator: its part of the
     `HEADROOM` the trials may fill together, less its CUDA context (outside the allocator); never below half the

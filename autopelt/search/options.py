@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from autopelt.errors import UserError
 from autopelt.study.storage import DEFAULT_STORAGE
-from autopelt.train.settings import PRECISIONS
+from autopelt.train.settings import PRECISIONS, QUANTIZE_CHOICES
 
 
 @dataclass
@@ -21,9 +21,12 @@ class SearchOptions:
     space: str = "default"
     storage: str = DEFAULT_STORAGE
     study_name: str | None = None
-    workers: int = 1
+    workers: int | None = None  # None: as many as the hardware holds (search/resources.py); the plan holds the count
     cpus_per_trial: float | None = None  # default: this machine's CPUs shared among the workers
     gpus_per_trial: float | None = None  # default: a local machine's CUDA GPUs shared among the workers (≤ 1)
+    batch_size: int | None = None  # of every trial, over the space's and the portfolio's; None: theirs
+    max_length: int | None = None  # tokens of every trial's rows; None: the space's, else TrialSettings'
+    quantize: str | None = None  # "4bit": every trial's base in NF4 (QLoRA; train/quantize.py); None: as stored
     ray_address: str | None = None
     max_params: str | None = None
     multi_objective: bool = False
@@ -47,8 +50,14 @@ class SearchOptions:
 
 def check_numbers(options: SearchOptions) -> None:
     """Raise UserError on the first number or choice out of its range; reads nothing else."""
-    if options.workers < 1:
-        raise UserError("--workers must be at least 1")
+    if options.workers is not None and (isinstance(options.workers, bool) or not isinstance(options.workers, int)
+                                        or options.workers < 1):
+        raise UserError(f"--workers must be at least 1, not {options.workers!r}")
+    for flag, value in (("--batch-size", options.batch_size), ("--max-length", options.max_length)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{flag} must be a whole number, at least 1, not {value!r}")
+    if options.quantize not in QUANTIZE_CHOICES:
+        raise UserError(f"--quantize must be 4bit, not {options.quantize!r}")
     if options.cpus_per_trial is not None and options.cpus_per_trial <= 0:
         raise UserError("--cpus-per-trial must be positive")
     if options.gpus_per_trial is not None and options.gpus_per_trial < 0:

@@ -9,12 +9,15 @@ name (study_names.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autopelt.search import phases, resources
+from autopelt.errors import UserError
 from autopelt.search.budget import Budget, ParamLimit, TimeBudget, parse_budget, parse_max_params
+from autopelt.search.hardware import Hardware, probe
 from autopelt.search.options import SearchOptions, check_numbers
 from autopelt.search.study_names import study_name_for
 from autopelt.search.task_data import check_data, data_dir_of, task_of
@@ -50,11 +53,12 @@ class SearchPlan:
     portfolio: Any = None  # autopelt.portfolio.portfolio.Portfolio run first, or None
     portfolio_size: int = 0  # its members this study runs (at most half of a trial budget)
     portfolio_note: str = ""  # which portfolio, and why, in one line
-    gpu_note: str = ""  # how many trials share a GPU, and why, in one line (a local GPU machine without the flag)
+    gpu_note: str = ""  # how many workers, or how many trials share a GPU, and why, in one line (resources.py)
     pooling: str = "cls"  # how the model was trained to be read (models.own_pooling): what the baselines' head reads
     generation: bool = False  # a generation task: trials train the language model; dev is minus the dev loss
     fit_note: str = ""  # what a wall-time budget left out of the plan, and why (search/budget_fit.py)
     data: Any = None  # autopelt.data.check.DataCheck: the splits as every trial reads them (None: a generation task)
+    workers_given: bool = True  # --workers was given (else `options.workers` is what the hardware holds)
 
     @property
     def dev_label(self) -> str:
@@ -78,6 +82,17 @@ class SearchPlan:
     def deadline_seconds(self) -> float | None:
         return self.budget.seconds if isinstance(self.budget, TimeBudget) else None
 
+    def placed(self, placement) -> SearchPlan:
+        """This plan with `placement`'s workers and shares (a Ray cluster's, once reached: resources.py), its
+        finalists rounded to whole rounds of the new workers."""
+        options = dataclasses.replace(self.options, workers=placement.workers)
+        finalists = self.finalists
+        if placement.workers != self.options.workers:
+            finalists = phases.finalist_count(options.finalists, placement.workers, self.budget, len(self.baselines))
+        return dataclasses.replace(self, options=options, cpus_per_trial=placement.cpus_per_trial,
+                                   gpus_per_trial=placement.gpus_per_trial, gpu_note=placement.note or self.gpu_note,
+                                   finalists=finalists)
+
     def trial_settings(self, spec: dict, hparams: dict, out_dir, seed: int | None = None,
                        score_test: bool = True) -> TrialSettings:
         """Everything a trial of this search trains with: the study's task, model, data and seed (a finalist's
@@ -89,9 +104,15 @@ class SearchPlan:
             protocol=options.k or "full", seed=options.seed if seed is None else seed, data_seed=options.seed,
             precision=options.precision, out_dir=str(out_dir), score_test=score_test,
             keep_predictions=not self.generation,  # the ensemble is selected from them (autopelt/ensemble)
-            gradient_checkpointing=self._checkpointing(spec),
-            **{"backbone_dropout": options.backbone_dropout, **hparams},
+            gradient_checkpointing=self._checkpointing(spec), quantize=options.quantize,
+            **{"backbone_dropout": options.backbone_dropout, **hparams, **self.trial_shape},
         )
+
+    @property
+    def trial_shape(self) -> dict:
+        """`--batch-size` and `--max-length` as TrialSettings fields, where given: over what a trial drew."""
+        given = {"batch_size": self.options.batch_size, "max_length": self.options.max_length}
+        return {name: value for name, value in given.items() if value is not None}
 
     def _checkpointing(self, spec: dict) -> bool:
         """--gradient-checkpointing for every trial whose delta can take it (the others train without it)."""
@@ -102,9 +123,10 @@ class SearchPlan:
         return checkpointing_refusal(self.model_config, spec) is None
 
 
-def prepare(options: SearchOptions) -> SearchPlan:
+def prepare(options: SearchOptions, hardware: Hardware | None = None) -> SearchPlan:
     """Check and resolve every input; raise UserError on the first bad one. Writes nothing (but a hub id's files
-    fetched into the hub's cache: its config, and how it is pooled)."""
+    fetched into the hub's cache: its config, and how it is pooled). `hardware`: this machine as the workers are
+    placed on it (default: `hardware.probe()`)."""
     from autopelt.data.generation import GenerationTask
     from autopelt.models import check_model_folder, load_config, load_tokenizer, own_pooling
     from autopelt.search.space import load_space
@@ -116,8 +138,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     generation = isinstance(task, GenerationTask)  # your own input -> target text
     data_dir = data_dir_of(options.data_dir, task, generation)
     model = _model(options.model)
-    cpus_per_trial = resources.cpus_per_trial(options)
-    resources.check_local(options, cpus_per_trial)
+    hardware = hardware or probe()
+    resources.check_local(options, hardware)
     if data_dir is None and not generation and not task.files:  # offline, one line now: before seconds of imports
         from autopelt.data.loading import check_hub_data
 
@@ -138,12 +160,20 @@ def prepare(options: SearchOptions) -> SearchPlan:
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn
-    gpus_per_trial, gpu_note = resources.gpus_per_trial(options, model, num_labels, generation, space)
+    check_trial_shape(options, model_config)
+    if options.quantize:
+        from autopelt.quantize import search_refusal
+
+        _refuse(search_refusal(model_config, space, hardware.gpus != ()))
+    placement = resources.place(options, hardware, resources.trial_step(options, model, num_labels, generation, space))
+    workers_given = options.workers is not None
+    options = dataclasses.replace(options, workers=placement.workers)  # what every part reads from here on
     epochs = options.epochs or _space_epochs(space, model_config) or DEFAULT_EPOCHS
     # the slowest check (the hub: online, a download), after the model's; its rows give the task's meta-features
     data, loaded = (None, {}) if generation else check_data(task, data_dir, options.k or "full", options.seed)
-    portfolio, portfolio_note = _generation_portfolio(options.portfolio, model) if generation else \
-        _portfolio(options.portfolio, model, space,
+    choice = "none" if options.quantize else options.portfolio  # its members are not LoRA alone
+    portfolio, portfolio_note = _generation_portfolio(choice, model) if generation else \
+        _portfolio(choice, model, space,
                    lambda: _task_features(task, loaded.get(task.train_split), model, options.k), options.rates,
                    getattr(model_config, "hidden_size", None))
     if portfolio is not None:
@@ -154,7 +184,8 @@ def prepare(options: SearchOptions) -> SearchPlan:
     baselines = phases.baselines_for(budget, with_portfolio=portfolio is not None) if options.baselines else []
     if portfolio is not None and portfolio.calibrate:
         portfolio, portfolio_note, baselines = phases.calibration_plan(portfolio, portfolio_note, baselines, budget)
-    refused = {name: why for name in baselines if (why := cannot_apply_preset(name, model_config))}
+    refused = {name: why for name in baselines if (why := cannot_apply_preset(name, model_config)
+                                                   or _quantize_refusal(options.quantize, name))}
     baselines = [name for name in baselines if name not in refused]
     if refused:  # said, not dropped in silence: UniPELT is every study's baseline where the family takes it
         portfolio_note = "\n".join(filter(None, [portfolio_note] + [
@@ -169,12 +200,36 @@ def prepare(options: SearchOptions) -> SearchPlan:
         param_limit=param_limit, epochs=epochs,
         protocol={"name": "k-shot", "k": options.k} if options.k else {"name": "full"},
         out_dir=Path(options.out or Path("autopelt_runs") / name).resolve(),
-        baselines=baselines, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, data_dir=data_dir,
+        baselines=baselines, cpus_per_trial=placement.cpus_per_trial, gpus_per_trial=placement.gpus_per_trial,
+        data_dir=data_dir,
         pooling=_baseline_pooling(own_pooling(model), space),
         finalists=finalists, portfolio=portfolio, portfolio_size=portfolio_size, portfolio_note=portfolio_note,
-        gpu_note=gpu_note,
-        generation=generation, data=data,
+        gpu_note=placement.note,
+        generation=generation, data=data, workers_given=workers_given,
     )
+
+
+def check_trial_shape(options: SearchOptions, model_config) -> None:
+    """--max-length within the model's positions (a longer row would index past its position embeddings)."""
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if options.max_length and isinstance(positions, int) and options.max_length > positions:
+        raise UserError(f"--max-length {options.max_length} is more than the model's {positions} positions; "
+                        f"give --max-length {positions} or less")
+
+
+def _quantize_refusal(quantize: str | None, baseline: str) -> str | None:
+    """Why a baseline cannot train over the 4-bit base --quantize asks for (autopelt/quantize.py), else None."""
+    if not quantize:
+        return None
+    from autopelt.delta.presets import PRESETS
+    from autopelt.quantize import spec_refusal
+
+    return spec_refusal(PRESETS[baseline])
+
+
+def _refuse(reason: str | None) -> None:
+    if reason:
+        raise UserError(reason)
 
 
 def _portfolio(choice: str, model: str, space, features, rates: str = "absolute", hidden_size: int | None = None):

@@ -45,7 +45,7 @@ from ray.tune.stopper import Stopper
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.numbers import is_finite_number
-from autopelt.search import gpu_share
+from autopelt.search import gpu_share, resources
 from autopelt.search.controller import DONE, WAIT, Controller, Ticket
 from autopelt.search.plan import SearchPlan
 from autopelt.train import device as devices
@@ -170,6 +170,19 @@ def ray_session(plan: SearchPlan):
         yield
     finally:
         ray.shutdown()
+
+
+def on_cluster(plan: SearchPlan) -> SearchPlan:
+    """The plan placed on the Ray cluster it reached (`resources.cluster_placement`: one trial per GPU without
+    --workers); a local Ray's plan as it is. A cluster whose GPUs the trials would not get is warned of."""
+    if not plan.options.ray_address:
+        return plan
+    current = resources.Placement(plan.options.workers, plan.cpus_per_trial, plan.gpus_per_trial)
+    placement, warning = resources.cluster_placement(plan.workers_given, plan.options.gpus_per_trial is not None,
+                                                     ray.cluster_resources(), current)
+    if warning:
+        log.warning(warning)
+    return plan.placed(placement)
 
 
 def run_trials(controller: Controller, plan: SearchPlan) -> None:

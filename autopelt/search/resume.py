@@ -7,6 +7,7 @@ written.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 import zlib
@@ -21,6 +22,8 @@ from autopelt.search.recovery import GRACE_SECONDS, HEARTBEAT_SECONDS
 from autopelt.study.info import StudyInfo, read_study, write_study
 from autopelt.study.storage import hide_password, open_storage, sqlite_path
 
+TRIAL_OPTIONS = ("batch_size", "max_length", "quantize")  # flags given to every trial, kept by the study
+
 
 def study_info(plan: SearchPlan) -> StudyInfo:
     return StudyInfo(
@@ -28,26 +31,38 @@ def study_info(plan: SearchPlan) -> StudyInfo:
         space_fingerprint=str(plan.space.fingerprint), metric=plan.metric, direction="maximize",
         objectives=(f"dev {plan.dev_label}",) + (("stored params %",) if plan.options.multi_objective else ()),
         protocol=plan.protocol, epochs=plan.epochs, baseline_pooling=plan.pooling,
+        trial_options={name: getattr(plan.options, name) for name in TRIAL_OPTIONS},
     )
 
 
-def check_existing(plan: SearchPlan) -> list:
-    """UserError if the plan's study exists for another task, space, ...; else its trials' records (none for a new
-    study). Reads only (a missing SQLite file stays missing)."""
+def check_existing(plan: SearchPlan) -> tuple[SearchPlan, list]:
+    """UserError if the plan's study exists for another task, space, ...; else (the plan with the trial options
+    the study recorded where this run leaves them out: `with_recorded`, its trials' records), a new study's
+    (plan, []). Reads only (a missing SQLite file stays missing)."""
     from autopelt.study.record import read_all
 
     path = sqlite_path(plan.storage)
     if path is not None and not path.exists():
-        return []
+        return plan, []
     storage = _open(plan.storage, write_ahead_log=False)
     try:
         if plan.study_name not in optuna.get_all_study_names(storage):
-            return []
+            return plan, []
         study = optuna.load_study(study_name=plan.study_name, storage=storage)
         check_same(study, plan)
-        return read_all(study)
+        return with_recorded(plan, read_study(study)), read_all(study)
     finally:
         storage.engine.dispose()
+
+
+def with_recorded(plan: SearchPlan, stored: StudyInfo) -> SearchPlan:
+    """The plan with each trial option (`TRIAL_OPTIONS`) this run leaves out as the study recorded it, so that a
+    resumed study trains its later trials as its first (`check_same` refused a given one that differs)."""
+    recorded = {name: value for name, value in (stored.trial_options or {}).items()
+                if name in TRIAL_OPTIONS and value is not None and getattr(plan.options, name) is None}
+    if not recorded:
+        return plan
+    return dataclasses.replace(plan, options=dataclasses.replace(plan.options, **recorded))
 
 
 def open_study(plan: SearchPlan) -> optuna.Study:
@@ -83,6 +98,11 @@ def check_same(study: optuna.Study, plan: SearchPlan) -> None:
         for key in ("task", "space_fingerprint", "protocol", "epochs")
         if getattr(stored, key) is not None and getattr(stored, key) != getattr(wanted, key)
     ]
+    for name in TRIAL_OPTIONS:
+        given, kept = getattr(plan.options, name), (stored.trial_options or {}).get(name)
+        if given is not None and given != kept:
+            differences.append(f"{_flag(name)} {kept if kept is not None else 'as each trial draws it'} "
+                               f"(now {given})")
     if stored.model is not None and model_short(model_name(stored.model)) != model_short(model_name(plan.model)):
         differences.append(f"model {stored.model!r} (now {model_name(plan.model)!r})")
     if [d.name.lower() for d in study.directions] != plan.directions:
@@ -92,6 +112,10 @@ def check_same(study: optuna.Study, plan: SearchPlan) -> None:
             f"study {plan.study_name!r} in {hide_password(plan.storage)} was made for "
             f"{'; '.join(differences)}; pick another --study-name"
         )
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def _sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:

@@ -49,15 +49,18 @@ class SearchOutcome:
     seconds: float
 
 
-def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print) -> SearchOutcome:
+def run_search(options: SearchOptions, *, echo: Callable[[str], None] = print, hardware=None) -> SearchOutcome:
     """Run (or resume) the search `options` describe. Raises UserError for bad input, SearchStopped when the
-    search cannot go on (every trial failing, every delta over --max-params)."""
+    search cannot go on (every trial failing, every delta over --max-params). `hardware`: this machine as
+    `plan.prepare` takes it (default: probed)."""
     started = time.monotonic()
-    plan = prepare(options)
-    plan = fit_time_budget(plan, check_existing(plan))  # before the study: a budget too short is bad input too
-    from autopelt.search.ray_backend import ray_session, run_trials  # Ray only once every input is sound
+    plan = prepare(options, hardware)
+    plan, records = check_existing(plan)  # a resumed study's trial options, where this run leaves them out
+    plan = fit_time_budget(plan, records)  # before the study: a budget too short is bad input too
+    from autopelt.search.ray_backend import on_cluster, ray_session, run_trials  # Ray once every input is sound
 
     with ray_session(plan):  # before the study: an unreachable cluster is bad input too
+        plan = on_cluster(plan)
         study = open_study(plan)
         view = LiveView(study, plan, echo)
         controller = Controller(study, plan, on_record=view.on_record, on_progress=view.on_progress)

@@ -30,6 +30,8 @@ class StudyInfo:
     protocol: Any = None  # {"name": "k-shot", "k": 1000} as a search writes it
     epochs: int | None = None
     baseline_pooling: str | None = None  # what its baselines' head reads (SearchPlan.pooling); older studies: "cls"
+    trial_options: dict | None = None  # what every trial was given: {"batch_size", "max_length", "quantize"}, each
+    #                                    None where the trials keep their own; older studies: None (all their own)
 
     def to_attrs(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
@@ -46,6 +48,7 @@ def read_study(study) -> StudyInfo:
         direction=as_text(a.get("direction")), objectives=tuple(a.get("objectives") or ()),
         protocol=a.get("protocol") if a.get("protocol") is not None else None, epochs=as_integer(a.get("epochs")),
         baseline_pooling=as_text(a.get("baseline_pooling")),
+        trial_options=as_mapping(a.get("trial_options")) if a.get("trial_options") is not None else None,
     )
 
 

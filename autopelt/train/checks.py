@@ -22,6 +22,8 @@ def check_inputs(settings):
     model = resolve_model(settings.model)
     if settings.gradient_checkpointing:
         _check_checkpointing(settings)
+    if settings.quantize:
+        _check_quantize(settings, model)
     if settings.custom_task and settings.custom_task.get("target_column"):  # a generation task: torch is needed
         from autopelt.train.generate import check_generation_inputs
 
@@ -56,3 +58,11 @@ def _check_checkpointing(settings) -> None:
     reason = checkpointing_refusal(load_config(resolve_model(settings.model), 2), settings.spec)
     if reason:
         raise UserError(reason)
+
+
+def _check_quantize(settings, model: str) -> None:
+    """--quantize 4bit where it cannot run (autopelt/quantize.py): one line before the model loads."""
+    from autopelt.quantize import check
+    from autopelt.train.device import pick_device
+
+    check(settings, settings.spec, model, pick_device(settings.device))

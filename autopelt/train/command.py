@@ -69,6 +69,9 @@ def add_arguments(parser) -> None:
                              "at least 1.25x as fast as fp32's), else fp32")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute the model's activations in the backward pass: less memory, more time")
+    parser.add_argument("--quantize", choices=("4bit",),
+                        help="4bit: the frozen base in NF4 on CUDA, LoRA trained over it in bf16 (QLoRA; a decoder "
+                             "and plain LoRA; needs bitsandbytes)")
     parser.add_argument("--backbone-dropout", choices=("off", "attention-off", "model"), default="off",
                         help="the frozen model's dropout: off (default: none in the pretrained model; as good or "
                              "better across 12 tasks, and faster), attention-off (none on the attention "
@@ -104,7 +107,7 @@ def run(args) -> int:
         learning_rate=args.lr, batch_size=args.batch_size, max_length=args.max_length, patience=args.patience,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, threads=args.threads,
         device=args.device, precision=args.precision, backbone_dropout=args.backbone_dropout,
-        gradient_checkpointing=args.gradient_checkpointing,
+        gradient_checkpointing=args.gradient_checkpointing, quantize=args.quantize,
         attention=args.attention, out_dir=args.out, max_new_tokens=args.max_new_tokens,
     )
     data = check_inputs(settings)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from autopelt import delta
+from autopelt import delta, quantize
 from autopelt.data.generation import PROMPT, load_generation_splits, make_generation_splits
 from autopelt.dtypes import settle_dtypes
 from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
-from autopelt.train import backbone, device as devices
+from autopelt.train import backbone, device as devices, warm
 from autopelt.train.generate import (
     MAX_NEW_TOKENS, Generation, check_generation_tokenizer, check_generator, encode, generation_task, score_generation,
 )
@@ -40,21 +40,25 @@ def run_generation(settings, result: dict, outcome, report=None, on_step=None) -
     if settings.out_dir:
         metadata = {"base_model": portable_name(model_name), "task": task.name, "generation": {
             "input_column": task.input_column, "target_column": task.target_column, "prompt": PROMPT}}
-        result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                   metadata=metadata))
+        result["delta_dir"] = str(delta.save_delta(model if settings.quantize else model.cpu(), spec,
+                                                   Path(settings.out_dir) / "delta", metadata=metadata))
 
 
 def _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step):
-    tokenizer = load_tokenizer(model_name)
+    tokenizer = warm.tokenizer(model_name)
     check_generation_tokenizer(tokenizer, model_name)
-    precision = devices.resolve_precision(settings.precision, device)
+    quantize.check(settings, spec.to_dict(), model_name, device)
+    precision = quantize.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
-    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
+    base = warm.language_model(model_name, settings.seed, devices.load_dtype(precision),
+                               quantize=settings.quantize, device=device)
+    model, result["warm"]["model"] = base.model, base.warm  # its rows are encoded per trial
     check_generator(model.config)
     backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
     delta.apply_delta(model, spec, seed=settings.seed)
     model.to(device)
     settle_dtypes(model, dtype)  # the delta in fp32, the frozen linears in the trial's dtype
+    base.own_trainable()  # nothing it trains is the held model's
     result.update(precision=precision, params=delta.count_parameters(spec, model.config, lm=True).to_dict())
     seq2seq = bool(model.config.is_encoder_decoder)
     rows = lambda split: [encode(tokenizer, task, r, settings.max_length, seq2seq) for r in split]  # noqa: E731
@@ -82,9 +86,10 @@ def score_saved_generation(settings, delta_dir) -> dict:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
     tokenizer = load_tokenizer(model_name)
-    precision = devices.resolve_precision(settings.precision, device)
+    precision = quantize.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
-    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
+    model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision),
+                                quantize=settings.quantize, device=device)
     delta.load_delta(model, delta_dir, seed=settings.seed)
     model.to(device)
     settle_dtypes(model, dtype)

@@ -28,6 +28,9 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
+CHECK_EVERY = 32  # steps between the checks of the losses for a non-finite one (and at every evaluation)
+
+
 @dataclass
 class TrainOutcome:
     history: list[dict] = field(default_factory=list)
@@ -156,7 +159,9 @@ class Training:
         self.outcome = outcome if outcome is not None else TrainOutcome()
         groups = parameter_groups(self.model, settings)
         self.params = [p for group in groups for p in group["params"]]
-        self.optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        self.optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=settings.weight_decay,
+                                           fused=_fused(self.params) or None)
+        devices.allow_tf32(self.device, self.dtype)
         self.steps_per_epoch = math.ceil(objective.rows / settings.batch_size)
         self.total = settings.max_steps or settings.epochs * self.steps_per_epoch  # steps, when given, decide
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
@@ -164,6 +169,7 @@ class Training:
         self.scaler = devices.grad_scaler(self.device, self.dtype)
         self.order, self.routing = objective.generators(settings.seed)  # data order; AdaMix's expert choice
         self.best_state: dict[str, torch.Tensor] | None = None
+        self.unchecked: list[tuple] = []  # (step, loss, the outcome's counts before it): losses not yet checked
         self.waited = 0
         self.epoch, self.batches, self.position, self.done = 1, None, 0, False
 
@@ -175,6 +181,7 @@ class Training:
                 break
             self._step(self.next_rows())
             self.advance()
+        self._check_losses()
         return self.outcome
 
     def next_rows(self):
@@ -225,22 +232,24 @@ class Training:
         batches = [self.objective.collate(indices[start:start + size]) for start in range(0, len(indices), size)]
         shares = self._shares(batches)
         total = None
+        outcome = self.outcome
+        before = (outcome.steps, outcome.examples_seen, outcome.fidelity, outcome.train_seconds)
         for number, (batch, share) in enumerate(zip(batches, shares), 1):  # the step's loss, a micro-batch at a time
             batch = {k: v.to(self.device) for k, v in batch.items()}
             with devices.autocast(self.device, self.dtype):
                 loss = self.objective.loss(batch, self.routing)
             loss = loss * share if len(batches) > 1 else loss
-            if not torch.isfinite(loss):
-                raise NonFiniteLoss(f"the loss became {float(loss.detach())} at step {self.outcome.steps + 1}")
+            self.unchecked.append((outcome.steps + 1, loss.detach(), before))
             total = loss.detach() if total is None else total + loss.detach()
             if number < len(batches):
                 self.scaler.scale(loss).backward()
         self.scaler.scale(loss).backward()
-        self.update(len(indices), float(total), time.perf_counter() - started)
+        self.update(len(indices), total, time.perf_counter() - started)
 
-    def update(self, rows: int, loss: float, seconds: float) -> None:
-        """The optimiser's step from the gradients the step's backward left (`rows` rows, mean `loss`), the
-        schedule's, and the step counted: `seconds` join the training time."""
+    def update(self, rows: int, loss, seconds: float) -> None:
+        """The optimiser's step from the gradients the step's backward left (`rows` rows, mean `loss`: a number or
+        a tensor, read only by `on_step`), the schedule's, and the step counted: `seconds` join the training
+        time."""
         began = time.perf_counter()
         devices.clip_and_step(self.optimizer, self.scaler, self.params, self.settings.grad_clip)
         self.scheduler.step()
@@ -250,8 +259,27 @@ class Training:
         outcome.examples_seen += rows
         outcome.fidelity = outcome.steps / self.steps_per_epoch
         outcome.train_seconds += seconds + time.perf_counter() - began
+        if self.on_step is not None or outcome.steps % CHECK_EVERY == 0:  # on_step reads the loss anyway
+            self._check_losses()
         if self.on_step is not None:
-            self.on_step(outcome.steps, self.total, loss)
+            self.on_step(outcome.steps, self.total, float(loss))
+
+    def _check_losses(self) -> None:
+        """Raise NonFiniteLoss for the first non-finite loss since the last check, with the outcome's counts put
+        back to before its step (as if the run had stopped there). One host sync for all of them: the check is
+        deferred from every step (on CUDA a per-step check waits for the device) to every `CHECK_EVERY` steps,
+        every evaluation and the run's end; the steps after a non-finite loss only train weights that are
+        never kept."""
+        if not self.unchecked:
+            return
+        losses, self.unchecked = self.unchecked, []
+        finite = torch.isfinite(torch.stack([loss.float() for _, loss, _ in losses])).tolist()
+        if all(finite):
+            return
+        step, loss, before = losses[finite.index(False)]
+        outcome = self.outcome
+        outcome.steps, outcome.examples_seen, outcome.fidelity, outcome.train_seconds = before
+        raise NonFiniteLoss(f"the loss became {float(loss)} at step {step}")
 
     def _shares(self, batches: list[dict]) -> list[float]:
         """Each micro-batch's share of the step's mean loss: its size over theirs together."""
@@ -262,6 +290,7 @@ class Training:
 
     def _checkpoint(self) -> bool:
         """Evaluate on dev, keep the best state; True when training should stop."""
+        self._check_losses()
         outcome = self.outcome
         started = time.perf_counter()
         evaluation = self.objective.evaluate(self.settings)
@@ -312,8 +341,14 @@ class Training:
         self.routing.set_state(snapshot["routing"])  # (the order's own generator, where the objective shares one)
         devices.set_rng_state(self.device, snapshot["rng"])
         self.best_state = snapshot["best_state"]
+        self.unchecked = []  # a snapshot is taken where its run's losses were checked
         self.outcome = copy.deepcopy(snapshot["outcome"])
         self.epoch, self.batches, self.position, self.done, self.waited = snapshot["position"]
+
+
+def _fused(params: list) -> bool:
+    """Whether AdamW can take its fused kernel: every parameter on CUDA (CPU keeps torch's default)."""
+    return bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)
 
 
 def _improves(dev_metric: float, best: dict | None) -> bool:

@@ -57,7 +57,7 @@ def refusal(settings: TrialSettings) -> str | None:
     if settings.learning_rate is None:
         return "a packed trial needs its learning rate (no per-trial rate sweep in a pack)"
     reasons = {"micro_batch_size": "micro-batches", "distill": "distillation",
-               "gradient_checkpointing": "gradient checkpointing"}
+               "gradient_checkpointing": "gradient checkpointing", "quantize": "a quantised base"}
     for name, what in reasons.items():
         if getattr(settings, name):
             return f"a trial with {what} trains alone"

@@ -9,6 +9,7 @@ from autopelt.errors import UserError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 BACKBONE_DROPOUTS = ("model", "attention-off", "off")  # train/backbone.py applies them
+QUANTIZE_CHOICES = (None, "4bit")  # the base model's storage: as stored, or NF4 (QLoRA; train/quantize.py)
 ATTENTIONS = ("sdpa", "eager")
 ATTENTION_SETTINGS = ("auto", *ATTENTIONS)  # auto: chosen per device by `backbone.choose_attention`
 
@@ -50,6 +51,8 @@ class TrialSettings:
     score_test: bool = True  # score the test split(s) after training; False: "test" stays None (a search trial)
     gradient_checkpointing: bool = False  # recompute the frozen model's activations in the backward pass: less
     #                                       memory, more time (backbone.set_gradient_checkpointing)
+    quantize: str | None = None  # "4bit": the frozen base in NF4 on CUDA, a LoRA delta trained over it (QLoRA,
+    #                              train/quantize.py); None: the base as `precision` stores it
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
     max_new_tokens: int | None = None  # generation tasks: tokens generated per test input; None = 64
@@ -81,6 +84,8 @@ class TrialSettings:
             raise UserError(f"attention must be one of {', '.join(ATTENTION_SETTINGS)}, not {self.attention!r}")
         if not isinstance(self.gradient_checkpointing, bool):
             raise UserError(f"gradient_checkpointing must be true or false, not {self.gradient_checkpointing!r}")
+        if self.quantize not in QUANTIZE_CHOICES:
+            raise UserError(f"quantize must be 4bit or none, not {self.quantize!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise UserError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio!r}")
         if self.distill is not None:

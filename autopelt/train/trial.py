@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from autopelt import delta
+from autopelt import delta, quantize
 from autopelt.data import pad_batch
 from autopelt.data.cache import default_cache_dir
 from autopelt.delta.registry import method_of
@@ -20,7 +20,7 @@ from autopelt.dtypes import settle_dtypes
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.models import load_model, load_tokenizer, portable_name, resolve_model
-from autopelt.train import backbone, device as devices
+from autopelt.train import backbone, device as devices, warm
 from autopelt.train.classify import Classification, evaluate, forward_split
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome
 from autopelt.train.predictions import from_outputs, save as save_predictions
@@ -59,7 +59,7 @@ def new_result(settings: TrialSettings) -> dict:
             "model": settings.model, "seed": settings.seed, "precision": None,
             "learning_rate": settings.learning_rate,
             "lr_choice": None, "protocol": None, "metric": None, "attention": None, "attention_choice": None,
-            "phase_seconds": {},
+            "phase_seconds": {}, "warm": {"model": False, "data": False},
             "dev": None, "test": None, "extra_tests": {}, "dev_metric": None, "params": None, "peak_memory_mb": None,
             "peak_host_memory_mb": None, "peak_device_memory_mb": None, "peak_host_memory_by": None,
             "gates": None, "delta_dir": None, "settings": settings.to_dict()}
@@ -137,7 +137,7 @@ def _run(settings: TrialSettings, result: dict, outcome: TrainOutcome, report, o
     phases = result["phase_seconds"]
     with devices.PeakMemory(device) as memory:  # this trial's peak, from data to test scores
         with timed(phases, "data"):
-            data = prepare_data(settings, load_tokenizer(model_name), task)
+            data, result["warm"]["data"] = warm.trial_data(settings, model_name, task)
         result["protocol"] = data.protocol
         model, dtype = _build_model(settings, spec, task, model_name, data, device, result)
 
@@ -187,8 +187,8 @@ def save(result: dict, settings: TrialSettings, model, spec, model_name: str, ta
             save_predictions(settings.out_dir, predictions)
             del result["predictions"]
         metadata = {"base_model": portable_name(model_name), **task_metadata(task)}
-        result["delta_dir"] = str(delta.save_delta(model.cpu(), spec, Path(settings.out_dir) / "delta",
-                                                   metadata=metadata))
+        result["delta_dir"] = str(delta.save_delta(model if settings.quantize else model.cpu(), spec,
+                                                   Path(settings.out_dir) / "delta", metadata=metadata))
 
 
 def score_saved(result: dict) -> tuple[dict, dict]:
@@ -245,7 +245,7 @@ def _saved_model(result: dict, settings: TrialSettings):
     precision = result.get("precision") or devices.resolve_precision(settings.precision, device)
     dtype = devices.autocast_dtype(precision)
     model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed,
-                       dtype=devices.load_dtype(precision))
+                       dtype=devices.load_dtype(precision), quantize=settings.quantize, device=device)
     if result.get("attention"):
         backbone.set_attention(model, result["attention"])
     delta.load_delta(model, delta_dir, seed=settings.seed)
@@ -258,12 +258,15 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     """The model with the delta in place, on `device`, its frozen weights in the trial's precision; the autocast
     dtype. Records precision, attention and parameter counts in `result`, and the seconds of each part."""
     phases = result["phase_seconds"]
-    precision = devices.resolve_precision(settings.precision, device)
+    quantize.check(settings, spec.to_dict(), model_name, device)
+    precision = quantize.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
     with timed(phases, "model"):
         torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
-        model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed,
-                           dtype=devices.load_dtype(precision))  # the frozen weights read in the trial's dtype
+        base = warm.classifier(model_name, task.num_labels, task.problem_type, settings.seed,
+                               devices.load_dtype(precision),  # the frozen weights read in the trial's dtype
+                               quantize=settings.quantize, device=device)
+        model, result["warm"]["model"] = base.model, base.warm
         backbone.set_backbone_dropout(model, settings.backbone_dropout)  # before the delta: its dropout stays
         if task.regression:
             result["head_centered"] = backbone.center_regression_head(model, data.train.labels)
@@ -277,6 +280,7 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
         settle_dtypes(model, dtype)  # what trains in fp32 (BitFit's biases too), the frozen linears in dtype
+        base.own_trainable()  # nothing it trains is the held model's
     result["precision"] = precision
     result["params"] = delta.count_parameters(spec, model.config, task.num_labels).to_dict()
     return model, dtype

