@@ -215,21 +215,28 @@ def of_study(study, max_members: int | None = None) -> StudyEnsemble | None:
 
 
 def with_test(chosen: StudyEnsemble, say=lambda line: None) -> StudyEnsemble:
-    """The ensemble with its test metric: each member's test predictions (train.trial.test_predictions: kept where
-    it scored test, else one forward pass from its saved delta), averaged with its weight, scored against the test
-    labels as dev was. Test is read here and nowhere in the choice of members or weights. `say` gets one line
-    before the forward passes. Raises UserError where a member kept no delta or predictions."""
+    """The ensemble with its test metric: each member's test predictions (train.saved.test_predictions_of: kept
+    where it scored test, else one forward pass from its saved delta, the members and the single answer on one
+    backbone load), averaged with its weight, scored against the test labels as dev was. Test is read here and
+    nowhere in the choice of members or weights. `say` gets one line before the forward passes. Raises UserError
+    where a member kept no delta or predictions."""
     from autopelt.ensemble.select import combine
-    from autopelt.train.trial import test_predictions
+    from autopelt.train.saved import test_predictions_of
 
     say(f"scoring the ensemble's {len(chosen.members)} members on the test split …")
-    scored = [test_predictions(member.folder) for member in chosen.members]
+    folders = [member.folder for member in chosen.members]
+    single = next((i for i, folder in enumerate(folders) if _same(folder, chosen.single.folder)), None)
+    scored = test_predictions_of(folders + ([chosen.single.folder] if single is None else []))
     labels = scored[0]["test_labels"]
     if any(not np.array_equal(s["test_labels"], labels) for s in scored[1:]):
         raise UserError("the ensemble's members were scored on different test rows; train them on one data seed")
     regression = scored[0]["test"].ndim == 1
     first = chosen.members[0].result
     metric = metric_of(first.get("task"), first.get("metric"), regression)
-    averaged = combine([s["test"] for s in scored], chosen.weights)
-    single = test_predictions(chosen.single.folder)["test"]
-    return dataclasses.replace(chosen, test=float(metric(averaged, labels)), single_test=float(metric(single, labels)))
+    averaged = combine([s["test"] for s in scored[: len(folders)]], chosen.weights)
+    alone = scored[len(folders) if single is None else single]["test"]
+    return dataclasses.replace(chosen, test=float(metric(averaged, labels)), single_test=float(metric(alone, labels)))
+
+
+def _same(a, b) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
