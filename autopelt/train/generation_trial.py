@@ -72,7 +72,7 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
 
 
 def score_saved_generation(settings, delta_dir) -> dict:
-    """BLEU and ROUGE-L on test of a trial's saved delta, generated as the trial would have (train.saved.score_saved)."""
+    """BLEU and ROUGE-L on test of a trial's saved delta, generated as the trial would have (saved.score_saved)."""
     task = generation_task(settings)
     model_name = resolve_model(settings.model)
     splits = make_generation_splits(load_generation_splits(task, settings.data_dir), task,

@@ -56,8 +56,7 @@ def test_predictions_of(result_dirs: list) -> list[dict]:
         UserError: a trial kept no predictions or no delta.
     """
     kept = [load_predictions(folder) for folder in result_dirs]
-    out: list[dict | None] = [{"test": k["test"], "test_labels": k["test_labels"]}
-                              if "test" in k and "test_labels" in k else None for k in kept]
+    out: list[dict | None] = [_test_of(k) for k in kept]
     bases: dict[tuple, torch.nn.Module] = {}
     for index, folder in enumerate(result_dirs):
         if out[index] is not None:
@@ -73,6 +72,17 @@ def test_predictions_of(result_dirs: list) -> list[dict]:
         out[index] = {"test": from_outputs(outputs, task.regression), "test_labels": data.test.labels}
         save_predictions(folder, {**kept[index], **out[index]})
     return out
+
+
+def kept_test_predictions(result_dir) -> dict | None:
+    """{"test", "test_labels"} where the trial's predictions.npz holds them, else None (nothing is computed).
+    Raises UserError when the trial kept no predictions."""
+    return _test_of(load_predictions(result_dir))
+
+
+def _test_of(kept: dict) -> dict | None:
+    return {"test": kept["test"], "test_labels": kept["test_labels"]} if "test" in kept and "test_labels" in kept \
+        else None
 
 
 def _delta_dir(result: dict, settings: TrialSettings) -> str:
