@@ -51,7 +51,9 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
     dtype = devices.autocast_dtype(precision)
     model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision))
     check_generator(model.config)
-    backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
+    checkpointing = backbone.resolve_checkpointing(model, settings.gradient_checkpointing, spec, generation=True)
+    backbone.set_gradient_checkpointing(model, checkpointing, spec)
+    result["gradient_checkpointing"] = checkpointing
     delta.apply_delta(model, spec, seed=settings.seed)
     model.to(device)
     settle_dtypes(model, dtype)  # the delta in fp32, the frozen linears in the trial's dtype

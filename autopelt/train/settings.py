@@ -48,8 +48,9 @@ class TrialSettings:
     #                               measurement across 12 tasks (docs/speed.md)
     attention: str = "auto"  # the attention implementation: auto (measured per device), sdpa or eager (backbone.py)
     score_test: bool = True  # score the test split(s) after training; False: "test" stays None (a search trial)
-    gradient_checkpointing: bool = False  # recompute the frozen model's activations in the backward pass: less
-    #                                       memory, more time (backbone.set_gradient_checkpointing)
+    gradient_checkpointing: bool | None = None  # recompute the frozen model's activations in the backward pass:
+    #   less memory, more time (backbone.set_gradient_checkpointing); None: a generation trial does where its model
+    #   and delta can take it (its activations are its memory), a classification trial does not
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
     out_dir: str | None = None  # where result.json and the delta go; None = keep nothing on disk
     max_new_tokens: int | None = None  # generation tasks: tokens generated per test input; None = 64
@@ -79,8 +80,9 @@ class TrialSettings:
                             f"not {self.backbone_dropout!r}")
         if self.attention not in ATTENTION_SETTINGS:
             raise UserError(f"attention must be one of {', '.join(ATTENTION_SETTINGS)}, not {self.attention!r}")
-        if not isinstance(self.gradient_checkpointing, bool):
-            raise UserError(f"gradient_checkpointing must be true or false, not {self.gradient_checkpointing!r}")
+        if not (self.gradient_checkpointing is None or isinstance(self.gradient_checkpointing, bool)):
+            raise UserError(f"gradient_checkpointing must be true, false or null, not "
+                            f"{self.gradient_checkpointing!r}")
         if not 0 <= self.warmup_ratio < 1:
             raise UserError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio!r}")
         if self.distill is not None:

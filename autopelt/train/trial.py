@@ -183,7 +183,9 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     backbone.set_attention(model, attention["attention"])
     result.update(attention=attention["attention"], attention_choice=attention)
     with timed(phases, "delta"):
-        backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
+        checkpointing = backbone.resolve_checkpointing(model, settings.gradient_checkpointing, spec, generation=False)
+        backbone.set_gradient_checkpointing(model, checkpointing, spec)
+        result["gradient_checkpointing"] = checkpointing
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
         settle_dtypes(model, dtype)  # what trains in fp32 (BitFit's biases too), the frozen linears in dtype
