@@ -110,3 +110,14 @@ def test_the_report_shows_the_ensemble_beside_the_answer_and_says_when_its_test_
         assert "test" not in load(member)
     finally:
         save(member, kept)
+
+
+def test_the_report_of_a_study_whose_ensemble_is_one_trial_or_none_says_so(study_db, tmp_path):  # noqa: F811
+    pytest.importorskip("plotly")
+    from autopelt.report.contents import collect
+    from autopelt.report.page import ensemble_html, render
+
+    url, _ = study_db
+    contents = collect(optuna.load_study(study_name="tiny", storage=url))
+    assert len(contents.ensemble.members) == 1 and "kept one member" in render(contents)
+    assert "No ensemble: no trial folder here kept dev predictions" in ensemble_html(None, contents.header)
