@@ -301,15 +301,16 @@ def export_delta(study, path, *, trial: int | None = None, pareto: bool = False,
         UserError: no such study or trial, no completed trial to export, a trial without saved weights, or `path`
             exists and is not empty.
     """
-    from autopelt.export.export import export_trial, pick_trials, trial_outputs
+    from autopelt.export.export import ensemble_beside, export_trial, pick_trials, trial_outputs
 
     study = _study_of(study, storage)
     chosen = pick_trials(study, trial, pareto)
     for one in chosen:
         trial_outputs(one)  # every chosen trial must have its weights before anything is written
     out = Path(path)
+    beside = ensemble_beside(study) if trial is None and not pareto else None
     for one in chosen:
-        export_trial(one, out / f"trial-{one.number}" if pareto else out, reseed, study.study_name)
+        export_trial(one, out / f"trial-{one.number}" if pareto else out, reseed, study.study_name, ensemble=beside)
     return out
 
 

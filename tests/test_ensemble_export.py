@@ -228,14 +228,7 @@ def test_the_ensembles_test_metric_is_its_members_test_predictions_averaged(stud
     from autopelt.train.predictions import load, save
 
     _, root = study_db
-    folders = []
-    for source in sorted(root.glob("trial-*")):  # copies: one loses its test predictions, to be computed again
-        folder = tmp_path / source.name
-        shutil.copytree(source, folder)
-        result = json.loads((folder / "result.json").read_text())
-        result["delta_dir"] = str(folder / "delta")
-        (folder / "result.json").write_text(json.dumps(result))
-        folders.append(folder)
+    folders = _copies(root, tmp_path)  # one loses its test predictions, to be computed again
     kept = load(folders[0])
     assert "test" in kept  # the fixture's trials scored test as they trained
     save(folders[0], {name: array for name, array in kept.items() if not name.startswith("test")})
@@ -251,3 +244,44 @@ def test_the_ensembles_test_metric_is_its_members_test_predictions_averaged(stud
     assert scored.single_test == pytest.approx(accuracy(load(chosen.single.folder)["test"], kept["test_labels"]))
     assert f"test accuracy {scored.test:.4f} vs the single answer's {scored.single_test:.4f}" in scored.lines()[0]
     assert scored.to_dict()["test"] == scored.test and chosen.test is None  # computed after, never before
+
+
+def _copies(root, tmp_path):
+    """Copies of the study's trial folders (their result.json pointing at the copied delta)."""
+    folders = []
+    for source in sorted(root.glob("trial-*")):
+        folder = tmp_path / source.name
+        shutil.copytree(source, folder)
+        result = json.loads((folder / "result.json").read_text())
+        result["delta_dir"] = str(folder / "delta")
+        (folder / "result.json").write_text(json.dumps(result))
+        folders.append(folder)
+    return folders
+
+
+def test_members_test_predictions_are_scored_on_one_backbone_load(study_db, tmp_path, monkeypatch):
+    """Three members (two LoRA seeds, an adapter) without kept test predictions: one base model read, and each
+    member's predictions those of the member scored alone (its own load) and those it made as it trained."""
+    import numpy as np
+
+    import autopelt.train.saved as saved
+    from autopelt.train.predictions import load, save
+
+    _, root = study_db
+    shared, alone = _copies(root, tmp_path / "shared"), _copies(root, tmp_path / "alone")
+    trained = [load(folder) for folder in shared]
+    for folder in shared + alone:
+        save(folder, {name: array for name, array in load(folder).items() if not name.startswith("test")})
+    loads = []
+    real_load = saved.load_model
+    monkeypatch.setattr(saved, "load_model", lambda *args, **kwargs: loads.append(args) or real_load(*args, **kwargs))
+    together = saved.test_predictions_of(shared)
+    assert len(loads) == 1
+    separately = [saved.test_predictions(folder) for folder in alone]
+    assert len(loads) == 1 + len(alone)
+    for one, other, kept in zip(together, separately, trained):
+        np.testing.assert_allclose(one["test"].astype(np.float32), other["test"].astype(np.float32), atol=1e-3)
+        np.testing.assert_allclose(one["test"].astype(np.float32), kept["test"].astype(np.float32), atol=2e-3)
+        assert np.array_equal(one["test_labels"], kept["test_labels"])
+    assert saved.test_predictions_of(shared)[0]["test"].tobytes() == together[0]["test"].tobytes()
+    assert len(loads) == 1 + len(alone)  # kept in predictions.npz: read, not computed again

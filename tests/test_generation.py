@@ -129,16 +129,22 @@ def test_exporting_a_generation_lora_writes_a_peft_folder_with_the_same_logits(l
 
 
 def test_gradient_checkpointing_trains_the_same_generation_delta_and_is_recorded(lm_dir, data_dir, tmp_path):
-    """`--gradient-checkpointing` recomputes activations in the backward pass: the same training to the last digit
-    that matters (dropout off), recorded in the settings; a decoder prefix with it is one line, exit 2."""
+    """A generation trial checkpoints by default where its delta can take it (`--no-gradient-checkpointing` turns
+    it off): the same training to the last digit that matters (dropout off), recorded in the result; a decoder
+    prefix trains without it by default, and asked for it is one line, exit 2."""
     runs = {}
-    for name, more in (("plain", ()), ("checkpointed", ("--gradient-checkpointing",))):
+    for name, more in (("plain", ("--no-gradient-checkpointing",)), ("default", ()),
+                       ("checkpointed", ("--gradient-checkpointing",))):
         assert cli.main(train_args(lm_dir, data_dir, tmp_path / name, "--method", "lora", "--rank", "4", *more)) == 0
         runs[name] = json.loads((tmp_path / name / "result.json").read_text())
-    assert runs["checkpointed"]["settings"]["gradient_checkpointing"] is True
-    assert runs["plain"]["settings"]["gradient_checkpointing"] is False
-    losses = [[e["dev"]["loss"] for e in runs[n]["history"]] for n in ("plain", "checkpointed")]
-    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert [runs[n]["settings"]["gradient_checkpointing"] for n in runs] == [False, None, True]
+    assert [runs[n]["gradient_checkpointing"] for n in runs] == [False, True, True]
+    losses = [[e["dev"]["loss"] for e in runs[n]["history"]] for n in runs]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5) and losses[1] == losses[2]
+    assert runs["plain"]["test"] == runs["default"]["test"]
+    assert cli.main(train_args(lm_dir, data_dir, tmp_path / "prefix-default", "--method", "prefix", "--length",
+                               "2")) == 0
+    assert json.loads((tmp_path / "prefix-default" / "result.json").read_text())["gradient_checkpointing"] is False
     assert cli.main(train_args(lm_dir, data_dir, tmp_path / "prefix", "--method", "prefix", "--length", "2",
                                "--gradient-checkpointing")) == 2
     assert not (tmp_path / "prefix" / "delta").exists()

@@ -23,7 +23,7 @@ from autopelt.train import TrialSettings, run_trial
 from autopelt.train.trial_data import prepare_data
 from autopelt.errors import UserError
 from autopelt.train.classify import evaluate
-from autopelt.train.trial import score_saved
+from autopelt.train.saved import score_saved
 
 # Every top-level field of the result JSON in docs/design.md.
 DESIGN_FIELDS = (

@@ -77,6 +77,14 @@ class StudyEnsemble:
             out.append(f"  left out: {len(self.left_out)} trial(s) ({shown})")
         return out
 
+    def brief(self) -> dict:
+        """What is said of the ensemble beside the single answer (an export's metrics.json, the report): its
+        size and inference cost, dev of both on the dev rows that chose its members, test of both (None until
+        `with_test`), whether it answers."""
+        return {"members": len(self.members), "forward_passes": self.forward_passes, "metric": self.metric,
+                "dev": self.dev, "single_dev": self.single_dev, "dev_rows": "the dev rows that chose its members",
+                "test": self.test, "single_test": self.single_test, "answers": self.answers, "margin": self.margin}
+
     def to_dict(self) -> dict:
         return {"members": [{"folder": str(m.folder), "summary": m.summary, "dev": m.dev, "weight": w}
                             for m, w in zip(self.members, self.weights)],
@@ -206,7 +214,7 @@ def of_study(study, max_members: int | None = None) -> StudyEnsemble | None:
     from autopelt.study import answers as study_answers
     from autopelt.study.record import read_all, trial_dirs
 
-    found = study_answers.best(read_all(study))
+    found = study_answers.best(read_all(study), study_answers.maximizes(study))
     try:
         return study_ensemble(trial_dirs(study), max_members=max_members,
                               answer_dir=found.result_dir if found else None)
@@ -214,22 +222,36 @@ def of_study(study, max_members: int | None = None) -> StudyEnsemble | None:
         return None
 
 
-def with_test(chosen: StudyEnsemble, say=lambda line: None) -> StudyEnsemble:
-    """The ensemble with its test metric: each member's test predictions (train.trial.test_predictions: kept where
-    it scored test, else one forward pass from its saved delta), averaged with its weight, scored against the test
-    labels as dev was. Test is read here and nowhere in the choice of members or weights. `say` gets one line
-    before the forward passes. Raises UserError where a member kept no delta or predictions."""
+def with_test(chosen: StudyEnsemble, say=lambda line: None, compute: bool = True) -> StudyEnsemble:
+    """The ensemble with its test metric: each member's test predictions (train.saved.test_predictions_of: kept
+    where it scored test, else one forward pass from its saved delta, the members and the single answer on one
+    backbone load), averaged with its weight, scored against the test labels as dev was. Test is read here and
+    nowhere in the choice of members or weights. `say` gets one line before the forward passes. `compute` False:
+    kept predictions only, and the ensemble as it is (test None) where one of them kept none. Raises UserError
+    where a member kept no delta or predictions."""
     from autopelt.ensemble.select import combine
-    from autopelt.train.trial import test_predictions
+    from autopelt.train.saved import kept_test_predictions, test_predictions_of
 
-    say(f"scoring the ensemble's {len(chosen.members)} members on the test split …")
-    scored = [test_predictions(member.folder) for member in chosen.members]
+    folders = [member.folder for member in chosen.members]
+    single = next((i for i, folder in enumerate(folders) if _same(folder, chosen.single.folder)), None)
+    folders_scored = folders + ([chosen.single.folder] if single is None else [])
+    if compute:
+        say(f"scoring the ensemble's {len(chosen.members)} members on the test split …")
+        scored = test_predictions_of(folders_scored)
+    else:
+        scored = [kept_test_predictions(folder) for folder in folders_scored]
+        if any(s is None for s in scored):
+            return chosen
     labels = scored[0]["test_labels"]
     if any(not np.array_equal(s["test_labels"], labels) for s in scored[1:]):
         raise UserError("the ensemble's members were scored on different test rows; train them on one data seed")
     regression = scored[0]["test"].ndim == 1
     first = chosen.members[0].result
     metric = metric_of(first.get("task"), first.get("metric"), regression)
-    averaged = combine([s["test"] for s in scored], chosen.weights)
-    single = test_predictions(chosen.single.folder)["test"]
-    return dataclasses.replace(chosen, test=float(metric(averaged, labels)), single_test=float(metric(single, labels)))
+    averaged = combine([s["test"] for s in scored[: len(folders)]], chosen.weights)
+    alone = scored[len(folders) if single is None else single]["test"]
+    return dataclasses.replace(chosen, test=float(metric(averaged, labels)), single_test=float(metric(alone, labels)))
+
+
+def _same(a, b) -> bool:
+    return Path(a).resolve() == Path(b).resolve()

@@ -29,7 +29,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from autopelt.errors import UserError
-    from autopelt.export.export import export_trial, nothing_learned_note, pick_trials, trial_outputs
+    from autopelt.export.export import ensemble_beside, export_trial, nothing_learned_note, pick_trials, trial_outputs
     from autopelt.study.info import floors_of
     from autopelt.study.storage import load_study, open_existing
 
@@ -44,10 +44,11 @@ def run(args) -> int:
     for trial in trials:
         trial_outputs(trial)  # every chosen trial must have weights before anything is written
     out = Path(args.out)
+    beside = ensemble_beside(study, say=print) if args.trial is None and not args.pareto else None
     for trial in trials:
         target = out / f"trial-{trial.number}" if args.pareto else out
         floors = floors_of(study)
-        export_trial(trial, target, args.reseed, study.study_name, floors)
+        export_trial(trial, target, args.reseed, study.study_name, floors, ensemble=beside)
         print(f"exported trial {trial.number} ({trial.summary or ''}) to {target}")
         note = nothing_learned_note(floors, trial_outputs(trial)[0])
         if note:

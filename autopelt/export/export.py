@@ -56,13 +56,29 @@ def trial_outputs(trial: TrialRecord) -> tuple[dict, Path]:
 
 
 def export_trial(trial: TrialRecord, out_dir: Path, reseed: int = 0, study_name: str = "",
-                 floors: dict | None = None) -> Path:
+                 floors: dict | None = None, ensemble: dict | None = None) -> Path:
     """Write one trial's export folder (export_result). `floors`: the study's one-class floors
-    (autopelt/study/floors.py), kept in metrics.json and shown in the model card."""
+    (autopelt/study/floors.py), kept in metrics.json and shown in the model card; `ensemble`: the study's ensemble
+    beside this answer (`ensemble_beside`), likewise."""
     trial_outputs(trial)  # a one-line error before anything is scored or written
     about = {"study": study_name, "trial": trial.number, "baseline": trial.baseline,
-             **({"floors": floors} if floors else {})}
+             **({"floors": floors} if floors else {}), **({"ensemble": ensemble} if ensemble else {})}
     return export_result(trial.result_dir, out_dir, about, reseed)
+
+
+def ensemble_beside(study, say=lambda line: None) -> dict | None:
+    """The study's ensemble of two or more members (autopelt/ensemble/study.py `brief`), beside its single
+    answer, with both test metrics (`with_test`: kept predictions read, the others scored on one backbone load;
+    where that fails, test None and `test_not_scored` says why); None without one."""
+    from autopelt.ensemble.study import of_study, with_test
+
+    chosen = of_study(study)
+    if chosen is None or len(chosen.members) < 2:
+        return None
+    try:
+        return with_test(chosen, say).brief()
+    except UserError as error:
+        return {**chosen.brief(), "test_not_scored": str(error)}
 
 
 def export_result(result_dir, out_dir: Path, about: dict, reseed: int = 0) -> Path:
@@ -198,6 +214,8 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
         note = nothing_learned_note(floors, result)
         if note:
             lines.append(f"- **{note}**")
+    if "ensemble" in metrics:
+        lines.append(ensemble_line(metrics["ensemble"]))
     if "distilled" in metrics:
         lines.append(distilled_line(metrics["distilled"], (metrics.get("test") or {}).get(metrics.get("metric"))))
     if "reseed" in metrics:
@@ -212,6 +230,17 @@ def model_card(result: dict, metrics: dict, no_peft: str | None) -> str:
     else:
         lines += ["", f"No peft folder: {no_peft}."]
     return "\n".join(lines) + "\n"
+
+
+def ensemble_line(ensemble: dict) -> str:
+    """The model card's line on the study's ensemble beside this delta (`ensemble_beside`)."""
+    verdict = "it answers the study instead of this delta" if ensemble["answers"] else "this delta stays the answer"
+    test = (f"; test {ensemble['test']:.4f} vs {ensemble['single_test']:.4f}"
+            if ensemble.get("test") is not None and ensemble.get("single_test") is not None else
+            "; its test is not scored")
+    return (f"- the study's ensemble of {ensemble['members']} deltas ({ensemble['forward_passes']} forward passes "
+            f"an input): dev {ensemble['metric']} {ensemble['dev']:.4f} vs this delta's {ensemble['single_dev']:.4f} "
+            f"on {ensemble['dev_rows']}{test}; {verdict} (`autopelt export --ensemble` writes it)")
 
 
 def distilled_line(distilled: dict, test: float | None) -> str:

@@ -13,6 +13,7 @@ from autopelt.report.data import (
     Comparison, GateMap, HistoryPoint, Pareto, Row, baseline_comparison, gate_maps, history, pareto, row,
     top_trials,
 )
+from autopelt.report.ensemble import EnsembleView, ensemble_view
 from autopelt.report.importance import Importances, param_importances
 from autopelt.study import answers
 from autopelt.study.info import floors_of, read_study
@@ -50,6 +51,7 @@ class ReportContents:
     importances: Importances
     gates: list[GateMap]
     top: list[Row]
+    ensemble: EnsembleView | None = None  # the study's ensemble beside its answer; None: no dev predictions here
 
 
 def collect(study: optuna.Study, top: int = 10) -> ReportContents:
@@ -64,6 +66,7 @@ def collect(study: optuna.Study, top: int = 10) -> ReportContents:
         importances=param_importances(trials, maximize),
         gates=gate_maps(trials, maximize),
         top=top_trials(trials, metric, maximize, top),
+        ensemble=ensemble_view(study),
     )
 
 

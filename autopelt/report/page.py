@@ -14,6 +14,7 @@ from pathlib import Path
 from autopelt.report import plots
 from autopelt.report.contents import Header, ReportContents
 from autopelt.report.data import Row
+from autopelt.report.ensemble import EnsembleView
 
 TEMPLATE = Path(__file__).with_name("page.html.tmpl")
 STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "stopped early", "FAIL": "failed", "RUNNING": "running",
@@ -30,7 +31,7 @@ def render(contents: ReportContents, footer: str = "") -> str:
     header = contents.header
     return string.Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
         title=e(f"autopelt report: {header.study}"), figure_count=str(figures), plotly_js=get_plotlyjs(),
-        header=header_html(header), sections="\n".join(sections), footer=e(footer),
+        header=header_html(header, contents.ensemble), sections="\n".join(sections), footer=e(footer),
     )
 
 
@@ -94,7 +95,7 @@ def _note(text: str) -> str:
     return f'<p class="note">{e(text)}</p>'
 
 
-def header_html(header: Header) -> str:
+def header_html(header: Header, ensemble: EnsembleView | None = None) -> str:
     better = "higher" if header.maximize else "lower"
     meta = " · ".join(f"{name} <b>{e(value)}</b>" for name, value in [
         ("task", header.task), ("model", header.model), ("space", header.space),
@@ -104,6 +105,8 @@ def header_html(header: Header) -> str:
     counts += f"<span>{header.answers} at full fidelity</span>"
     parts = [f"<h1>autopelt report: {e(header.study)}</h1>", f'<p class="meta">{meta}</p>',
              f'<div class="counts">{counts}</div>', _best_html(header)]
+    if header.best is not None:
+        parts.append(ensemble_html(ensemble, header))
     if header.fail_reasons:
         items = "".join(f"<tr><td class='num'>{n}</td><td>{e(reason)}</td></tr>" for reason, n in header.fail_reasons)
         parts.append(f"<details><summary>why trials failed</summary><table><tr><th class='num'>trials</th>"
@@ -134,6 +137,32 @@ def _best_html(header: Header) -> str:
             + (f"<br><b>{e(header.nothing_learned)}</b>" if header.nothing_learned else "")
             + (f"<br>hyperparameters: {hparams}" if hparams else "")
             + (f"<details><summary>delta spec</summary><pre>{e(spec)}</pre></details>" if spec else "") + "</div>")
+
+
+def ensemble_html(view: EnsembleView | None, header: Header) -> str:
+    """The study's ensemble beside the answer: its members and weights, dev and test of both, its cost."""
+    if view is None:
+        return _note("No ensemble: no trial folder here kept dev predictions.")
+    if len(view.members) < 2:
+        return _note(f"The ensemble of the study's trials (greedy selection on dev) kept one member: "
+                     f"{view.members[0][0]}; the single answer stands alone.")
+    metric = e(view.metric)
+    single_test = view.single_test if view.single_test is not None else (header.best.test if header.best else None)
+    test = (f"test {metric} <b>{_num(view.test)}</b> vs the single answer's {_num(single_test)}"
+            if view.test is not None else
+            "test not scored: a member kept no test predictions here (<code>autopelt export --ensemble</code> "
+            f"scores it){'' if single_test is None else f'; the single answer’s test {_num(single_test)}'}")
+    verdict = ("it answers the study" if view.answers else
+               f"the single answer stays (the ensemble's dev gain {100 * (view.dev - view.single_dev):+.2f} is not "
+               f"above the margin {100 * view.margin:.2f})")
+    rows = "".join(f"<tr><td class='num'>{weight:.3f}</td><td>{e(summary)}</td><td class='num'>{_num(dev)}</td></tr>"
+                   for summary, weight, dev in view.members)
+    return (f'<div class="best ensemble">Ensemble of <b>{len(view.members)}</b> trials (greedy selection with '
+            f"replacement, Caruana et al. 2004): dev {metric} <b>{_num(view.dev)}</b> vs the single answer's "
+            f"{_num(view.single_dev)} ({e(view.single)}), measured on the dev rows that chose its members · {test}"
+            f" · {view.forward_passes} forward passes an input · {e(verdict)}"
+            f"<details><summary>members</summary><table><tr><th class='num'>weight</th><th>delta</th>"
+            f"<th class='num'>dev {metric}</th></tr>{rows}</table></details></div>")
 
 
 def rows_table(rows: list[Row], metric: str, test_metric: str | None = None) -> str:

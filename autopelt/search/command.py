@@ -39,9 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="the portfolio's learning rates: as measured on its model (absolute, default), or "
                            "relative to the LoRA rate this study's LoRA baseline sweeps first (calibrated), or "
                            "scaled by a power of the two models' hidden sizes (transfer)")
-    what.add_argument("--gradient-checkpointing", action="store_true",
+    what.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None,
                       help="every trial recomputes the model's activations in the backward pass: less memory, "
-                           "more time")
+                           "more time (default: a generation search's trials whose delta can take it)")
     what.add_argument("--batch-size", type=int,
                       help="every trial's batch size, over the space's and the portfolio's (default: theirs)")
     what.add_argument("--max-length", type=int,

@@ -45,7 +45,7 @@ class SearchOptions:
     rates: str = "absolute"  # the portfolio's rates: absolute, calibrated to the study's LoRA rate, or transferred by
     # the hidden sizes (portfolio.py)
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
-    gradient_checkpointing: bool = False  # of every trial whose delta can take it (TrialSettings')
+    gradient_checkpointing: bool | None = None  # of every trial whose delta can take it; None: the trial's default
 
 
 def check_numbers(options: SearchOptions) -> None:

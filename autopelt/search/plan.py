@@ -115,9 +115,10 @@ class SearchPlan:
         return {name: value for name, value in given.items() if value is not None}
 
     def _checkpointing(self, spec: dict) -> bool:
-        """--gradient-checkpointing for every trial whose delta can take it (the others train without it)."""
+        """--gradient-checkpointing for every trial whose delta can take it (the others train without it); None
+        where neither it nor --no-gradient-checkpointing was given (TrialSettings' default)."""
         if not self.options.gradient_checkpointing:
-            return False
+            return self.options.gradient_checkpointing
         from autopelt.train.backbone import checkpointing_refusal
 
         return checkpointing_refusal(self.model_config, spec) is None

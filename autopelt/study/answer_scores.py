@@ -42,7 +42,7 @@ def score_answers(study) -> list[int]:
 def score_result_dir(result_dir) -> tuple[dict, dict]:
     """(test, extra_tests) of the trial in `result_dir`, scored from its saved delta and written into its
     result.json (atomically) so that an export reads them."""
-    from autopelt.train.trial import RESULT_FILE, score_saved
+    from autopelt.train.saved import RESULT_FILE, score_saved
 
     path = Path(result_dir) / RESULT_FILE
     try:

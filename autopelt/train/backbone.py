@@ -51,6 +51,17 @@ def set_gradient_checkpointing(model: nn.Module, on: bool, spec=None) -> None:
                                                                        "context_fn": _gates_padding(model)})
 
 
+def resolve_checkpointing(model: nn.Module, asked: bool | None, spec, generation: bool) -> bool:
+    """Whether a trial checkpoints: as `asked` (TrialSettings.gradient_checkpointing), or where it is None, a
+    generation trial does when the model and the delta `spec` can take it (a decoder's prefix cannot): its
+    activations, kept for the backward pass, are most of its memory (docs/decoders.md), and checkpointing changes
+    no gradient."""
+    if asked is not None:
+        return asked
+    return generation and bool(getattr(model, "supports_gradient_checkpointing", False)) and \
+        checkpointing_refusal(model.config, spec) is None
+
+
 def _gates_padding(model: nn.Module):
     """A `context_fn` that gives UniPELT's gates, recomputed in the backward pass, the padding mask of their pass
     (`PaddingMask.recomputing`, one shared by a model's gates); it is looked up once, on the first checkpointed

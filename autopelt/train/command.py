@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 
@@ -67,8 +68,9 @@ def add_arguments(parser) -> None:
                         help="auto (default): bf16 mixed precision where the device computes it natively and "
                              "faster (CUDA with bf16; a CPU with AVX512-BF16 or AMX whose bf16 matmul is measured "
                              "at least 1.25x as fast as fp32's), else fp32")
-    parser.add_argument("--gradient-checkpointing", action="store_true",
-                        help="recompute the model's activations in the backward pass: less memory, more time")
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                        help="recompute the model's activations in the backward pass: less memory, more time "
+                             "(default: on for a generation task whose delta can take it, else off)")
     parser.add_argument("--quantize", choices=("4bit",),
                         help="4bit: the frozen base in NF4 on CUDA, LoRA trained over it in bf16 (QLoRA; a decoder "
                              "and plain LoRA; needs bitsandbytes)")

@@ -54,7 +54,9 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
                                quantize=settings.quantize, device=device)
     model, result["warm"]["model"] = base.model, base.warm  # its rows are encoded per trial
     check_generator(model.config)
-    backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
+    checkpointing = backbone.resolve_checkpointing(model, settings.gradient_checkpointing, spec, generation=True)
+    backbone.set_gradient_checkpointing(model, checkpointing, spec)
+    result["gradient_checkpointing"] = checkpointing
     delta.apply_delta(model, spec, seed=settings.seed)
     model.to(device)
     settle_dtypes(model, dtype)  # the delta in fp32, the frozen linears in the trial's dtype
@@ -76,7 +78,7 @@ def _train(settings, spec, task, splits, model_name, device, result, outcome, re
 
 
 def score_saved_generation(settings, delta_dir) -> dict:
-    """BLEU and ROUGE-L on test of a trial's saved delta, generated as the trial would have (trial.score_saved)."""
+    """BLEU and ROUGE-L on test of a trial's saved delta, generated as the trial would have (saved.score_saved)."""
     task = generation_task(settings)
     model_name = resolve_model(settings.model)
     splits = make_generation_splits(load_generation_splits(task, settings.data_dir), task,

@@ -49,8 +49,9 @@ class TrialSettings:
     #                               measurement across 12 tasks (docs/speed.md)
     attention: str = "auto"  # the attention implementation: auto (measured per device), sdpa or eager (backbone.py)
     score_test: bool = True  # score the test split(s) after training; False: "test" stays None (a search trial)
-    gradient_checkpointing: bool = False  # recompute the frozen model's activations in the backward pass: less
-    #                                       memory, more time (backbone.set_gradient_checkpointing)
+    gradient_checkpointing: bool | None = None  # recompute the frozen model's activations in the backward pass:
+    #   less memory, more time (backbone.set_gradient_checkpointing); None: a generation trial does where its model
+    #   and delta can take it (its activations are its memory), a classification trial does not
     quantize: str | None = None  # "4bit": the frozen base in NF4 on CUDA, a LoRA delta trained over it (QLoRA,
     #                              train/quantize.py); None: the base as `precision` stores it
     cache_dir: str | None = None  # tokenisation cache; None = $AUTOPELT_CACHE_DIR or ~/.cache/autopelt
@@ -82,8 +83,9 @@ class TrialSettings:
                             f"not {self.backbone_dropout!r}")
         if self.attention not in ATTENTION_SETTINGS:
             raise UserError(f"attention must be one of {', '.join(ATTENTION_SETTINGS)}, not {self.attention!r}")
-        if not isinstance(self.gradient_checkpointing, bool):
-            raise UserError(f"gradient_checkpointing must be true or false, not {self.gradient_checkpointing!r}")
+        if not (self.gradient_checkpointing is None or isinstance(self.gradient_checkpointing, bool)):
+            raise UserError(f"gradient_checkpointing must be true, false or null, not "
+                            f"{self.gradient_checkpointing!r}")
         if self.quantize not in QUANTIZE_CHOICES:
             raise UserError(f"quantize must be 4bit or none, not {self.quantize!r}")
         if not 0 <= self.warmup_ratio < 1:

@@ -19,7 +19,7 @@ from autopelt.delta.registry import method_of
 from autopelt.dtypes import settle_dtypes
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
-from autopelt.models import load_model, load_tokenizer, portable_name, resolve_model
+from autopelt.models import portable_name, resolve_model
 from autopelt.train import backbone, device as devices, warm
 from autopelt.train.classify import Classification, evaluate, forward_split
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome
@@ -27,7 +27,7 @@ from autopelt.train.predictions import from_outputs, save as save_predictions
 from autopelt.train.generate import is_generation
 from autopelt.train.generation_trial import run_generation
 from autopelt.train.lr_sweep import train_at_chosen_rate
-from autopelt.train.trial_data import prepare_data, resolve_task
+from autopelt.train.trial_data import resolve_task
 from autopelt.train.settings import TrialSettings
 
 RESULT_FILE = "result.json"
@@ -191,69 +191,6 @@ def save(result: dict, settings: TrialSettings, model, spec, model_name: str, ta
                                                    Path(settings.out_dir) / "delta", metadata=metadata))
 
 
-def score_saved(result: dict) -> tuple[dict, dict]:
-    """(test, extra_tests) of a finished trial scored from its saved delta (`result["delta_dir"]`) with the
-    trial's own settings: what a search trial (TrialSettings.score_test False) would have scored after training.
-    Raises UserError when the trial kept no delta."""
-    settings = TrialSettings.from_dict(result["settings"])
-    if is_generation(settings):
-        from autopelt.train.generation_trial import score_saved_generation
-
-        return score_saved_generation(settings, _delta_dir(result, settings)), {}
-    model, data, task, device, dtype = _saved_model(result, settings)
-    test, _ = evaluate(model, data.test, task, settings, device, dtype)
-    extra = {split: evaluate(model, features, task, settings, device, dtype)[0]
-             for split, features in data.extra_tests.items()}
-    return test, extra
-
-
-def test_predictions(result_dir) -> dict:
-    """{"test", "test_labels"} of a finished classification trial: from its predictions.npz where it scored test as
-    it trained, else computed once from its saved delta (one forward pass over the test split) and kept there beside
-    its dev predictions. What an ensemble's test metric is computed from, never read by any choice.
-    Raises UserError when the trial kept no predictions or no delta."""
-    from autopelt.train.predictions import load
-
-    kept = load(result_dir)
-    if "test" in kept and "test_labels" in kept:
-        return {"test": kept["test"], "test_labels": kept["test_labels"]}
-    result = json.loads((Path(result_dir) / RESULT_FILE).read_text())
-    settings = TrialSettings.from_dict(result["settings"])
-    model, data, task, device, dtype = _saved_model(result, settings)
-    outputs = forward_split(model, data.test, settings, device, dtype)
-    scored = {"test": from_outputs(outputs, task.regression), "test_labels": data.test.labels}
-    save_predictions(result_dir, {**kept, **scored})
-    return scored
-
-
-def _delta_dir(result: dict, settings: TrialSettings) -> str:
-    delta_dir = result.get("delta_dir")
-    if not delta_dir or not (Path(delta_dir) / "delta.json").is_file():
-        raise UserError(f"the trial in {settings.out_dir} kept no delta to score; train it again with test scored")
-    return delta_dir
-
-
-def _saved_model(result: dict, settings: TrialSettings):
-    """(model with its saved delta, the trial's data, task, device, autocast dtype), as the trial trained."""
-    delta_dir = _delta_dir(result, settings)
-    task = resolve_task(settings)
-    model_name = resolve_model(settings.model)
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-    device = devices.pick_device(settings.device)
-    data = prepare_data(settings, load_tokenizer(model_name), task)
-    precision = result.get("precision") or devices.resolve_precision(settings.precision, device)
-    dtype = devices.autocast_dtype(precision)
-    model = load_model(model_name, task.num_labels, task.problem_type, seed=settings.seed,
-                       dtype=devices.load_dtype(precision), quantize=settings.quantize, device=device)
-    if result.get("attention"):
-        backbone.set_attention(model, result["attention"])
-    delta.load_delta(model, delta_dir, seed=settings.seed)
-    model.to(device)
-    settle_dtypes(model, dtype)
-    return model, data, task, device, dtype
-
-
 def _build_model(settings: TrialSettings, spec, task, model_name: str, data, device, result: dict):
     """The model with the delta in place, on `device`, its frozen weights in the trial's precision; the autocast
     dtype. Records precision, attention and parameter counts in `result`, and the seconds of each part."""
@@ -276,7 +213,9 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     backbone.set_attention(model, attention["attention"])
     result.update(attention=attention["attention"], attention_choice=attention)
     with timed(phases, "delta"):
-        backbone.set_gradient_checkpointing(model, settings.gradient_checkpointing, spec)
+        checkpointing = backbone.resolve_checkpointing(model, settings.gradient_checkpointing, spec, generation=False)
+        backbone.set_gradient_checkpointing(model, checkpointing, spec)
+        result["gradient_checkpointing"] = checkpointing
         delta.apply_delta(model, spec, seed=settings.seed)
         model.to(device)
         settle_dtypes(model, dtype)  # what trains in fp32 (BitFit's biases too), the frozen linears in dtype
