@@ -67,24 +67,16 @@ def load_arguments(device, skip: list[str]) -> dict:
     return {"quantization_config": config, "device_map": {"": torch.device(device).index or 0}}
 
 
-def check(settings, spec: dict, model: str, device) -> None:
-    """UserError, one line, where a trial's `--quantize` cannot run (`refusal`); nothing without it."""
+def check(settings, spec: dict, config, device) -> None:
+    """UserError, one line, where a trial's `--quantize` cannot run on the model of `config` (`refusal`); nothing
+    without it."""
     if not settings.quantize:
         return
     from autopelt.errors import UserError
-    from autopelt.models import load_config
 
-    why = refusal(load_config(model, 2), spec, getattr(device, "type", str(device)).startswith("cuda"))
+    why = refusal(config, spec, getattr(device, "type", str(device)).startswith("cuda"))
     if why:
         raise UserError(why)
-
-
-def trial_precision(settings, device) -> str:
-    """What a trial computes in: `COMPUTE_PRECISION` over a quantised base, else its `precision` resolved on
-    `device` (train/device.py)."""
-    from autopelt.train.device import resolve_precision
-
-    return COMPUTE_PRECISION if settings.quantize else resolve_precision(settings.precision, device)
 
 
 def search_refusal(config, space, cuda: bool) -> str | None:

@@ -62,7 +62,9 @@ def _check_checkpointing(settings) -> None:
 
 def _check_quantize(settings, model: str) -> None:
     """--quantize 4bit where it cannot run (autopelt/quantize.py): one line before the model loads."""
+    from autopelt.models import load_config
     from autopelt.quantize import check
     from autopelt.train.device import pick_device
 
-    check(settings, settings.spec, model, pick_device(settings.device))
+    if settings.quantize:
+        check(settings, settings.spec, load_config(model, 2), pick_device(settings.device))

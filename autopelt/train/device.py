@@ -317,3 +317,11 @@ def release_memory() -> None:
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+def trial_precision(settings, device) -> str:
+    """What a trial computes in: bf16 over a 4-bit base (autopelt/quantize.py `COMPUTE_PRECISION`), else its
+    `precision` resolved on `device`."""
+    from autopelt.quantize import COMPUTE_PRECISION
+
+    return COMPUTE_PRECISION if settings.quantize else resolve_precision(settings.precision, device)

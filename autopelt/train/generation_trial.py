@@ -12,7 +12,7 @@ import torch
 from autopelt import delta, quantize
 from autopelt.data.generation import PROMPT, load_generation_splits, make_generation_splits
 from autopelt.dtypes import settle_dtypes
-from autopelt.models import load_language_model, load_tokenizer, portable_name, resolve_model
+from autopelt.models import load_config, load_language_model, load_tokenizer, portable_name, resolve_model
 from autopelt.train import backbone, device as devices, warm
 from autopelt.train.generate import (
     MAX_NEW_TOKENS, Generation, check_generation_tokenizer, check_generator, encode, generation_task, score_generation,
@@ -47,8 +47,9 @@ def run_generation(settings, result: dict, outcome, report=None, on_step=None) -
 def _train(settings, spec, task, splits, model_name, device, result, outcome, report, on_step):
     tokenizer = warm.tokenizer(model_name)
     check_generation_tokenizer(tokenizer, model_name)
-    quantize.check(settings, spec.to_dict(), model_name, device)
-    precision = quantize.trial_precision(settings, device)
+    if settings.quantize:  # one line where it cannot run, before the model loads
+        quantize.check(settings, spec.to_dict(), load_config(model_name, 2), device)
+    precision = devices.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
     base = warm.language_model(model_name, settings.seed, devices.load_dtype(precision),
                                quantize=settings.quantize, device=device)
@@ -88,7 +89,7 @@ def score_saved_generation(settings, delta_dir) -> dict:
         torch.set_num_threads(settings.threads)
     device = devices.pick_device(settings.device)
     tokenizer = load_tokenizer(model_name)
-    precision = quantize.trial_precision(settings, device)
+    precision = devices.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
     model = load_language_model(model_name, seed=settings.seed, dtype=devices.load_dtype(precision),
                                 quantize=settings.quantize, device=device)

@@ -19,7 +19,7 @@ from autopelt.delta.registry import method_of
 from autopelt.dtypes import settle_dtypes
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
-from autopelt.models import portable_name, resolve_model
+from autopelt.models import load_config, portable_name, resolve_model
 from autopelt.train import backbone, device as devices, warm
 from autopelt.train.classify import Classification, evaluate, forward_split
 from autopelt.train.loop import NonFiniteLoss, TrainOutcome
@@ -195,8 +195,9 @@ def _build_model(settings: TrialSettings, spec, task, model_name: str, data, dev
     """The model with the delta in place, on `device`, its frozen weights in the trial's precision; the autocast
     dtype. Records precision, attention and parameter counts in `result`, and the seconds of each part."""
     phases = result["phase_seconds"]
-    quantize.check(settings, spec.to_dict(), model_name, device)
-    precision = quantize.trial_precision(settings, device)
+    if settings.quantize:  # one line where it cannot run, before the model loads
+        quantize.check(settings, spec.to_dict(), load_config(model_name, 2), device)
+    precision = devices.trial_precision(settings, device)
     dtype = devices.autocast_dtype(precision)
     with timed(phases, "model"):
         torch.manual_seed(settings.seed)  # dropout draws from torch's global RNG (load_model seeds it again, alike)
