@@ -74,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="of every trial; auto (default): bf16 where the trial's device computes it natively and "
                           "measurably faster, else fp32")
+    how.add_argument("--pack", choices=("off", "auto"), default="off",
+                     help="auto: the finalists train together as one pack, one pass of the frozen model a step for "
+                          "all (docs/packed.md), when every one is of the LoRA family and can pack; off (default): "
+                          "each alone")
     how.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
 
 
@@ -93,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision, custom_task=custom_task_fields(args), finalists=args.finalists,
         portfolio=args.portfolio, rates=args.rates, backbone_dropout=args.backbone_dropout,
         gradient_checkpointing=args.gradient_checkpointing, batch_size=args.batch_size, max_length=args.max_length,
-        quantize=args.quantize,
+        quantize=args.quantize, pack=args.pack,
     )
     try:
         outcome = run_search(options)

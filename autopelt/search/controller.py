@@ -48,11 +48,13 @@ class SearchStopped(RuntimeError):
 class Ticket:
     """One trial to run: the settings it trains with (to_dict/from_dict carry them to a worker), and whether a
     scheduler may stop it early: never a baseline (it is what every searched delta is compared with), a
-    refinement (a few trials whose first epoch ranks rates poorly: refine.py) or a finalist (finalists.py)."""
+    refinement (a few trials whose first epoch ranks rates poorly: refine.py) or a finalist (finalists.py); and
+    whether it is a finalist (one a runner may train packed with others: search/packs.py)."""
 
     number: int
     settings: TrialSettings
     stoppable: bool
+    finalist: bool = False
 
 
 class Controller:
@@ -223,7 +225,7 @@ class Controller:
         self.recorder.start(trial, max_fidelity, 100.0 * count.stored / count.base)
         stoppable = kind in (TrialKind.DRAWN, TrialKind.MEMBER) \
             and record.portfolio_of(trial).get("rank") != 0  # the portfolio's first is the prior's favourite
-        return Ticket(trial.number, settings, stoppable=stoppable)
+        return Ticket(trial.number, settings, stoppable=stoppable, finalist=kind is TrialKind.FINALIST)
 
     # -- what happened ----------------------------------------------------------------------------------
 

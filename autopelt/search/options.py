@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopelt.errors import UserError
+from autopelt.search.packs import PACK_CHOICES
 from autopelt.study.storage import DEFAULT_STORAGE
 from autopelt.train.settings import PRECISIONS, QUANTIZE_CHOICES
 
@@ -46,6 +47,7 @@ class SearchOptions:
     # the hidden sizes (portfolio.py)
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
     gradient_checkpointing: bool | None = None  # of every trial whose delta can take it; None: the trial's default
+    pack: str = "off"  # off, or auto: the finalists train as one pack when they can (search/packs.py)
 
 
 def check_numbers(options: SearchOptions) -> None:
@@ -71,5 +73,7 @@ def check_numbers(options: SearchOptions) -> None:
     if options.finalists is not None and (isinstance(options.finalists, bool) or not isinstance(options.finalists, int)
                                           or options.finalists < 0):
         raise UserError(f"--finalists must be a whole number, 0 or more, not {options.finalists!r}")
+    if options.pack not in PACK_CHOICES:
+        raise UserError(f"--pack must be off or auto, not {options.pack!r}")
     if options.precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")

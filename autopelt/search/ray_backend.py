@@ -45,7 +45,7 @@ from ray.tune.stopper import Stopper
 from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.numbers import is_finite_number
-from autopelt.search import gpu_share, resources
+from autopelt.search import gpu_share, packs, resources
 from autopelt.search.controller import DONE, WAIT, Controller, Ticket
 from autopelt.search.plan import SearchPlan
 from autopelt.train import device as devices
@@ -57,6 +57,8 @@ TIME_ATTR = "epoch"
 TICKET_KEY = "autopelt_ticket"  # the trial's settings, as JSON so Tune does not flatten or name dirs after them
 EVENT_KEY = "autopelt_event"
 RESULT_KEY = "autopelt_result"
+MEMBER_KEY = "autopelt_member"  # the Optuna trial number of a pack's member an event is of
+PACK_KEY = "autopelt_pack"  # a pack's final report: RESULT_KEY holds {number: result} of its members
 REDUCTION_FACTOR = 2  # half of the trials reaching a rung go on: searches here are tens of trials, not thousands
 RAY_TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"  # the logger of that start notice
 UNWIND_WAIT_S = 10.0  # how long an exiting worker waits for a stopped trial's thread to unwind
@@ -70,48 +72,73 @@ def asha_settings(epochs: int) -> dict:
 
 
 class ControllerSearcher(Searcher):
-    def __init__(self, controller: Controller, max_concurrent: int):
+    def __init__(self, controller: Controller, max_concurrent: int, pack: str = "off"):
         super().__init__(metric=METRIC, mode="max")
         self.controller = controller
         self.max_concurrent = max_concurrent
-        self.numbers: dict[str, int] = {}  # Tune trial id -> Optuna trial number
+        self.pack = pack  # --pack: which tickets may share one Tune trial (search/packs.py)
+        self.numbers: dict[str, list[int]] = {}  # Tune trial id -> its Optuna trial numbers (several: a pack)
+        self.held: list[Ticket] = []  # a ticket drawn while filling a pack that could not join it: the next trial
 
     def suggest(self, trial_id: str) -> dict | str | None:
         if len(self.numbers) >= self.max_concurrent:
             return None
-        outcome = self.controller.next_trial()
+        outcome = self.held.pop(0) if self.held else self.controller.next_trial()
         if outcome == DONE:
             return Searcher.FINISHED if not self.numbers else None
         if outcome == WAIT:
             return None
-        self.numbers[trial_id] = outcome.number
-        return {TICKET_KEY: ticket_json(outcome)}
+        tickets = [outcome, *self._pack_with(outcome)]
+        self.numbers[trial_id] = [ticket.number for ticket in tickets]
+        if len(tickets) == 1:
+            return {TICKET_KEY: ticket_json(outcome)}
+        log.info("training finalists %s together as one pack", ", ".join(str(t.number) for t in tickets))
+        return {TICKET_KEY: pack_json(tickets)}
+
+    def _pack_with(self, first: Ticket) -> list[Ticket]:
+        """The tickets the controller hands out next that can train in one pack with `first` (search/packs.py);
+        the first that cannot is held for the next Tune trial."""
+        if not packs.packable(first, self.pack):
+            return []
+        more = []
+        while isinstance(ticket := self.controller.next_trial(), Ticket):
+            if not (packs.packable(ticket, self.pack) and packs.same_pack(first, ticket)):
+                self.held.append(ticket)
+                break
+            more.append(ticket)
+        return more
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if trial_id in self.numbers and EVENT_KEY in result:
-            self.controller.report(self.numbers[trial_id], json.loads(result[EVENT_KEY]))
+        numbers = self.numbers.get(trial_id)
+        if numbers and EVENT_KEY in result:
+            self.controller.report(result.get(MEMBER_KEY, numbers[0]), json.loads(result[EVENT_KEY]))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        number = self.numbers.pop(trial_id, None)
-        if number is None:
+        numbers = self.numbers.pop(trial_id, None)
+        if not numbers:
             return
         if error:
-            self.controller.crash(number, "the trial's Ray worker died (its error is in the log above)")
+            for number in numbers:
+                self.controller.crash(number, "the trial's Ray worker died (its error is in the log above)")
         elif result and RESULT_KEY in result:
-            self.controller.finish(number, json.loads(result[RESULT_KEY]))
+            results = json.loads(result[RESULT_KEY])
+            for number in numbers:
+                self.controller.finish(number, results[str(number)] if result.get(PACK_KEY) else results)
         elif result:  # stopped by the scheduler; the result that stopped it was not passed to on_trial_result
             if EVENT_KEY in result:
-                self.controller.report(number, json.loads(result[EVENT_KEY]))
-            self.controller.stop_early(number, "early stopping")
+                self.controller.report(result.get(MEMBER_KEY, numbers[0]), json.loads(result[EVENT_KEY]))
+            for number in numbers:
+                self.controller.stop_early(number, "early stopping")
         # no result: never started; the controller re-queues it when the run ends
 
     def __getstate__(self) -> dict:
         # Tune pickles its whole config for Tuner.restore, which autopelt never uses: the study is the state.
         # The controller (an open study, the live view's output) stays out of that file.
-        return {"_metric": self._metric, "_mode": self._mode, "max_concurrent": self.max_concurrent}
+        return {"_metric": self._metric, "_mode": self._mode, "max_concurrent": self.max_concurrent,
+                "pack": self.pack}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, controller=None, numbers={})
+        self.__dict__.update(state, controller=None, numbers={}, held=[])
 
     def save(self, checkpoint_path: str) -> None:
         Path(checkpoint_path).write_text("{}")  # the study is the state; nothing to save here
@@ -128,8 +155,9 @@ class FinalistsStopper(Stopper):
         self.searcher = searcher
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        number = self.searcher.numbers.get(trial_id) if self.searcher else None
-        return number is not None and RESULT_KEY not in result and self.searcher.controller.superseded(number)
+        numbers = self.searcher.numbers.get(trial_id) if self.searcher else None  # a pack: finalists, never stopped
+        return numbers is not None and len(numbers) == 1 and RESULT_KEY not in result \
+            and self.searcher.controller.superseded(numbers[0])
 
     def stop_all(self) -> bool:
         return False
@@ -187,7 +215,7 @@ def on_cluster(plan: SearchPlan) -> SearchPlan:
 
 def run_trials(controller: Controller, plan: SearchPlan) -> None:
     """Run the search's trials on Ray Tune (inside `ray_session`) until the controller has nothing to start."""
-    searcher = ControllerSearcher(controller, plan.options.workers)
+    searcher = ControllerSearcher(controller, plan.options.workers, plan.options.pack)
     tuner = tune.Tuner(
         tune.with_resources(_trainable, {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}),
         tune_config=tune.TuneConfig(
@@ -266,6 +294,11 @@ def ticket_json(ticket: Ticket) -> str:
     return json.dumps({"settings": ticket.settings.to_dict(), "stoppable": ticket.stoppable})
 
 
+def pack_json(tickets: list[Ticket]) -> str:
+    """A pack's tickets, each with its Optuna trial number (its events and result are sent keyed by it)."""
+    return json.dumps({"pack": [{"number": t.number, "settings": t.settings.to_dict()} for t in tickets]})
+
+
 # -- inside a Ray worker ------------------------------------------------------------------------------------
 
 
@@ -296,6 +329,9 @@ def _train(tune_config: dict) -> None:
     from autopelt.train import TrialSettings, run_trial
 
     ticket = json.loads(tune_config[TICKET_KEY])
+    if "pack" in ticket:
+        _train_pack(ticket["pack"])
+        return
     settings = TrialSettings.from_dict({**ticket["settings"], **_placement()})
     last_epoch = settings.epochs if ticket["stoppable"] else 0
 
@@ -308,6 +344,34 @@ def _train(tune_config: dict) -> None:
     result = _call(run_trial, settings, report)
     _write_result(settings.out_dir, result)
     tune.report({METRIC: _number(result.get("dev_metric")), RESULT_KEY: json.dumps(result, default=str)})
+
+
+def _train_pack(members: list[dict]) -> None:
+    """Train a pack's members with `run_packed`, never shown to ASHA (a pack holds finalists only); each
+    member's events and its result are sent keyed by its Optuna trial number."""
+    from autopelt.train import TrialSettings
+    from autopelt.train.packed import run_packed
+
+    placement = _placement()
+    numbers = [member["number"] for member in members]
+    settings = [TrialSettings.from_dict({**member["settings"], **placement}) for member in members]
+
+    def reporter(number: int) -> Callable[[dict], None]:
+        def report(event: dict) -> None:
+            tune.report({METRIC: _number(event.get("dev_metric")), EVENT_KEY: json.dumps(event, default=str),
+                         MEMBER_KEY: number})
+        return report
+
+    try:
+        results = run_packed(settings, [reporter(number) for number in numbers])
+    except Exception as error:
+        results = [_failed(error, trial) for trial in settings]
+    finally:
+        devices.release_memory()
+    for trial, result in zip(settings, results):
+        _write_result(trial.out_dir, result)
+    tune.report({METRIC: math.nan, PACK_KEY: True,
+                 RESULT_KEY: json.dumps(dict(zip(map(str, numbers), results)), default=str)})
 
 
 def _placement() -> dict:
@@ -331,13 +395,17 @@ def _call(trial_fn: Callable, settings, report: Callable[[dict], None]) -> dict:
     try:
         result = trial_fn(settings, report)
     except Exception as error:
-        return {"status": "failed", "reason": f"{type(error).__name__}: {error}",
-                "traceback": traceback.format_exc(), "spec": settings.spec}
+        return _failed(error, settings)
     finally:
         devices.release_memory()  # a long study on a reused worker does not creep
     if not isinstance(result, dict):
         return {"status": "failed", "reason": f"the trial function returned {type(result).__name__}, not a dict"}
     return result
+
+
+def _failed(error: Exception, settings) -> dict:
+    return {"status": "failed", "reason": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(),
+            "spec": settings.spec}
 
 
 def _write_result(out_dir: str | None, result: dict) -> None:

@@ -142,7 +142,7 @@ def _train_pack(members: list[_Member]) -> None:
             member.result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary(),
                                  protocol=data.protocol, precision=devices.resolve_precision(first.precision, device),
                                  attention=attention["attention"], attention_choice=attention,
-                                 phase_seconds=dict(phases),
+                                 phase_seconds=dict(phases), gradient_checkpointing=False,  # refused in a pack
                                  params=delta.count_parameters(spec, own.config, task.num_labels).to_dict())
             objective = _MemberObjective(own, data, device, dtype)
             member.run = Training(objective, member.settings, member.report, outcome=member.outcome)
@@ -152,7 +152,7 @@ def _train_pack(members: list[_Member]) -> None:
                 continue
             try:
                 trained = member.run.finish()
-                member.result.update(lr_choice={"rate": member.settings.learning_rate, "how": "given", "seconds": 0})
+                member.result.update(lr_choice={"rate": member.settings.learning_rate, "how": "given", "seconds": 0.0})
                 conclude(member.result, member.settings, own, data, trained, device, dtype)
                 member.result["status"] = "ok"
             except Exception as error:

@@ -1,0 +1,93 @@
+"""`autopelt search --pack auto`: the finalists of a real search on the tiny model train as one packed Ray trial,
+each recorded as its own Optuna trial with the result it has when trained alone (`--pack off`), within the packed
+core's float rounding (docs/packed.md, tests/test_packed.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import optuna
+import pytest
+from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
+
+from autopelt.errors import UserError
+from autopelt.search.options import SearchOptions, check_numbers
+from autopelt.search.run import run_search
+from autopelt.study.record import read_all
+
+ray = pytest.importorskip("ray")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+TOLERANCE = 2e-5  # the packed core's: packed trials equal trials alone within it after two epochs in fp32
+SPACE = """methods:
+  lora:
+    rank: {choice: [1, 2]}
+train:
+  learning_rate: {choice: [1e-3, 1e-2]}
+  epochs: 2
+  batch_size: 4
+"""
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.WARNING)
+    yield
+    ray.shutdown()
+
+
+def _search(root: Path, model: Path, data: Path, pack: str):
+    space = root / "lora_tiny.yaml"
+    root.mkdir(parents=True)
+    space.write_text(SPACE)
+    options = SearchOptions(task="sst2", model=str(model), data_dir=str(data), space=str(space), budget=6,
+                            finalists=2, workers=1, cpus_per_trial=1, baselines=False, portfolio="none",
+                            sampler="random", early_stopping=False, precision="fp32", max_length=32,
+                            storage=f"sqlite:///{root}/study.db", out=str(root / "out"), pack=pack)
+    outcome = run_search(options, echo=lambda line: None)
+    finalists = [r for r in read_all(outcome.study) if r.finalist_of]
+    results = {r.number: json.loads((root / "out" / f"trial-{r.number:05d}" / "result.json").read_text())
+               for r in finalists}
+    for number, result in results.items():
+        result["attrs"] = outcome.study.trials[number].user_attrs
+    tune_trials = list((root / "out" / "ray").glob("run-*/trial_*"))
+    return finalists, results, tune_trials
+
+
+def _attrs(result: dict) -> dict:
+    """A trial's study attributes (`attrs` of its result, as `_search` puts them there) but its timings, memory and folder (and its dev metric: compared within
+    rounding)."""
+    varying = {"seconds", "train_seconds", "eval_seconds", "examples_per_second", "peak_memory_mb", "result_dir",
+               "dev", "dev_metric", "intermediate"}
+    return {key: value for key, value in result["attrs"].items() if key not in varying}
+
+
+@pytest.mark.slow
+def test_packed_finalists_record_what_they_record_alone_and_train_in_one_tune_trial(
+        tmp_path, tiny_model_dir, sst2_dir, local_ray):  # noqa: F811
+    alone, alone_results, alone_trials = _search(tmp_path / "off", tiny_model_dir, sst2_dir, "off")
+    packed, packed_results, packed_trials = _search(tmp_path / "auto", tiny_model_dir, sst2_dir, "auto")
+
+    assert [r.finalist_of for r in packed] == [r.finalist_of for r in alone] and len(packed) == 2
+    assert [r.number for r in packed] == [4, 5] and all(r.state.name == "COMPLETE" for r in packed)
+    for one, other in zip(packed, alone):
+        assert one.values[0] == pytest.approx(other.values[0], abs=TOLERANCE)
+        assert one.intermediate.keys() == other.intermediate.keys()
+        assert one.spec == other.spec and one.learning_rate == other.learning_rate
+        assert one.full_fidelity and one.fidelity == other.fidelity
+        losses = [[entry["dev_loss"] for entry in results[one.number]["history"]]
+                  for results in (packed_results, alone_results)]
+        assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], abs=TOLERANCE)
+        assert packed_results[one.number].keys() - {"packed"} == alone_results[other.number].keys()
+        assert _attrs(packed_results[one.number]) == _attrs(alone_results[other.number])
+    assert [packed_results[n]["packed"] for n in (4, 5)] == [{"members": 2, "member": 0}, {"members": 2, "member": 1}]
+    assert not any("packed" in result for result in alone_results.values())
+    assert (len(alone_trials), len(packed_trials)) == (6, 5)  # four searched trials, then the finalists
+
+
+def test_pack_is_off_or_auto():
+    check_numbers(SearchOptions(task="rte", pack="auto"))
+    with pytest.raises(UserError, match="--pack must be off or auto"):
+        check_numbers(SearchOptions(task="rte", pack="always"))
