@@ -91,3 +91,52 @@ def test_pack_is_off_or_auto():
     check_numbers(SearchOptions(task="rte", pack="auto"))
     with pytest.raises(UserError, match="--pack must be off or auto"):
         check_numbers(SearchOptions(task="rte", pack="always"))
+
+
+class _Controller:
+    """Hands out the given tickets in order, then DONE; records what it is told."""
+
+    def __init__(self, tickets):
+        self.tickets, self.told = list(tickets), []
+
+    def next_trial(self):
+        from autopelt.search.controller import DONE
+
+        return self.tickets.pop(0) if self.tickets else DONE
+
+    def report(self, number, event):
+        self.told.append(("report", number, event))
+
+    def finish(self, number, result):
+        self.told.append(("finish", number, result))
+
+
+def _ticket(number: int, method: str, finalist: bool = True):
+    from autopelt.search.controller import Ticket
+    from autopelt.train import TrialSettings
+
+    settings = TrialSettings(task="sst2", spec={"methods": [{"method": method}]}, learning_rate=1e-3, seed=1000)
+    return Ticket(number, settings, stoppable=not finalist, finalist=finalist)
+
+
+def test_the_searcher_packs_lora_finalists_holds_the_next_ticket_and_sends_each_member_its_own():
+    from autopelt.search.ray_backend import (EVENT_KEY, MEMBER_KEY, PACK_KEY, RESULT_KEY, TICKET_KEY,
+                                             ControllerSearcher)
+
+    def searcher(pack: str, tickets):
+        return ControllerSearcher(_Controller(tickets), max_concurrent=2, pack=pack)
+
+    auto = searcher("auto", [_ticket(4, "lora"), _ticket(5, "lora"), _ticket(6, "ia3"), _ticket(7, "lora")])
+    first = json.loads(auto.suggest("t1")[TICKET_KEY])
+    assert [member["number"] for member in first["pack"]] == [4, 5] and auto.numbers == {"t1": [4, 5]}
+    assert json.loads(auto.suggest("t2")[TICKET_KEY])["settings"]["spec"]["methods"][0]["method"] == "ia3"
+    assert auto.suggest("t3") is None  # two Tune trials at most, however many tickets they hold
+    auto.on_trial_result("t1", {EVENT_KEY: json.dumps({"epoch": 1}), MEMBER_KEY: 5})
+    auto.on_trial_complete("t1", {PACK_KEY: True, RESULT_KEY: json.dumps({"4": {"r": 4}, "5": {"r": 5}})})
+    assert auto.controller.told == [("report", 5, {"epoch": 1}), ("finish", 4, {"r": 4}), ("finish", 5, {"r": 5})]
+    assert auto.numbers == {"t2": [6]}
+
+    off = searcher("off", [_ticket(4, "lora"), _ticket(5, "lora")])
+    assert "settings" in json.loads(off.suggest("t1")[TICKET_KEY]) and off.numbers == {"t1": [4]}
+    searched = searcher("auto", [_ticket(1, "lora", finalist=False), _ticket(2, "lora", finalist=False)])
+    assert "settings" in json.loads(searched.suggest("t1")[TICKET_KEY]) and searched.numbers == {"t1": [1]}

@@ -266,10 +266,11 @@ def test_the_finalists_stopper_stops_what_the_controller_says_never_a_final_resu
     asked = []
     controller = types.SimpleNamespace(superseded=lambda number: asked.append(number) or number == 7)
     searcher = ControllerSearcher(controller=controller, max_concurrent=2)
-    searcher.numbers = {"a": 7, "b": 8}
+    searcher.numbers = {"a": [7], "b": [8], "pack": [9, 10]}
     stopper = FinalistsStopper(searcher)
     assert stopper("a", {EVENT_KEY: "{}"}) and not stopper("b", {EVENT_KEY: "{}"})
     assert not stopper("a", {RESULT_KEY: "{}"}) and not stopper("unknown", {EVENT_KEY: "{}"})
+    assert not stopper("pack", {EVENT_KEY: "{}"})  # a pack holds finalists: never stopped for them
     assert asked == [7, 8] and not stopper.stop_all()
     assert pickle.loads(pickle.dumps(stopper)).searcher is None
 

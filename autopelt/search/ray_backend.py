@@ -14,6 +14,10 @@
   there: `threads` (the CPUs Ray gave it; torch follows them) and `device` ("cuda" when Ray assigned it a GPU;
   a fraction of one also limits the process to its part of the GPU's memory, `gpu_share.memory_fraction`), then calls
   `autopelt.train.run_trial`.
+- With `--pack auto` one Tune trial may hold several finalists (search/packs.py): `suggest` bundles the tickets
+  the controller hands out next that can pack with the first (a ticket that cannot is held for the next Tune
+  trial); the worker trains them with `train.packed.run_packed`, sends each member's events and result keyed by
+  its Optuna trial number, and shows ASHA nothing (finalists are never stopped early).
 - Tune ends a trial it stops by raising SystemExit in the trial's thread and does not wait for that thread; a
   worker that exits meanwhile lets the thread's unwinding run into Python's finalisation, which aborts the process
   with a stack dump. A worker therefore waits, at exit, for its stopped trial to unwind (`_let_trials_unwind`).
