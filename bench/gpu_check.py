@@ -54,7 +54,7 @@ STEPS = [
     ("minilm-workers-4", "minilm", ["--workers", "4"]),
     ("qlora", "decoder", None),
     ("smollm2-default", "decoder", []),
-    ("minilm-pack", "minilm", ["--pack"]),
+    ("minilm-pack", "minilm", ["--pack", "auto"]),
 ]
 
 
