@@ -19,12 +19,12 @@ def packable(ticket, pack: str) -> bool:
     if pack != "auto" or not ticket.finalist or ticket.stoppable:
         return False
     from autopelt.delta import parse_spec  # torch: the driver's, never a Ray worker's before it trains
-    from autopelt.delta.registry import rate_family
+    from autopelt.delta.packing import shares_frozen_pass
     from autopelt.train.packed import refusal
 
     if refusal(ticket.settings):
         return False
-    return all(rate_family(config) == "lora" for config in parse_spec(ticket.settings.spec).methods)
+    return shares_frozen_pass(parse_spec(ticket.settings.spec))
 
 
 def same_pack(first, other) -> bool:
