@@ -19,7 +19,7 @@ budgets whose candidates it holds):
                autopelt/study/floors.py's margin of predicting one class, Floors.learned; all of them when none is
                past it), its gain over the ensemble stated where the floor is known (the meta-dataset's `floors`)
   soup         n/a: the meta-dataset keeps predictions, not weights, and a soup's outputs are not an average of its
-               members' outputs (autopelt/ensemble/soup.py); bench/soup.py measures it on trained deltas
+               members' outputs (autopelt/ensemble/soup.py); lab/experiments/soup/soup.py measured it on trained deltas
 The rule (max size, stop rule, bagging) and the margin are chosen for each held-out task on the other tasks'
 dev only: their dev rows split in two halves, the ensemble and the single answer selected on one half and scored
 on the other, both ways, at every budget; the rule of the highest mean over tasks and budgets wins. Test is only

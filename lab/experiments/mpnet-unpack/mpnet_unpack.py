@@ -4,7 +4,7 @@ the folder it makes, and the seconds of a later resolve (the cached folder, chec
 first resolve unpacks into a new empty cache; the first repeat's time is listed too (its pieces may not be in the
 page cache yet). The results go to benchmarks/results/mpnet-unpack-<date>.json (bench/results.py), printed too.
 
-    python bench/mpnet_unpack.py [--repeats 3] [--out benchmarks/results]
+    python lab/experiments/mpnet-unpack/mpnet_unpack.py [--repeats 3] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import shutil
 import statistics
 import tempfile
 import time
+import sys
 from pathlib import Path
 
-from results import write_results
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from results import write_results  # noqa: E402
 
 COLUMNS = ["what", "seconds", "bytes"]
 

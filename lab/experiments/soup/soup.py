@@ -10,7 +10,7 @@ three).
 
 Trials are kept under --runs (result.json, predictions.npz and delta/ each) and a rerun trains only what is missing.
 
-    python bench/soup.py --pool /tmp/pool [--tasks sst2,trec,tweeteval_emotion] [--seeds 0,1,2,3] [--threads 1]
+    python lab/experiments/soup/soup.py --pool /tmp/pool [--tasks sst2,trec,tweeteval_emotion] [--seeds 0,1,2,3] [--threads 1]
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from results import ROOT, write_results
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))  # the meta-dataset's pipeline: never installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the meta-dataset's pipeline: never installed
+from results import ROOT, write_results  # noqa: E402
 
 CONFIG = "lora-r8-qv-ffn-b16@2e-3"
 
