@@ -40,7 +40,7 @@ def machine_refusal(cuda: bool) -> str | None:
     if not cuda:
         return "--quantize 4bit needs a CUDA GPU (bitsandbytes' NF4 kernels), and this machine has none"
     if importlib.util.find_spec("bitsandbytes") is None:
-        return "--quantize 4bit needs bitsandbytes: pip install bitsandbytes"
+        return "--quantize 4bit needs bitsandbytes: pip install 'autopelt[qlora]'"
     return None
 
 
