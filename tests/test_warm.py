@@ -99,6 +99,18 @@ def test_another_seed_draws_as_a_cold_load(settings, monkeypatch):
     assert_same_trial(again, expected)
 
 
+def test_dropout_masks_are_the_cold_trials(settings, monkeypatch):
+    """The tiny model has no dropout of its own, so only a delta's dropout reads the global random state a held
+    model hands out: with LoRA's dropout on, a warm trial (another seed than the load's, after a trial that drew
+    from the generator) is still the cold trial only where that state is the one a cold load leaves."""
+    dropout = {"methods": [{"method": "lora", "rank": 4, "dropout": 0.3}]}
+    expected = cold(settings("lora", spec=dropout, seed=3, data_seed=0), monkeypatch)
+    assert run_trial(settings("lora", spec=dropout, seed=0, data_seed=0))["status"] == "ok"
+    again = run_trial(settings("lora", spec=dropout, seed=3, data_seed=0))
+    assert again["warm"] == {"model": True, "data": True}
+    assert_same_trial(again, expected)
+
+
 def test_a_regression_head_is_fresh_and_centred_each_trial(settings, tmp_path, monkeypatch):
     data = write_glue_like(tmp_path / "data", "stsb", train=80, test=24)
     expected = cold(settings("bitfit", task="stsb", data_dir=str(data), protocol="full", dev_size=16), monkeypatch)
