@@ -117,6 +117,27 @@ def test_members_rows_go_through_their_own_deltas_only():
     assert not any(p.requires_grad for p in model.parameters() if id(p) in shared)
 
 
+def test_every_member_model_moves_to_the_packs_device(tiny_model_dir, glue_dir, tmp_path):
+    """A member evaluates alone and is tested through its own model, whose modules away from the sites are copies
+    of the shared model's holding its tensors: moving the pack to its device moves their buffers too (BERT's
+    position ids), else a member's own pass on a GPU reads a CPU tensor. The meta device stands in for a GPU."""
+    from autopelt.data import get_task
+    from autopelt.models import load_tokenizer
+    from autopelt.train import packed
+    from autopelt.train.trial_data import prepare_data
+
+    trials = [({"methods": [{"method": "lora", "rank": 4}]}, 1e-3, 0, 8, 1), ({"methods": [{"method": "ia3"}]},
+                                                                              3e-3, 1, 8, 1)]
+    settings = [_settings(tiny_model_dir, glue_dir, tmp_path / "cache", tmp_path / str(i), *t)
+                for i, t in enumerate(trials)]
+    task = get_task("sst2")
+    data = prepare_data(settings[0], load_tokenizer(str(tiny_model_dir)), task)
+    members = [packed._Member(trial, None, i, 2) for i, trial in enumerate(settings)]
+    pack, *_ = packed._build(members, task, str(tiny_model_dir), data, torch.device("meta"), {})
+    for member in pack.members:
+        assert {buffer.device.type for buffer in member.buffers()} == {"meta"}
+
+
 @pytest.mark.parametrize("spec, reason", [
     ({"methods": [{"method": "prefix", "length": 4}]}, "prefix cannot train packed: its keys and values"),
     ({"methods": [{"method": "prompt", "length": 4}]}, "prompt cannot train packed: its tokens lengthen"),

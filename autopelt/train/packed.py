@@ -191,7 +191,9 @@ def _build(members: list[_Member], task, model_name: str, data, device, phases: 
 
     with timed(phases, "delta"):
         pack = pack_deltas(model, [m.settings.spec for m in members], [m.settings.seed for m in members], prepare)
-        model.to(device)
+        model.to(device)  # the shared tensors, in place: the members hold them
+        for own in pack.members:  # a member's buffers outside the sites are its own references: moved apart
+            own.to(device)
         settle_dtypes(model, dtype)
     return pack, dtype, attention, members
 
