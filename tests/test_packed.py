@@ -176,3 +176,32 @@ def test_a_member_whose_delta_does_not_fit_fails_alone(tiny_model_dir, glue_dir,
     assert [r["status"] for r in results] == ["ok", "failed", "ok"]
     assert "layer" in results[1]["reason"] and results[1]["steps"] == 0
     assert results[0]["steps"] == results[2]["steps"] > 0
+
+
+def test_a_member_whose_report_or_save_fails_fails_alone(tiny_model_dir, glue_dir, tmp_path, monkeypatch):
+    """A report that raises fails its trial, as run_trial's would, and a delta that cannot be saved fails its
+    trial: the other members train, are saved and are ok (not the whole pack failed, nor a trial `ok` without its
+    delta)."""
+    from autopelt.train import packed
+
+    def broken(entry):
+        raise RuntimeError("the scheduler is gone")
+
+    real_save = packed.save
+
+    def save(result, settings, *args):
+        if settings.out_dir.endswith("2"):
+            raise OSError("no space left on device")
+        real_save(result, settings, *args)
+
+    monkeypatch.setattr(packed, "save", save)
+    trials = [({"methods": [{"method": "lora", "rank": 4}]}, 1e-3, 0, 8, 1),
+              ({"methods": [{"method": "ia3"}]}, 3e-3, 1, 8, 1),
+              ({"methods": [{"method": "lora", "rank": 4}]}, 3e-3, 2, 8, 1),
+              ({"methods": [{"method": "ia3"}]}, 1e-3, 3, 8, 1)]
+    results = run_packed([_settings(tiny_model_dir, glue_dir, tmp_path / "cache", tmp_path / f"out{i}", *t)
+                          for i, t in enumerate(trials)], [None, broken, None, None])
+    assert [r["status"] for r in results] == ["ok", "failed", "failed", "ok"]
+    assert "the scheduler is gone" in results[1]["reason"] and "no space" in results[2]["reason"]
+    assert results[0]["delta_dir"] and results[3]["delta_dir"] and results[2]["delta_dir"] is None
+    assert results[0]["steps"] == results[3]["steps"] == 2

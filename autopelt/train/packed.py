@@ -160,7 +160,10 @@ def _train_pack(members: list[_Member]) -> None:
     for member, own in zip(members, pack.members):
         member.result.update(memory.record())
         if member.result["status"] == "ok":
-            save(member.result, member.settings, own, delta.parse_spec(member.settings.spec), model_name, task)
+            try:  # a delta that cannot be saved fails its trial (as run_trial's), not the members after it
+                save(member.result, member.settings, own, delta.parse_spec(member.settings.spec), model_name, task)
+            except Exception as error:
+                fail(member.result, error, member.settings)
 
 
 def _build(members: list[_Member], task, model_name: str, data, device, phases: dict):
@@ -243,7 +246,11 @@ def _steps(pack, members: list[_Member], data, device, dtype) -> None:
         _evaluate_together(pack, [(members.index(m), m) for m in stepped if m.run.evaluates_now()], data, device,
                            dtype)
         for member in stepped:
-            member.run.advance()
+            try:  # its evaluation and its report: what fails there fails its trial alone, as run_trial's
+                member.run.advance()
+            except Exception as error:
+                fail(member.result, error, member.settings)
+                member.run.done = True
             member.run.objective.given = None  # used by the evaluation it was computed for, or by none
             member.done = member.run.done
 
