@@ -164,6 +164,9 @@ def test_a_refused_trial_runs_alone_and_says_why(tiny_model_dir, glue_dir, tmp_p
     assert written["packed"] == results[1]["packed"]
     _assert_same_trial(run_trial(make("prefix-alone", prefix)), results[1])
     assert "learning rate" in refusal(make("sweep", lora).replace(learning_rate=None))
+    # one pass draws one dropout mask for the whole pack, from one member's seed: a trial with it trains alone
+    assert "backbone dropout" in refusal(make("dropout", lora).replace(backbone_dropout="model"))
+    assert refusal(make("no-dropout", lora)) is None
 
 
 def test_a_member_whose_delta_does_not_fit_fails_alone(tiny_model_dir, glue_dir, tmp_path):

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autopelt.errors import UserError
 from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
-from autopelt.search import baselines, claims, finalists, portfolio_phase, rate_policy, recovery, refine
+from autopelt.search import baselines, claims, finalists, leaders, portfolio_phase, rate_policy, recovery, refine
 from autopelt.search.baselines import baseline_spec, enqueue_missing
 from autopelt.search.budget import TrialBudget
 from autopelt.search.draw import draw_trial
@@ -81,6 +81,8 @@ class Controller:
         # a portfolio whose rates are calibrated: its members are queued once the study's LoRA rate is known
         self._members_held = plan.portfolio is not None and plan.portfolio.calibrate \
             and CALIBRATION_BASELINE in plan.baselines
+        # `--sampler leaders`: the best members again at other rates, once they have finished (leaders.py)
+        self._leaders_settled = plan.portfolio is None or plan.options.sampler != "leaders"
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -127,12 +129,16 @@ class Controller:
                     # an unmarked claim may be a killed controller's: wait until recovery can tell (its age)
                     return WAIT if self.recorder.running or recovery.unmarked(trials) else DONE
             self._queue_refinements(budget)
+            self._queue_leaders(budget)
+            more = leaders.draws(self.plan.options.sampler) or self._members_held or self._waiting()
             final = self.finalists.turn(self.study.get_trials(deepcopy=False), budget, bool(self.recorder.running),
-                                        self._queue_finalists)
+                                        self._queue_finalists, more)
             if final in (WAIT, DONE):
                 return final
             if self._members_held and self._queue_members() == WAIT:
                 return WAIT
+            if not leaders.draws(self.plan.options.sampler) and not final and not self._waiting():
+                return WAIT if self.recorder.running else DONE  # the portfolio alone, and nothing queued is left
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
             kind = record.kind_of(trial)
@@ -177,6 +183,25 @@ class Controller:
             elif not refine.due(trials, baselines.in_play(self.plan.baselines, trials)):
                 return  # none could be queued while a baseline runs: again once it has finished
         self._refinements_settled = True
+
+    def _queue_leaders(self, budget: int | None) -> None:
+        """Once every portfolio member has finished: the leading members at other rates (leaders.py), once per
+        study; on a trial budget, at most what it leaves besides the finalists' room."""
+        if self._leaders_settled:
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        if not leaders.queued(trials):  # by no process yet
+            if not leaders.due(trials):
+                return
+            counts = claims.tally(trials)
+            room = None if budget is None else \
+                max(0, budget - self.finalists.trial_room(budget) - counts.trained - counts.running)
+            if leaders.enqueue(self.study, trials, room):
+                log.info("queued the portfolio's leaders again at other rates")
+        self._leaders_settled = True
+
+    def _waiting(self) -> bool:
+        return any(t.state == TrialState.WAITING for t in self.study.get_trials(deepcopy=False))
 
     def _queue_finalists(self, count: int) -> bool:
         """Queue the best `count` trials again with the finalists' seed (finalists.py); whether any was."""
@@ -223,8 +248,9 @@ class Controller:
         record.write(trial, record.planned(settings.spec, spec.summary(), count, max_fidelity, settings.out_dir,
                                            hparams))
         self.recorder.start(trial, max_fidelity, 100.0 * count.stored / count.base)
+        # the portfolio's first is the prior's favourite; a leader's variant measures a rate (leaders.py)
         stoppable = kind in (TrialKind.DRAWN, TrialKind.MEMBER) \
-            and record.portfolio_of(trial).get("rank") != 0  # the portfolio's first is the prior's favourite
+            and record.portfolio_of(trial).get("rank") != 0 and not leaders.is_variant(trial)
         return Ticket(trial.number, settings, stoppable=stoppable, finalist=kind is TrialKind.FINALIST)
 
     # -- what happened ----------------------------------------------------------------------------------

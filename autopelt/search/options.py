@@ -10,6 +10,8 @@ from autopelt.search.packs import PACK_CHOICES
 from autopelt.study.storage import DEFAULT_STORAGE
 from autopelt.train.settings import PRECISIONS, QUANTIZE_CHOICES
 
+SAMPLERS = ("tpe", "random", "leaders", "none")  # what draws after the portfolio (search/leaders.py)
+
 
 @dataclass
 class SearchOptions:
@@ -37,7 +39,7 @@ class SearchOptions:
     seed: int = 0
     out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
     early_stopping: bool = True
-    sampler: str = "tpe"  # tpe (Optuna's TPE) or random: the search's baseline strategy
+    sampler: str = "tpe"  # what draws after the portfolio: tpe, random, leaders or none (search/leaders.py)
     precision: str = "auto"  # of every trial: auto (bf16 where the device computes it natively and faster),
     # fp32, bf16 or fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)
@@ -68,8 +70,8 @@ def check_numbers(options: SearchOptions) -> None:
         raise UserError("--epochs must be at least 1")
     if options.k is not None and options.k < 1:
         raise UserError("--k must be a positive number of training examples")
-    if options.sampler not in ("tpe", "random"):
-        raise UserError(f"--sampler must be tpe or random, not {options.sampler!r}")
+    if options.sampler not in SAMPLERS:
+        raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)}, not {options.sampler!r}")
     if options.finalists is not None and (isinstance(options.finalists, bool) or not isinstance(options.finalists, int)
                                           or options.finalists < 0):
         raise UserError(f"--finalists must be a whole number, 0 or more, not {options.finalists!r}")

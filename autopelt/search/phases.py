@@ -39,14 +39,17 @@ def calibration_plan(portfolio, note: str, baselines: list[str], budget: Budget)
     return portfolio, note, [CALIBRATION_BASELINE, *(name for name in baselines if name != CALIBRATION_BASELINE)]
 
 
-def portfolio_size(portfolio, budget: Budget, baselines: int) -> int:
+def portfolio_size(portfolio, budget: Budget, baselines: int, finalists: int = 0, draws: bool = True) -> int:
     """All its members on a wall-time budget (early stopping sorts them); on a trial budget at most half of it,
-    less the baselines, so that the sampler still draws, and at least the first (`baselines_for` leaves it room)."""
+    less the baselines, so that the sampler still draws, and at least the first (`baselines_for` leaves it room).
+    Where the sampler draws nothing (`--sampler none`), all a trial budget holds besides the baselines and the
+    `finalists`."""
     if portfolio is None:
         return 0
     if isinstance(budget, TimeBudget):
         return len(portfolio.members)
-    return max(1, min(len(portfolio.members), budget.trials // 2 - baselines))
+    share = budget.trials - baselines - finalists if not draws else budget.trials // 2 - baselines
+    return max(1, min(len(portfolio.members), share))
 
 
 def finalist_count(asked: int | None, workers: int, budget: Budget, baselines: int) -> int:

@@ -192,8 +192,12 @@ def prepare(options: SearchOptions, hardware: Hardware | None = None) -> SearchP
         portfolio_note = "\n".join(filter(None, [portfolio_note] + [
             f"baseline {name} left out: a {architecture_of(model_config).family} model cannot take it ({why})"
             for name, why in refused.items()]))
-    portfolio_size = phases.portfolio_size(portfolio, budget, len(baselines))
+    if portfolio is None and options.sampler in ("leaders", "none"):
+        raise UserError(f"--sampler {options.sampler} works on a portfolio's members, and this search has none: "
+                        "use --portfolio auto (the default space) or a portfolio file, or --sampler tpe")
     finalists = phases.finalist_count(options.finalists, options.workers, budget, len(baselines))
+    portfolio_size = phases.portfolio_size(portfolio, budget, len(baselines), finalists,
+                                           draws=options.sampler != "none")
     name = options.study_name or study_name_for(task.name, model, space, options.k, options.multi_objective)
     return SearchPlan(
         options=options, study_name=name, storage=storage, task=task.name, metric=task.metric,

@@ -52,23 +52,25 @@ class FinalistSchedule:
         return finalists.trial_room(budget, self.plan.finalists, len(self.plan.baselines))
 
     def turn(self, trials: list[FrozenTrial], budget: int | None, running: bool,
-             enqueue: Callable[[int], bool]) -> str | None:
+             enqueue: Callable[[int], bool], more: bool = True) -> str | None:
         """Whether the finalists' turn has come (the module's docstring says what each answer means).
         `enqueue(count)` queues the best `count` trials again (the controller writes the study) and says whether
-        any was; it is called once, when the turn comes and none are queued yet."""
+        any was; it is called once, when the turn comes and none are queued yet. `more`: whether any other trial
+        may still start (False: the sampler draws none and nothing is queued, `--sampler none`), so that the turn
+        comes before the budget is spent."""
         if self.plan.finalists <= 0 or self.no_finalists:
             return None
         if budget is not None:
             count = self.trial_room(budget)
             counts = claims.tally(trials)
-            if count <= 0 or counts.trained + counts.running < budget - count:
+            if count <= 0 or (more and counts.trained + counts.running < budget - count):
                 return None
         elif not self.queued:  # once queued, a trial drawn now would only be stopped (superseded)
             left, room = self.time_left(), self.time_room(trials)
             if left is None or room is None:
                 return None
             if left > room.seconds:  # before the room
-                if self.next_fits(trials, left, room):
+                if more and self.next_fits(trials, left, room):
                     return None
                 if running:
                     return WAIT  # its worker waits for the finalists

@@ -138,7 +138,17 @@ def _portfolio_plan(plan: SearchPlan) -> str:
         first = "the portfolio's first configuration" if plan.portfolio_size == 1 else \
             f"the portfolio's first {plan.portfolio_size} configurations (early stopping halves them; the first " \
             f"trains to the end)"
-        return f"{base}{first}" + (", then the sampler" if left > 0 else "")
+        return f"{base}{first}" + (_then(plan) if left > plan.finalists else "")
     rest = f", then as many of its next {plan.portfolio_size - 1} as the time allows (early stopping halves " \
         f"them)" if plan.portfolio_size > 1 else ""
-    return f"{base}the portfolio's first configuration (to the end){rest}, then the sampler"
+    return f"{base}the portfolio's first configuration (to the end){rest}{_then(plan)}"
+
+
+def _then(plan: SearchPlan) -> str:
+    """What draws after the portfolio (`--sampler`, search/leaders.py), in words."""
+    sampler = plan.options.sampler
+    if sampler == "none":
+        return ""
+    if sampler == "leaders":
+        return ", then the two best of them at half and twice their rate, then the sampler"
+    return ", then the sampler"

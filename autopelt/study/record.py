@@ -104,12 +104,15 @@ class TrialRecord:
 
     @property
     def phase(self) -> str:
-        """Which step of the search ran it: "baseline unipelt_apl", "portfolio #1" (its rank, from 1), "refined
-        lora", "finalist #3 again", or "searched" (drawn by the sampler)."""
+        """Which step of the search ran it: "baseline unipelt_apl", "portfolio #1" (its rank, from 1), "portfolio
+        #2 ×0.5 lr" (a leader's variant, search/leaders.py), "refined lora", "finalist #3 again", or "searched"
+        (drawn by the sampler)."""
         if self.baseline:
             return f"baseline {self.baseline}"
         if is_finite_number(self.portfolio.get("rank")):
             return f"portfolio #{int(self.portfolio['rank']) + 1}"
+        if is_finite_number(self.portfolio.get("leader")) and is_finite_number(self.portfolio.get("factor")):
+            return f"portfolio #{int(self.portfolio['leader']) + 1} ×{self.portfolio['factor']:g} lr"
         if self.refines.get("baseline"):
             return f"refined {self.refines['baseline']}"
         if is_finite_number(self.finalist_of.get("trial")):
@@ -130,6 +133,8 @@ class TrialRecord:
             return f"#{self.number} [#{again['trial']} again, seed {again.get('seed')}] {summary}"
         if self.baseline:
             return f"#{self.number} [{self.baseline}] {summary}"
+        if is_finite_number(self.portfolio.get("leader")) and is_finite_number(self.portfolio.get("factor")):
+            return f"#{self.number} [{self.phase}] {summary}"
         if self.refines.get("baseline") and is_finite_number(self.refines.get("factor")):
             batch = self.refines.get("batch_size")
             batch = f", batch {batch}" if isinstance(batch, int) else ""

@@ -61,6 +61,8 @@ def refusal(settings: TrialSettings) -> str | None:
     for name, what in reasons.items():
         if getattr(settings, name):
             return f"a trial with {what} trains alone"
+    if settings.backbone_dropout != "off":  # one pass draws one mask for the whole pack's batch, from one seed
+        return "the frozen model's dropout draws one mask a pass: a trial with backbone dropout trains alone"
     if settings.precision == "fp16":
         return "fp16's loss scale is one per pass: an fp16 trial trains alone"
     try:
