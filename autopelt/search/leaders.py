@@ -11,7 +11,7 @@
 A leader's variant is a portfolio trial tagged {"name", "leader": its rank, "factor"} (no "rank": it is not the
 prior's favourite, answers._favourite_first); it trains at FACTOR times the member's rate as `--rates` reads it and
 to the end (a first epoch ranks rates poorly; refine.py stops none either). Which share pays is measured live in
-bench/search_value.py's `sampler` comparison (docs/search.md).
+lab/experiments/sampler-share (docs/search.md).
 """
 
 from __future__ import annotations

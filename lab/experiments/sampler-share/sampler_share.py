@@ -10,9 +10,9 @@ away (the ensemble where it answers), the trials by phase and the wall time. A r
 ends, so a killed run resumes at the next one. `--jobs 2 --cpus-per-trial 1` runs two searches at once, each on
 one core (half the compute of a search alone on this 2-core CPU at the same wall-time budget; every arm alike).
 
-    python bench/sampler_share.py run --tasks trec,tweeteval_emotion,qnli --seeds 0 1 --budgets 10m \\
-        --jobs 2 --cpus-per-trial 1
-    python bench/sampler_share.py summary     # benchmarks/results/sampler-share-<date>.json, printed
+    python lab/experiments/sampler-share/sampler_share.py run --tasks trec,tweeteval_emotion,qnli --seeds 0 1 \\
+        --budgets 10m --jobs 2 --cpus-per-trial 1
+    python lab/experiments/sampler-share/sampler_share.py summary  # benchmarks/results/sampler-share-<date>.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from results import ROOT, write_results  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
