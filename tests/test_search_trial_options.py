@@ -135,3 +135,17 @@ def test_an_export_says_its_delta_trained_on_a_4bit_base():
     assert "- **trained on a 4-bit quantised base** (4-bit NF4" in model_card(result, metrics, None)
     plain = {**result, "settings": {}}
     assert "quantized_base" not in _metrics(plain) and "4-bit" not in model_card(plain, _metrics(plain), None)
+
+
+def test_the_study_records_the_batch_size_a_trial_trains_with_not_the_one_it_drew(tmp_path):
+    from autopelt.search.controller import Controller
+    from autopelt.study.record import read
+
+    fakes.script(tmp_path / "out")
+    plan = prepare(asked(tmp_path, batch_size=8, max_length=64), CPU_ONLY)
+    study = open_study(plan)
+    control = Controller(study, plan)
+    control.start()
+    ticket = control.next_trial()
+    hparams = read(study.get_trials(deepcopy=False)[ticket.number]).hparams
+    assert ticket.settings.batch_size == hparams["batch_size"] == 8 and hparams["max_length"] == 64

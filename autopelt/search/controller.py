@@ -238,7 +238,7 @@ class Controller:
             self.recorder.refuse(trial, f"over parameter budget: {excess}")
             return None
         max_fidelity = int(plan.options.epochs or rate.hparams.get("epochs") or plan.epochs)
-        hparams = {**rate.hparams, "epochs": max_fidelity}
+        hparams = {**rate.hparams, "epochs": max_fidelity, **plan.trial_shape}  # recorded as it trains
         seed = record.finalist_of(trial).get("seed")
         # test is scored where it is read (answer_scores.py): as it trains for a baseline or a finalist's re-run
         # (the summary sets them beside the answer), after the search for the answer, never for the rest
