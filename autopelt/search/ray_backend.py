@@ -50,7 +50,7 @@ from autopelt.errors import UserError
 from autopelt.files import write_atomic
 from autopelt.numbers import is_finite_number
 from autopelt.search import gpu_share, packs, resources
-from autopelt.search.controller import DONE, WAIT, Controller, Ticket
+from autopelt.search.controller import DONE, WAIT, Controller, SearchStopped, Ticket
 from autopelt.search.plan import SearchPlan
 from autopelt.train import device as devices
 
@@ -192,6 +192,9 @@ def ray_session(plan: SearchPlan):
             logging.getLogger(RAY_TOKEN_NOTICE).setLevel(logging.ERROR)
             if plan.options.precision == "auto":  # one measurement for every trial on this machine
                 devices.share_cpu_bf16_speedup()
+            # the local workers inherit it: fewer glibc heaps, each returned to the system after a trial
+            # (devices.release_memory); with one heap a thread, a reused worker's memory climbed from trial to trial
+            os.environ.setdefault("MALLOC_ARENA_MAX", "2")
             ray.init(**common)
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = f"the Ray cluster at {plan.options.ray_address}" if plan.options.ray_address else "a local Ray"
@@ -240,7 +243,14 @@ def run_trials(controller: Controller, plan: SearchPlan) -> None:
         ),
     )
     _tune_environment()
-    tuner.fit()
+    try:
+        tuner.fit()
+    except RuntimeError as error:  # Ray's memory monitor killed a worker: Tune ends the run, not the trial
+        if "running low on memory" not in str(error):
+            raise
+        raise SearchStopped("Ray killed a trial's worker: the machine ran low on memory; run the same command "
+                            "again to resume, with fewer --workers, or a smaller --batch-size or --max-length") \
+            from None
 
 
 def _scheduler(plan: SearchPlan):

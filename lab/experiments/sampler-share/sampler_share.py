@@ -139,13 +139,14 @@ def run(args) -> None:
 
 def summarise(rows: list[dict]) -> list[dict]:
     """Per budget and arm: the mean test of the single answer, of the ensemble and of what is taken away, each
-    paired against today's arm on the same (task, seed) (mean, std, worst), per task and over all."""
+    paired against today's arm on the same (task, seed) (mean, std, worst), per task and over all; only on the
+    (task, seed) cells where every arm ran."""
     table = []
     for budget in sorted({r["budget"] for r in rows}):
         cells = {(r["task"], r["seed"], r["arm"]): r for r in rows if r["budget"] == budget}
+        whole = {(t, s) for t, s, _ in cells if all((t, s, arm) in cells for arm in ARMS)}  # every arm ran there
         for arm in ARMS:
-            pairs = [(r, cells[(t, s, REFERENCE)]) for (t, s, a), r in cells.items()
-                     if a == arm and (t, s, REFERENCE) in cells]
+            pairs = [(r, cells[(t, s, REFERENCE)]) for (t, s, a), r in cells.items() if a == arm and (t, s) in whole]
             if not pairs:
                 continue
             for task in sorted({r["task"] for r, _ in pairs}) + ["mean"]:
@@ -173,10 +174,13 @@ def summary(args) -> None:
     for entry in table:
         print(json.dumps(entry))
     if table:
-        path = write_results("sampler-share", table, settings={"runs": sorted(r["key"] for r in rows)},
+        columns = ["budget", "arm", "task", "runs", "single_test", "single_vs_tpe", "taken_test", "taken_vs_tpe",
+                   "taken_vs_tpe_std", "taken_vs_tpe_worst", "seconds"]
+        path = write_results("sampler-share", table, columns, settings={"runs": sorted(r["key"] for r in rows)},
                              notes="test in points; *_vs_tpe: paired difference to --sampler tpe (today's default) "
                                    "on the same task, seed and budget; taken: the ensemble where it answers, else "
-                                   "the single answer")
+                                   "the single answer; seconds: a search's wall time, two searches at once on one "
+                                   "core each", out_dir=Path(__file__).parent)
         print(f"wrote {path}")
 
 
