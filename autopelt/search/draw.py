@@ -41,5 +41,6 @@ def draw_trial(plan: SearchPlan, study: optuna.Study, trial: optuna.Trial, kind:
     else:
         spec, hparams = plan.space.sample(trial, plan.num_layers)
     rate = rate_policy.decide(kind, hparams, trials=study.get_trials(deepcopy=False), portfolio=plan.portfolio,
-                              spec=spec, baseline=baseline, repeats=repeats)
+                              spec=spec, baseline=baseline, repeats=repeats,
+                              factor=record.portfolio_of(trial).get("factor", 1.0))
     return spec, rate

@@ -36,8 +36,8 @@ def member_params(plan, member) -> dict | None:
 
 
 def spec_and_hparams(plan, tag: dict) -> tuple[dict, dict]:
-    """What a queued member trains: its spec for this model and its recorded rate (times the tag's `factor`, a
-    leader's variant), batch and backbone dropout."""
+    """What a queued member trains: its spec for this model and its recorded rate, batch and backbone dropout (a
+    leader's variant, tagged with a `factor`, is set at that factor of the rate by rate_policy.decide)."""
     from autopelt.errors import UserError
 
     members = {m.name: (i, m) for i, m in enumerate(plan.portfolio.members)} if plan.portfolio else {}
@@ -45,8 +45,4 @@ def spec_and_hparams(plan, tag: dict) -> tuple[dict, dict]:
         raise UserError(f"portfolio member {tag.get('name')!r} was queued by another portfolio; resume with the "
                         "same --portfolio")
     index, member = members[tag["name"]]
-    hparams = plan.portfolio.hparams(index, plan.epochs)
-    factor = tag.get("factor", 1.0)  # a leader's variant (search/leaders.py): at this factor of the member's rate
-    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 0:
-        raise UserError(f"portfolio member {tag['name']!r} was queued at a rate factor of {factor!r}")
-    return member.spec(plan.num_layers), {**hparams, "learning_rate": hparams["learning_rate"] * factor}
+    return member.spec(plan.num_layers), plan.portfolio.hparams(index, plan.epochs)

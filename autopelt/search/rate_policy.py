@@ -4,9 +4,10 @@ A trial's kind (`TrialKind`, study/record.py) is read once, from what queued or 
 from the kind and what the study knows so far (its trials, its portfolio):
 
 - FINALIST: the rate of the trial it repeats (its sweep is not run twice; finalists.py).
-- MEMBER: the rate recorded with the portfolio member (measured on the portfolio's model), read as `--rates`
-  says (`portfolio_rate`): as recorded ("absolute"); times this study's LoRA rate over LoRA's rate on the tasks the
-  member was learned from ("calibrated"; as recorded where the study has no LoRA rate); times
+- MEMBER: the rate recorded with the portfolio member (measured on the portfolio's model), times `factor` for a
+  leader's variant (leaders.py), read as `--rates` says (`portfolio_rate`): as recorded ("absolute"); times this
+  study's LoRA rate over LoRA's rate on the tasks the member was learned from ("calibrated"; as recorded where the
+  study has no LoRA rate); times
   (H0 / H)^TRANSFER_POWER, H0 and H the two models' hidden sizes ("transfer").
 - BASELINE: the rate learned for its preset with the portfolio, read alike; else it sweeps its own (no portfolio,
   none learned, or a calibrating study whose LoRA rate is not known yet).
@@ -30,6 +31,7 @@ from typing import Iterable, Sequence
 from autopelt.delta import registry
 from autopelt.delta.presets import PRESETS
 from autopelt.delta.spec import parse_spec
+from autopelt.errors import UserError
 from autopelt.portfolio.portfolio import CALIBRATION_BASELINE
 from autopelt.study.record import TrialKind, TrialRecord, baseline_of, read
 
@@ -54,7 +56,7 @@ class Rate:
 
 
 def decide(kind: TrialKind, hparams: dict, *, trials: Sequence = (), portfolio=None, spec: dict | None = None,
-           baseline: str | None = None, repeats: float | None = None) -> Rate:
+           baseline: str | None = None, repeats: float | None = None, factor: float = 1.0) -> Rate:
     """The rate a trial of `kind` trains at, and why.
 
     Args:
@@ -65,12 +67,15 @@ def decide(kind: TrialKind, hparams: dict, *, trials: Sequence = (), portfolio=N
         spec: the trial's delta spec (a drawn delta's families).
         baseline: a baseline's preset name.
         repeats: a finalist's: the rate the trial it repeats trained at.
+        factor: a member's: times its recorded rate (a leader's variant, leaders.py; 1 for the member itself).
     """
     if kind is TrialKind.FINALIST:
         return _rate({**hparams, "learning_rate": hparams.get("learning_rate") if repeats is None else repeats},
                      FINALIST)
     if kind is TrialKind.MEMBER:
-        rate, account = portfolio_rate(portfolio, hparams["learning_rate"], _lora_rate(portfolio, trials))
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
+            raise UserError(f"a portfolio member was queued at a rate factor of {factor!r}")
+        rate, account = portfolio_rate(portfolio, hparams["learning_rate"] * factor, _lora_rate(portfolio, trials))
         return _rate({**hparams, "learning_rate": rate}, account.pop("why", MEMBER), account)
     if kind is TrialKind.BASELINE:
         learned = (portfolio.baseline_rates if portfolio is not None else {}).get(baseline)
