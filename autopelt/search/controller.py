@@ -83,6 +83,7 @@ class Controller:
             and CALIBRATION_BASELINE in plan.baselines
         # `--sampler leaders`: the best members again at other rates, once they have finished (leaders.py)
         self._leaders_settled = plan.portfolio is None or plan.options.sampler != "leaders"
+        self._draws = leaders.draws(plan.options.sampler)  # False: the portfolio alone (`--sampler none`)
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -130,14 +131,14 @@ class Controller:
                     return WAIT if self.recorder.running or recovery.unmarked(trials) else DONE
             self._queue_refinements(budget)
             self._queue_leaders(budget)
-            more = leaders.draws(self.plan.options.sampler) or self._members_held or self._waiting()
+            more = self._draws or self._members_held or self._waiting()
             final = self.finalists.turn(self.study.get_trials(deepcopy=False), budget, bool(self.recorder.running),
                                         self._queue_finalists, more)
             if final in (WAIT, DONE):
                 return final
             if self._members_held and self._queue_members() == WAIT:
                 return WAIT
-            if not leaders.draws(self.plan.options.sampler) and not final and not self._waiting():
+            if not self._draws and not final and not self._waiting():
                 return WAIT if self.recorder.running else DONE  # the portfolio alone, and nothing queued is left
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)

@@ -103,6 +103,11 @@ class TrialRecord:
         return f"mean of {len(self.dev_seeds)} seeds" if len(self.dev_seeds) > 1 else ""
 
     @property
+    def is_leader_variant(self) -> bool:
+        """A portfolio member trained again at another factor of its rate (search/leaders.py)."""
+        return is_finite_number(self.portfolio.get("leader")) and is_finite_number(self.portfolio.get("factor"))
+
+    @property
     def phase(self) -> str:
         """Which step of the search ran it: "baseline unipelt_apl", "portfolio #1" (its rank, from 1), "portfolio
         #2 ×0.5 lr" (a leader's variant, search/leaders.py), "refined lora", "finalist #3 again", or "searched"
@@ -111,7 +116,7 @@ class TrialRecord:
             return f"baseline {self.baseline}"
         if is_finite_number(self.portfolio.get("rank")):
             return f"portfolio #{int(self.portfolio['rank']) + 1}"
-        if is_finite_number(self.portfolio.get("leader")) and is_finite_number(self.portfolio.get("factor")):
+        if self.is_leader_variant:
             return f"portfolio #{int(self.portfolio['leader']) + 1} ×{self.portfolio['factor']:g} lr"
         if self.refines.get("baseline"):
             return f"refined {self.refines['baseline']}"
@@ -133,7 +138,7 @@ class TrialRecord:
             return f"#{self.number} [#{again['trial']} again, seed {again.get('seed')}] {summary}"
         if self.baseline:
             return f"#{self.number} [{self.baseline}] {summary}"
-        if is_finite_number(self.portfolio.get("leader")) and is_finite_number(self.portfolio.get("factor")):
+        if self.is_leader_variant:
             return f"#{self.number} [{self.phase}] {summary}"
         if self.refines.get("baseline") and is_finite_number(self.refines.get("factor")):
             batch = self.refines.get("batch_size")
