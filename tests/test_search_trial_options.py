@@ -149,3 +149,14 @@ def test_the_study_records_the_batch_size_a_trial_trains_with_not_the_one_it_dre
     ticket = control.next_trial()
     hparams = read(study.get_trials(deepcopy=False)[ticket.number]).hparams
     assert ticket.settings.batch_size == hparams["batch_size"] == 8 and hparams["max_length"] == 64
+
+
+def test_a_given_batch_size_and_length_are_not_drawn(tmp_path):
+    """--batch-size pins the space's `batch_size: {choice: [16, 32]}`: the sampler spends no trials on it."""
+    pinned = prepare(asked(tmp_path, space="default", batch_size=8), CPU_ONLY).space
+    drawn = prepare(asked(tmp_path, space="default"), CPU_ONLY).space
+    assert "batch_size" in drawn.param_names and "batch_size" not in pinned.param_names
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    _, hparams = pinned.sample(trial, 6)
+    assert hparams["batch_size"] == 8 and "batch_size" not in trial.params
+    assert pinned.fingerprint == drawn.fingerprint  # the file's: a resumed study is the same space

@@ -161,6 +161,7 @@ def prepare(options: SearchOptions, hardware: Hardware | None = None) -> SearchP
     from autopelt.search.space_models import cannot_apply_preset, for_model
 
     space = for_model(space, model_config)  # what the model's family cannot take is not drawn
+    space = space.pinned(batch_size=options.batch_size, max_length=options.max_length)  # given, so not drawn
     check_trial_shape(options, model_config)
     if options.quantize:
         from autopelt.quantize import search_refusal

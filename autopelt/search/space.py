@@ -66,6 +66,17 @@ class SearchSpace:
                 if value != DEFAULT_HEAD.get(name)}  # a spec leaves its defaults out
         return _plain({"methods": entries, **head}), _plain(draw_fields(self.tree.train, trial))
 
+    def pinned(self, **train: Any) -> SearchSpace:
+        """This space with the given training fields fixed (`--batch-size 16`: batch_size is no longer drawn, so
+        the sampler spends no trials on it); None values leave a field as the file says. The fingerprint is the
+        file's."""
+        given = {name: value for name, value in train.items() if value is not None}
+        if not given:
+            return self
+        fields = {**self.tree.train, **{name: Fixed(value) for name, value in given.items()}}
+        names = tuple(n for n in self.param_names if n not in given)
+        return dataclasses.replace(self, tree=dataclasses.replace(self.tree, train=fields), param_names=names)
+
     def poolings(self) -> tuple[str, ...] | None:
         """What the task head may read in this space's deltas (`head: pooling`); None when the space does not say."""
         node = self.tree.head.get("pooling")
