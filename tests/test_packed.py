@@ -208,3 +208,33 @@ def test_a_member_whose_report_or_save_fails_fails_alone(tiny_model_dir, glue_di
     assert "the scheduler is gone" in results[1]["reason"] and "no space" in results[2]["reason"]
     assert results[0]["delta_dir"] and results[3]["delta_dir"] and results[2]["delta_dir"] is None
     assert results[0]["steps"] == results[3]["steps"] == 2
+
+
+def test_a_pack_that_runs_out_of_memory_trains_its_members_alone(tiny_model_dir, glue_dir, tmp_path, monkeypatch):
+    """Out of memory in the pack's steps: each member trains again alone (with a trial's own retries) and is the
+    trial it would have been alone, its result saying so; any other failure of the whole pack fails each member
+    with its reason."""
+    from autopelt.train import packed
+
+    def run_out(pack, members, *args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    trials = [({"methods": [{"method": "lora", "rank": 4}]}, 1e-3, 0, 8, 1),
+              ({"methods": [{"method": "lora", "rank": 2}]}, 3e-3, 1, 8, 1)]
+    make = lambda name, i, t: _settings(tiny_model_dir, glue_dir, tmp_path / "cache",  # noqa: E731
+                                        tmp_path / f"{name}{i}", *t)
+    alone = [run_trial(make("alone", i, t)) for i, t in enumerate(trials)]
+    monkeypatch.setattr(packed, "_steps", run_out)
+    results = run_packed([make("packed", i, t) for i, t in enumerate(trials)])
+    for i, (one, result) in enumerate(zip(alone, results)):
+        assert result["packed"] == {"members": 2, "member": i, "unpacked": "the pack ran out of memory; trained alone"}
+        assert result["history"] == one["history"] and result["status"] == "ok"
+        assert json.loads((tmp_path / f"packed{i}" / "result.json").read_text())["packed"] == result["packed"]
+
+    def broken(pack, members, *args):
+        raise RuntimeError("a broken pass")
+
+    monkeypatch.setattr(packed, "_steps", broken)
+    results = run_packed([make("broken", i, t) for i, t in enumerate(trials)])
+    assert [r["status"] for r in results] == ["failed", "failed"]
+    assert all("a broken pass" in r["reason"] and "unpacked" not in r["packed"] for r in results)

@@ -21,6 +21,7 @@ dropout (LoRA's `dropout` > 0) draws its masks from one random stream for the wh
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -42,6 +43,8 @@ from autopelt.train.settings import TrialSettings
 from autopelt.train.trial import (attention_cache, close_result, conclude, fail, first_batch, new_result, run_trial,
                                   save, timed, write_result)
 from autopelt.train.trial_data import prepare_data, resolve_task
+
+log = logging.getLogger(__name__)
 
 # what members of one pack share: one model, one data, one pass
 SHARED = ("task", "custom_task", "model", "data_dir", "protocol", "dev_size", "split_seed", "max_train_examples",
@@ -115,14 +118,30 @@ class _Member:
 
 
 def _run_pack(settings: list[TrialSettings], reports: list[Report | None]) -> list[dict]:
+    """The pack's results; where it runs out of memory, each member that had not ended trains again alone, from
+    the start (with its own retries at half the micro-batch: trial.run_trial), its result saying so (`packed.
+    unpacked`). Any other failure of the whole pack fails the members still training, each with its reason."""
     members = [_Member(trial, report, i, len(settings)) for i, (trial, report) in enumerate(zip(settings, reports))]
+    unpack = []
     try:
         _train_pack(members)
-    except Exception as error:  # the whole pack failed (out of memory, a bad input): each member says why
+    except Exception as error:
+        unpack = [m for m in members if m.result["status"] == "running"] if devices.is_out_of_memory(error) else []
         for member in members:
-            if member.result["status"] == "running":
+            if member.result["status"] == "running" and member not in unpack:
                 fail(member.result, error, member.settings)
-    return [close_result(m.result, m.settings, m.outcome, m.started) for m in members]
+    for member in members:
+        member.run = None  # it holds the pack's modules: with the error's frames gone, nothing does
+    for member in unpack:
+        devices.release_memory()
+        log.warning("a pack of %d trials ran out of memory: member %d again alone", len(members),
+                    member.result["packed"]["member"])
+        packed = {**member.result["packed"], "unpacked": "the pack ran out of memory; trained alone"}
+        member.result = run_trial(member.settings, member.report)
+        member.result["packed"] = packed
+        if member.settings.out_dir:
+            write_result(Path(member.settings.out_dir), member.result)
+    return [m.result if m in unpack else close_result(m.result, m.settings, m.outcome, m.started) for m in members]
 
 
 def _train_pack(members: list[_Member]) -> None:
