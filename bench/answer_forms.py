@@ -11,7 +11,11 @@ its study, each chosen on dev alone and scored on test once:
 - `soup`: the members averaged into one LoRA delta (autopelt/ensemble/soup.py) where they share one LoRA
   structure, else the reason it does not apply;
 - `distilled`: `export --ensemble --distill`: the single answer's configuration trained on the ensemble's
-  probabilities (autopelt/ensemble/distill.py), alpha and temperature chosen by dev.
+  probabilities (autopelt/ensemble/distill.py), alpha and temperature chosen by dev;
+- `distilled_copies`: the same with `--copies 2`: the ensemble also labels two token-cutoff copies of each train
+  row, on which the student learns too (train/distillation.cutoff).
+
+A row written before a form existed gets it with `run --fill` where its study is still in `--scratch`.
 
 Each form's inference cost: forward passes an input, and the seconds to predict the task's test split on this
 CPU (one process, the base model loaded once). Every (task, seed) is one row of `<work>/rows.jsonl`, written when
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,7 +42,8 @@ from results import ROOT, write_results  # noqa: E402
 TASKS_DIR = ROOT.parent / "shared" / "data" / "tasks"
 DEFAULT_WORK = ROOT / "benchmarks" / "runs" / "answer-forms"  # rows.jsonl, committed: a later session resumes
 DEFAULT_SCRATCH = Path("/tmp/answer-forms")  # the studies, their trials and the forms' folders (large, not kept)
-FORMS = ("single", "ensemble", "k3", "soup", "distilled")
+FORMS = ("single", "ensemble", "k3", "soup", "distilled", "distilled_copies")
+COPIES = 2  # distilled_copies' cut-off copies of each train row
 
 
 def search(task: str, seed: int, args, work: Path) -> tuple[str, str, Path]:
@@ -75,7 +81,6 @@ def predict_seconds(folder: Path, data) -> float:
 
 def forms(storage: str, name: str, work: Path) -> dict:
     """Every form's test metric and inference cost for one finished study."""
-    from autopelt.export.distill import distill_ensemble
     from autopelt.ensemble.soup import soup_folders, why_not_soup
     from autopelt.export.ensemble import export_ensemble
     from autopelt.models import load_tokenizer, resolve_model
@@ -108,12 +113,49 @@ def forms(storage: str, name: str, work: Path) -> dict:
                    soup_seconds=predict_seconds(soup_dir, data))
     else:
         row["soup_reason"] = reason
-    distilled_dir, student = distill_ensemble(chosen, ensemble_dir, target / "distilled")
-    metrics = json.loads((distilled_dir / "metrics.json").read_text())
-    row.update(distilled_test=metrics["test"][chosen.metric], distilled_passes=1,
-               distilled_seconds=predict_seconds(distilled_dir, data), distilled_alpha=student.alpha,
-               distilled_temperature=student.temperature, distilled_dev=student.dev)
+    for form, copies in (("distilled", 0), ("distilled_copies", COPIES)):
+        row.update(distilled(chosen, ensemble_dir, target / form, data, form, copies))
     return row
+
+
+def distilled(chosen, ensemble_dir: Path, folder: Path, data, form: str, copies: int) -> dict:
+    """The distilled form's columns (`form`_test, …) for the exported ensemble `chosen`."""
+    from autopelt.export.distill import distill_ensemble
+
+    distilled_dir, student = distill_ensemble(chosen, ensemble_dir, folder, copies=copies)
+    metrics = json.loads((distilled_dir / "metrics.json").read_text())
+    return {f"{form}_test": metrics["test"][chosen.metric], f"{form}_passes": 1,
+            f"{form}_seconds": predict_seconds(distilled_dir, data), f"{form}_alpha": student.alpha,
+            f"{form}_temperature": student.temperature, f"{form}_dev": student.dev}
+
+
+def fill(rows_file: Path, scratch: Path) -> None:
+    """Add `distilled_copies` to the rows written before it existed, where their study is still in `scratch`."""
+    from autopelt.export.ensemble import export_ensemble
+    from autopelt.models import load_tokenizer, resolve_model
+    from autopelt.study import answers
+    from autopelt.study.record import read_all, trial_dirs
+    from autopelt.study.storage import load_study
+    from autopelt.train import TrialSettings
+    from autopelt.train.trial_data import prepare_data, resolve_task
+
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    storage = f"sqlite:///{scratch / 'studies' / 'studies.db'}"
+    for row in rows:
+        name = f"{row['task']}-s{row['seed']}"
+        if "distilled_copies_test" in row or not (scratch / "studies" / name).is_dir():
+            continue
+        study = load_study(storage, name, storage)
+        target = scratch / "forms" / name
+        shutil.rmtree(target / "ensemble-fill", ignore_errors=True)
+        shutil.rmtree(target / "distilled_copies", ignore_errors=True)
+        ensemble_dir, chosen = export_ensemble(trial_dirs(study), target / "ensemble-fill",
+                                               answer_dir=answers.best(read_all(study)).result_dir)
+        settings = TrialSettings.from_dict(chosen.single.result["settings"])
+        data = prepare_data(settings, load_tokenizer(resolve_model(settings.model)), resolve_task(settings))
+        row.update(distilled(chosen, ensemble_dir, target / "distilled_copies", data, "distilled_copies", COPIES))
+        rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))  # each filled row kept at once
+        print(json.dumps(row), flush=True)
 
 
 def _score(folder: Path, data, metric: str) -> float:
@@ -133,6 +175,8 @@ def run(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows_file = work / "rows.jsonl"
+    if args.fill:
+        return fill(rows_file, Path(args.scratch))
     done = {json.loads(line)["key"] for line in rows_file.read_text().splitlines()} if rows_file.is_file() else set()
     for seed in args.seeds:
         for task in args.tasks.split(","):
@@ -166,10 +210,12 @@ def summarise(rows: list[dict]) -> list[dict]:
                       "worst": round(min(gains), 2),
                       "passes": round(statistics.fmean(r[f"{form}_passes"] for r in usable), 1),
                       "seconds": round(statistics.fmean(r[f"{form}_seconds"] for r in usable), 2)})
-    by_form = {entry["form"]: entry for entry in table}
-    if "distilled" in by_form and by_form.get("ensemble", {}).get("gain"):
-        by_form["distilled"]["share_of_ensemble_gain"] = round(by_form["distilled"]["gain"]
-                                                               / by_form["ensemble"]["gain"], 2)
+    for entry in table:  # a distilled form's gain over the ensemble's on the same rows
+        if entry["form"].startswith("distilled"):
+            usable = [r for r in rows if r.get(f"{entry['form']}_test") is not None]
+            ensemble_gain = statistics.fmean(100 * (r["ensemble_test"] - r["single_test"]) for r in usable)
+            if ensemble_gain:
+                entry["share_of_ensemble_gain"] = round(entry["gain"] / ensemble_gain, 2)
     return table
 
 
@@ -197,6 +243,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     go.add_argument("--budget", type=int, default=12, help="trials a search runs")
     go.add_argument("--work", default=str(DEFAULT_WORK))
     go.add_argument("--scratch", default=str(DEFAULT_SCRATCH))
+    go.add_argument("--fill", action="store_true", help="only add the forms rows written before them lack")
     show = commands.add_parser("summary", help="the table, written to benchmarks/results/")
     show.add_argument("--work", default=str(DEFAULT_WORK))
     return parser.parse_args(argv)

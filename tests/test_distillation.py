@@ -18,7 +18,7 @@ from tinymodels import sst2_dir, tiny_model_dir, trial_cache  # noqa: F401  (fix
 from autopelt.cli import main
 from autopelt.errors import UserError
 from autopelt.train import run_trial
-from autopelt.train.distillation import attach_targets, distillation_loss, save_targets
+from autopelt.train.distillation import attach_targets, cutoff, distillation_loss, save_targets
 
 LORA = {"methods": [{"method": "lora", "rank": 4, "targets": ["query", "value"]}]}
 ADAPTER = {"methods": [{"method": "pfeiffer", "bottleneck": 8}]}
@@ -58,6 +58,50 @@ def test_targets_written_for_other_rows_are_refused_in_one_line(study_db, tmp_pa
         attach_targets(data, {"targets": str(wrong), "alpha": 0.5, "temperature": 1.0})
 
 
+def _rows(lengths, labels, types=True):
+    from autopelt.data.features import Features
+
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    ids = np.concatenate([[101, *range(1000 + 10 * i, 1000 + 10 * i + n - 2), 102] for i, n in enumerate(lengths)])
+    return Features(ids=ids.astype(np.int32), offsets=offsets,
+                    token_type_ids=(ids % 2).astype(np.int8) if types else None, labels=np.asarray(labels), pad_id=0,
+                    regression=False)
+
+
+def test_cutoff_copies_drop_tokens_but_the_special_ones_and_keep_the_labels():
+    rows = _rows([40, 3, 25], [0, 1, 2])
+    copies = cutoff(rows, 2, {101, 102}, seed=3, rate=0.3)
+    assert len(copies) == 6 and copies.labels.tolist() == [0, 1, 2, 0, 1, 2]
+    for i in range(6):
+        original, copy = rows.row(i % 3), copies.row(i)
+        assert copy[0] == 101 and copy[-1] == 102 and set(copy) <= set(original)
+        assert list(copy) == [t for t in original if t in set(copy)]  # the order kept: only removals
+        types = copies.token_type_ids[copies.offsets[i]:copies.offsets[i + 1]]
+        assert (types == copy % 2).all()  # each token's type removed with it
+    assert len(copies.row(0)) < 40 and len(copies.row(1)) == 3  # a one-word row keeps its word
+    assert copies.row(0).tolist() != copies.row(3).tolist()  # two copies differ
+    again = cutoff(rows, 2, {101, 102}, seed=3, rate=0.3)
+    assert np.array_equal(again.ids, copies.ids) and not np.array_equal(cutoff(rows, 2, {101, 102}, seed=4).ids,
+                                                                        copies.ids)
+    assert cutoff(_rows([4], [1], types=False), 1, {101, 102}, rate=1.0).row(0).tolist()[1:-1] == [1000]
+
+
+def test_targets_with_copies_extend_the_train_rows(tmp_path):
+    from autopelt.train.trial_data import TrialData
+
+    rows = _rows([6, 5, 7], [0, 1, 1])
+    data = TrialData(None, rows, rows, rows, {})
+    copies = cutoff(rows, 2, {101, 102})
+    soft = np.random.default_rng(0).dirichlet([1, 1], 9)
+    path = save_targets(tmp_path / "teacher.npz", soft, rows.labels, copies)
+    train = attach_targets(data, {"targets": str(path), "alpha": 0.5, "temperature": 1.0}).train
+    assert len(train) == 9 and train.labels.tolist() == [0, 1, 1] * 3
+    assert np.allclose(train.soft_targets, soft) and train.row(4).tolist() == copies.row(1).tolist()
+    short = save_targets(tmp_path / "short.npz", soft[:8], rows.labels, copies)
+    with pytest.raises(UserError, match="written for other train rows"):
+        attach_targets(data, {"targets": str(short), "alpha": 0.5, "temperature": 1.0})
+
+
 def test_a_student_at_alpha_0_is_the_single_answers_trial_exactly(study_db, tmp_path):
     """Soft targets in the batch change nothing but the loss: at alpha 0 the student is the teacher-free trial."""
     from autopelt.train import TrialSettings
@@ -74,6 +118,11 @@ def test_a_student_at_alpha_0_is_the_single_answers_trial_exactly(study_db, tmp_
                                          distill={"targets": str(path), "alpha": 0.0, "temperature": 2.0}))
     assert student["status"] == "ok", student["reason"]
     assert student["history"] == result["history"] and student["dev"] == result["dev"]
+    copies = cutoff(data.train, 2, {0}, seed=1)
+    path = save_targets(tmp_path / "copies.npz", np.full((3 * len(data.train), 2), 0.5), data.train.labels, copies)
+    taught = run_trial(settings.replace(out_dir=str(tmp_path / "taught"),
+                                        distill={"targets": str(path), "alpha": 0.5, "temperature": 2.0}))
+    assert taught["status"] == "ok" and taught["steps"] > 2.5 * result["steps"]  # three times the rows an epoch
 
 
 def test_export_distill_writes_one_delta_scored_beside_the_ensemble(study_db, tmp_path, capsys):
@@ -97,10 +146,28 @@ def test_export_distill_writes_one_delta_scored_beside_the_ensemble(study_db, tm
     assert main(["predict", "--delta", str(out), "--text", "a good film"]) == 0
 
 
+def test_export_distill_with_copies_teaches_the_student_on_them(study_db, tmp_path):
+    url, _ = study_db
+    out = tmp_path / "distilled"
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--copies", "2",
+                 "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["distilled"]["copies"] == 2
+    with np.load(out / "teacher.npz") as stored:
+        rows = len(stored["train_labels"])
+        assert stored["train"].shape[0] == 3 * rows and len(stored["copies_offsets"]) == 2 * rows + 1
+
+
 def test_distill_without_ensemble_or_into_a_full_folder_is_one_line_and_writes_nothing(study_db, tmp_path, capsys):
     url, _ = study_db
     assert main(["export", "--study", "tiny", "--storage", url, "--distill", "--out", str(tmp_path / "a")]) == 2
     assert "add --ensemble" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--copies", "2", "--out",
+                 str(tmp_path / "a")]) == 2
+    assert "add --ensemble --distill" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--copies", "-1",
+                 "--out", str(tmp_path / "a")]) == 2
+    assert "--copies must be" in capsys.readouterr().err and not (tmp_path / "a").exists()
     full = tmp_path / "full"
     full.mkdir()
     (full / "keep.txt").write_text("mine")

@@ -61,6 +61,23 @@ class Features:
             regression=self.regression, soft_targets=None if self.soft_targets is None else self.soft_targets[indices],
         )
 
+    @staticmethod
+    def join(parts: "list[Features]") -> "Features":
+        """The rows of `parts`, one after another (every part of one tokenizer and kind; soft targets kept only
+        where every part has them)."""
+        first = parts[0]
+        lengths = np.concatenate([p.lengths for p in parts])
+        types = [p.token_type_ids for p in parts]
+        labels = [p.labels for p in parts]
+        soft = [p.soft_targets for p in parts]
+        return Features(
+            ids=np.concatenate([p.ids for p in parts]),
+            offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            token_type_ids=None if any(t is None for t in types) else np.concatenate(types),
+            labels=None if any(x is None for x in labels) else np.concatenate(labels), pad_id=first.pad_id,
+            regression=first.regression, soft_targets=None if any(x is None for x in soft) else np.concatenate(soft),
+        )
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Named arrays for the cache (absent parts left out)."""
         arrays = {"ids": self.ids, "offsets": self.offsets, "pad_id": np.array(self.pad_id),

@@ -7,8 +7,8 @@ loss (autopelt/train/distillation.py) once for each (alpha, temperature) of `GRI
 among them, as dev chooses every trial, and the chosen student's test is scored once, after the choice.
 
 The teacher's members were trained on these same rows, so their soft targets are sharper there than on unseen
-text: what distillation transfers here is the ensemble's disagreement and its confidence on the rows it fits
-least, not new rows (AutoGluon's `distill` adds augmented rows for that; autopelt does not yet).
+text; `copies` adds cut-off copies of the rows that the teacher labels too (train/distillation.cutoff), rows
+near the training rows where its members disagree more, as AutoGluon's `distill` adds augmented rows.
 """
 
 from __future__ import annotations
@@ -37,23 +37,28 @@ class Distilled:
                 "candidates": self.candidates}
 
 
-def teacher_targets(ensemble_dir, settings, path) -> Path:
+def teacher_targets(ensemble_dir, settings, path, copies: int = 0) -> Path:
     """Write the ensemble's predictions on the train rows of `settings` (a TrialSettings: task, model, K, data
-    seed) to `path`, with those rows' labels (train/distillation.save_targets)."""
+    seed) to `path`, with those rows' labels (train/distillation.save_targets); with `copies`, also on that many
+    cut-off copies of each row (train/distillation.cutoff, seeded by the settings' seed), stored with them."""
     import torch
 
+    from autopelt.data.features import Features
     from autopelt.ensemble.model import EnsembleModel
     from autopelt.models import load_tokenizer, resolve_model
-    from autopelt.train.distillation import save_targets
+    from autopelt.train.distillation import cutoff, save_targets
     from autopelt.train.classify import forward_split
     from autopelt.train.trial_data import prepare_data, resolve_task
 
     task = resolve_task(settings)
-    data = prepare_data(settings.replace(distill=None), load_tokenizer(resolve_model(settings.model)), task)
+    tokenizer = load_tokenizer(resolve_model(settings.model))
+    data = prepare_data(settings.replace(distill=None), tokenizer, task)
+    extra = cutoff(data.train, copies, tokenizer.all_special_ids, seed=settings.seed) if copies else None
+    rows = data.train if extra is None else Features.join([data.train, extra])
     teacher = EnsembleModel(ensemble_dir, model=settings.model)
-    outputs = forward_split(teacher, data.train, settings, torch.device("cpu"))  # the members' copies are on the CPU
+    outputs = forward_split(teacher, rows, settings, torch.device("cpu"))  # the members' copies are on the CPU
     predictions = outputs[:, 0] if task.regression else outputs.softmax(-1)
-    return save_targets(path, predictions.numpy(), data.train.labels)
+    return save_targets(path, predictions.numpy(), data.train.labels, extra)
 
 
 def train_students(single_result: dict, targets: Path, work_dir: Path, grid=GRID, say=lambda line: None) -> Distilled:

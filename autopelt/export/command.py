@@ -20,6 +20,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--distill", action="store_true",
                         help="with --ensemble: write instead one delta trained on the ensemble's predictions "
                              "(knowledge distillation): one forward pass an input, its test beside the ensemble's")
+    parser.add_argument("--copies", type=int, default=0, metavar="N",
+                        help="with --distill: the ensemble also labels N token-cutoff copies of each train row for "
+                             "the student to learn from (default 0)")
     parser.add_argument("--out", required=True, help="folder to create (with --pareto: one sub-folder a trial)")
     parser.add_argument("--reseed", type=int, default=0, metavar="N",
                         help="re-run the chosen config with seeds 0..N-1 and record mean ± std")
@@ -37,6 +40,10 @@ def run(args) -> int:
         raise UserError("--reseed takes a number of seeds ≥ 1 (or leave it out)")
     if args.distill and not args.ensemble:
         raise UserError("--distill distils a study's ensemble: add --ensemble")
+    if args.copies and not args.distill:
+        raise UserError("--copies gives a distilled student more rows: add --ensemble --distill")
+    if args.copies < 0 or args.copies > 16:
+        raise UserError(f"--copies must be a whole number from 0 to 16, not {args.copies}")
     study = load_study(open_existing(args.storage), args.study, args.storage)
     if args.ensemble:
         return _ensemble(args, study)
@@ -97,7 +104,7 @@ def _distilled(args, study, trial_dirs: list, answer_dir) -> int:
         _, chosen = export_ensemble(trial_dirs, teacher, args.max_members, study.study_name, answer_dir=answer_dir,
                                     say=print)
         print("\n".join(chosen.lines()))
-        folder, student = distill_ensemble(chosen, teacher, out, say=print)
+        folder, student = distill_ensemble(chosen, teacher, out, copies=args.copies, say=print)
     finally:
         shutil.rmtree(teacher, ignore_errors=True)
     print(f"distilled the ensemble of {len(chosen.members)} into one delta (alpha {student.alpha:g}, temperature "
