@@ -55,6 +55,44 @@ def test_the_leaders_train_again_at_half_and_twice_their_rate_before_the_sampler
     assert any("#4 again" in p or "#5 again" in p for p in phases[9:])
 
 
+def _concurrently(control, width: int) -> None:
+    """Run the search with `width` trials in flight (as many workers), the oldest finishing first."""
+    running = []
+    while True:
+        while len(running) < width and not isinstance(ticket := control.next_trial(), str):
+            running.append(ticket)
+        if not running:
+            return
+        done = running.pop(0)
+        control.finish(done.number, fakes.fake_trial(done.settings, lambda e: control.report(done.number, e)))
+
+
+@pytest.mark.parametrize("width", [2, 4])
+def test_with_several_workers_no_draw_comes_before_the_leaders_variants(tmp_path, width):
+    """While the last members run, a free worker waits: a draw then would take a variant's place in the budget."""
+    study, control = _study(tmp_path, f"w{width}", _small_portfolio(tmp_path / "p.json"), budget=10,
+                            sampler="leaders")
+    _concurrently(control, width)
+    phases = _phases(study)
+    variants = [i for i, p in enumerate(phases) if "×" in p]
+    searched = [i for i, p in enumerate(phases) if p == "searched"]
+    assert len(variants) == 4 and all(i > max(variants) for i in searched), phases
+
+
+def test_the_default_budget_on_four_workers_holds_every_variant(tmp_path):
+    fakes.script(tmp_path / "out")
+    plan = prepare(search_options(tmp_path, budget=20, sampler="leaders", portfolio="auto", baselines=True,
+                                  space="default", workers=4))
+    from autopelt.search.controller import Controller
+    from autopelt.search.resume import open_study
+
+    study = open_study(plan)
+    control = Controller(study, plan)
+    control.start()
+    _concurrently(control, 4)
+    assert sum("×" in p for p in _phases(study)) == 4
+
+
 def test_a_leaders_variant_trains_to_the_end(tmp_path):
     study, control = _study(tmp_path, "end", _small_portfolio(tmp_path / "p.json"), budget=12, sampler="leaders")
     fakes.run_serially(control, stop_after=3)

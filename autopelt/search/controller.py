@@ -140,6 +140,8 @@ class Controller:
                 return WAIT
             if not self._draws and not final and not self._waiting():
                 return WAIT if self.recorder.running else DONE  # the portfolio alone, and nothing queued is left
+            if not self._leaders_settled and not final and not self._waiting():
+                return WAIT  # the last members run: no worker draws ahead of the leaders' variants
             trial = self._ask()
             trials = self.study.get_trials(deepcopy=False)
             kind = record.kind_of(trial)
@@ -191,14 +193,19 @@ class Controller:
         if self._leaders_settled:
             return
         trials = self.study.get_trials(deepcopy=False)
-        if not leaders.queued(trials):  # by no process yet
+        if not leaders.queued(trials) and not finalists.queued(trials):  # by no process yet; not after the end
             if not leaders.due(trials):
                 return
             counts = claims.tally(trials)
             room = None if budget is None else \
                 max(0, budget - self.finalists.trial_room(budget) - counts.trained - counts.running)
-            if leaders.enqueue(self.study, trials, room):
-                log.info("queued the portfolio's leaders again at other rates")
+            queued = leaders.enqueue(self.study, trials, room)
+            wanted = leaders.BEST * len(leaders.FACTORS)
+            if queued:
+                log.info("queued the portfolio's leaders again at other rates" +
+                         (f" ({queued} of {wanted}: the budget holds no more)" if queued < wanted else ""))
+            else:
+                log.info("the budget holds none of the portfolio's leaders again at other rates")
         self._leaders_settled = True
 
     def _waiting(self) -> bool:
