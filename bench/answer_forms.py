@@ -227,9 +227,12 @@ def summary(args) -> None:
         print(json.dumps(entry))
     if table:
         settings = {"runs": sorted(r["key"] for r in rows)}
-        path = write_results("answer-forms", table, settings=settings,
+        columns = ["form", "runs", "tasks", "test", "gain", "gain_std", "worst", "share_of_ensemble_gain", "passes",
+                   "seconds"]
+        path = write_results("answer-forms", table, columns, settings=settings,
                              notes="test in points; gain: paired difference to the single answer, same study; "
-                                   "seconds: predicting the task's test split on this CPU")
+                                   "share_of_ensemble_gain: a distilled form's gain over the ensemble's on the same "
+                                   "studies; seconds: predicting the task's test split on this CPU")
         print(f"wrote {path}")
 
 
