@@ -13,6 +13,7 @@ import pytest
 from tinymodels import sst2_dir, tiny_model_dir  # noqa: F401  (fixtures)
 
 from autopelt.errors import UserError
+from autopelt.search import packs
 from autopelt.search.options import SearchOptions, check_numbers
 from autopelt.search.run import run_search
 from autopelt.study.record import read_all
@@ -119,6 +120,11 @@ def _ticket(number: int, method: str, finalist: bool = True):
     return Ticket(number, settings, stoppable=not finalist, finalist=finalist)
 
 
+def test_a_pack_leaves_no_worker_idle():
+    assert [packs.most(3, workers) for workers in (1, 2, 3, 4)] == [3, 2, 1, 1]
+    assert packs.most(5, 2) == 3 and packs.most(0, 2) == 1
+
+
 def test_the_searcher_packs_lora_finalists_holds_the_next_ticket_and_sends_each_member_its_own():
     from autopelt.search.ray_backend import (EVENT_KEY, MEMBER_KEY, PACK_KEY, RESULT_KEY, TICKET_KEY,
                                              ControllerSearcher)
@@ -135,6 +141,12 @@ def test_the_searcher_packs_lora_finalists_holds_the_next_ticket_and_sends_each_
     auto.on_trial_complete("t1", {PACK_KEY: True, RESULT_KEY: json.dumps({"4": {"r": 4}, "5": {"r": 5}})})
     assert auto.controller.told == [("report", 5, {"epoch": 1}), ("finish", 4, {"r": 4}), ("finish", 5, {"r": 5})]
     assert auto.numbers == {"t2": [6]}
+
+    capped = ControllerSearcher(_Controller([_ticket(i, "lora") for i in (4, 5, 6)]), max_concurrent=2, pack="auto",
+                                pack_most=packs.most(3, 2))
+    assert [m["number"] for m in json.loads(capped.suggest("t1")[TICKET_KEY])["pack"]] == [4, 5]
+    assert "settings" in json.loads(capped.suggest("t2")[TICKET_KEY])  # finalist 6 alone: no worker left idle
+    assert capped.numbers == {"t1": [4, 5], "t2": [6]}
 
     off = searcher("off", [_ticket(4, "lora"), _ticket(5, "lora")])
     assert "settings" in json.loads(off.suggest("t1")[TICKET_KEY]) and off.numbers == {"t1": [4]}

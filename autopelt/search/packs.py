@@ -6,7 +6,8 @@ pass a step for all (docs/packed.md). Only finalists of the LoRA family (LoRA, r
 delta trains at LoRA's rate family) pack: where the members add an ungated LoRA update the frozen linears run once
 for every row, which is what pays on a CPU; a mix of methods routes nearly every linear member by member and
 measured no gain. A finalist that train/packed.py refuses (`refusal`) or that shares no `packing_key` with the
-first of its pack runs alone, as with `--pack off`.
+first of its pack runs alone, as with `--pack off`. A pack holds no more finalists than leave a worker idle
+(`most`): on one worker all of them, on as many workers as finalists none is packed.
 """
 
 from __future__ import annotations
@@ -32,3 +33,9 @@ def same_pack(first, other) -> bool:
     from autopelt.train.packed import packing_key
 
     return packing_key(first.settings) == packing_key(other.settings)
+
+
+def most(finalists: int, workers: int) -> int:
+    """How many finalists one pack holds: as few as keep every worker busy (3 finalists on 1 worker: one pack of 3;
+    on 2 workers: 2 and 1; on 3 or more: each alone)."""
+    return max(1, -(-finalists // max(1, workers)))

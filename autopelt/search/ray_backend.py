@@ -76,11 +76,12 @@ def asha_settings(epochs: int) -> dict:
 
 
 class ControllerSearcher(Searcher):
-    def __init__(self, controller: Controller, max_concurrent: int, pack: str = "off"):
+    def __init__(self, controller: Controller, max_concurrent: int, pack: str = "off", pack_most: int | None = None):
         super().__init__(metric=METRIC, mode="max")
         self.controller = controller
         self.max_concurrent = max_concurrent
         self.pack = pack  # --pack: which tickets may share one Tune trial (search/packs.py)
+        self.pack_most = pack_most  # the most tickets one Tune trial holds (packs.most); None: as many as pack
         self.numbers: dict[str, list[int]] = {}  # Tune trial id -> its Optuna trial numbers (several: a pack)
         self.held: list[Ticket] = []  # a ticket drawn while filling a pack that could not join it: the next trial
 
@@ -104,8 +105,9 @@ class ControllerSearcher(Searcher):
         the first that cannot is held for the next Tune trial."""
         if not packs.packable(first, self.pack):
             return []
-        more = []
-        while isinstance(ticket := self.controller.next_trial(), Ticket):
+        more: list[Ticket] = []
+        room = lambda: self.pack_most is None or len(more) + 1 < self.pack_most  # noqa: E731
+        while room() and isinstance(ticket := self.controller.next_trial(), Ticket):
             if not (packs.packable(ticket, self.pack) and packs.same_pack(first, ticket)):
                 self.held.append(ticket)
                 break
@@ -222,7 +224,8 @@ def on_cluster(plan: SearchPlan) -> SearchPlan:
 
 def run_trials(controller: Controller, plan: SearchPlan) -> None:
     """Run the search's trials on Ray Tune (inside `ray_session`) until the controller has nothing to start."""
-    searcher = ControllerSearcher(controller, plan.options.workers, plan.options.pack)
+    searcher = ControllerSearcher(controller, plan.options.workers, plan.options.pack,
+                                  packs.most(plan.finalists, plan.options.workers))
     tuner = tune.Tuner(
         tune.with_resources(_trainable, {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}),
         tune_config=tune.TuneConfig(
