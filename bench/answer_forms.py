@@ -16,6 +16,9 @@ its study, each chosen on dev alone and scored on test once:
   row, on which the student learns too (train/distillation.cutoff).
 
 A row written before a form existed gets it with `run --fill` where its study is still in `--scratch`.
+`--copies 2` becomes `--distill`'s default when, over at least six studies on at least three tasks, `distilled_copies`
+gains at least 0.5 points of test more than `distilled` on the mean, and loses no more than 1.0 to it on any (fixed
+2026-12-02, after one study: trec seed 1).
 
 Each form's inference cost: forward passes an input, and the seconds to predict the task's test split on this
 CPU (one process, the base model loaded once). Every (task, seed) is one row of `<work>/rows.jsonl`, written when
