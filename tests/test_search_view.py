@@ -7,9 +7,18 @@ from types import SimpleNamespace
 from autopelt.search.summary import baseline_cost
 
 
-def trial(baseline=None, seconds=10.0, finalist_of=None, sweep=0.0):
+def trial(baseline=None, seconds=10.0, finalist_of=None, sweep=0.0, portfolio=None):
     return SimpleNamespace(baseline=baseline, seconds=seconds, finalist_of=finalist_of or {},
-                           lr_choice={"seconds": sweep} if sweep else {})
+                           lr_choice={"seconds": sweep} if sweep else {}, portfolio=portfolio or {})
+
+
+def test_the_portfolios_trials_are_counted_apart_from_the_samplers():
+    member = {"name": "lora-r8", "rank": 0}
+    line = baseline_cost([trial("unipelt_apl", 60.0), trial(seconds=30.0, portfolio=member),
+                          trial(seconds=30.0, portfolio=member), trial(seconds=20.0, finalist_of={"trial": 1})])
+    assert "· portfolio: 2 trials, 1m00s · searched: none · finalists again: 1 trial, 20s" in line
+    drawn = baseline_cost([trial(seconds=30.0, portfolio=member), trial(seconds=15.0)])
+    assert drawn.endswith("· portfolio: 1 trial, 30s · searched: 1 trial, 15s")
 
 
 def test_one_baseline_at_a_learned_rate_is_one_trial_and_no_sweep():

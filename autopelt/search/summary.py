@@ -101,16 +101,23 @@ def baseline_cost(trials: list[TrialRecord]) -> str:
     """What the baselines cost and what the search had: trials, wall time, the learning-rate sweeps' share."""
     base = [t for t in trials if t.baseline and t.seconds]
     final = [t for t in trials if t.finalist_of and t.seconds]
-    searched = [t for t in trials if not t.baseline and not t.finalist_of and t.seconds]
-    base_seconds, searched_seconds = sum(t.seconds for t in base), sum(t.seconds for t in searched)
-    final_seconds = sum(t.seconds for t in final)
-    total = base_seconds + searched_seconds + final_seconds
+    rest = [t for t in trials if not t.baseline and not t.finalist_of and t.seconds]
+    members = [t for t in rest if getattr(t, "portfolio", None)]  # a portfolio's members and leaders' variants
+    searched = [t for t in rest if not getattr(t, "portfolio", None)]  # drawn by the sampler, refined baselines
+    base_seconds, final_seconds = sum(t.seconds for t in base), sum(t.seconds for t in final)
+    total = base_seconds + sum(t.seconds for t in rest) + final_seconds
     sweeps = sum(float(t.lr_choice.get("seconds") or 0.0) for t in base)
     share = 100 * base_seconds / total if total else 0.0
     chosen = f"; {format_duration(sweeps)} of it choosing learning rates" if sweeps else ""
-    text = (f"baselines: {_trials(len(base))}, {format_duration(base_seconds)} ({share:.0f}% of the trial time"
-            f"{chosen}) · searched: {_trials(len(searched))}, {format_duration(searched_seconds)}")
-    return text + (f" · finalists again: {_trials(len(final))}, {format_duration(final_seconds)}" if final else "")
+    text = f"baselines: {_trials(len(base))}, {format_duration(base_seconds)} ({share:.0f}% of the trial time{chosen})"
+    if members:
+        text += f" · portfolio: {_part(members)}"
+    text += f" · searched: {_part(searched) if searched or not members else 'none'}"
+    return text + (f" · finalists again: {_part(final)}" if final else "")
+
+
+def _part(trials: list[TrialRecord]) -> str:
+    return f"{_trials(len(trials))}, {format_duration(sum(t.seconds for t in trials))}"
 
 
 def _baseline_lines(trials: list[TrialRecord], plan: SearchPlan) -> list[str]:
