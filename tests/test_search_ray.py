@@ -275,6 +275,26 @@ def test_the_finalists_stopper_stops_what_the_controller_says_never_a_final_resu
     assert pickle.loads(pickle.dumps(stopper)).searcher is None
 
 
+def test_a_trial_tune_failed_without_telling_the_searcher_is_told_at_the_next_step():
+    """Tune 2.60 fails a trial whose reused worker could not be reset without calling the searcher; the controller
+    would wait for it for ever (seen: a qnli search waited 30 minutes with an idle worker)."""
+    import pickle
+    import types
+
+    from autopelt.search.ray_backend import ControllerSearcher, UnreportedErrors
+
+    crashed = []
+    controller = types.SimpleNamespace(crash=lambda number, reason: crashed.append(number))
+    searcher = ControllerSearcher(controller=controller, max_concurrent=2)
+    searcher.numbers = {"a": [7], "b": [8]}
+    trial = lambda trial_id, status: types.SimpleNamespace(trial_id=trial_id, status=status, ERROR="ERROR")  # noqa: E731
+    callback = UnreportedErrors(searcher)
+    callback.on_step_end(1, [trial("a", "ERROR"), trial("b", "RUNNING"), trial("c", "ERROR")])
+    callback.on_step_end(2, [trial("a", "ERROR"), trial("b", "RUNNING")])
+    assert crashed == [7] and searcher.numbers == {"b": [8]}  # told once; a trial it never held is not its own
+    assert pickle.loads(pickle.dumps(callback)).searcher is None
+
+
 @pytest.mark.slow
 def test_a_local_ray_starts_without_the_token_notice(tmp_path):
     """A search that starts its own Ray keeps Ray's token authentication but not its notice at every start, and
@@ -286,7 +306,9 @@ def test_a_local_ray_starts_without_the_token_notice(tmp_path):
               "with ray_session(types.SimpleNamespace(options=options)):\n"
               "    print('auth mode', os.environ.get('RAY_AUTH_MODE'))\n"
               "    worker = ray.get(ray.remote(lambda: os.environ.get('AUTOPELT_CPU_BF16_SPEEDUP')).remote())\n"
-              "    print('bf16 speedup', os.environ.get('AUTOPELT_CPU_BF16_SPEEDUP'), worker)\n")
+              "    print('bf16 speedup', os.environ.get('AUTOPELT_CPU_BF16_SPEEDUP'), worker)\n"
+              "    print('thread timeout', ray.get(ray.remote(lambda: os.environ.get("
+              "'TUNE_FUNCTION_THREAD_TIMEOUT_S')).remote()))\n")
     short = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     env = {**os.environ, "RAY_TMPDIR": short, "HOME": str(tmp_path)}
     env.pop("RAY_AUTH_MODE", None)
@@ -294,7 +316,8 @@ def test_a_local_ray_starts_without_the_token_notice(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "auth mode token" in done.stdout  # Ray turned token authentication on
-    driver, worker = done.stdout.split("bf16 speedup ")[1].split()
+    driver, worker = done.stdout.split("bf16 speedup ")[1].split("\n")[0].split()
+    assert "thread timeout 60" in done.stdout  # a reused worker waits for its last trial's thread
     assert driver == worker and (driver == "none" or float(driver) > 0)
     assert "Token authentication" not in done.stderr
 

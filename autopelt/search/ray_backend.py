@@ -175,6 +175,30 @@ class FinalistsStopper(Stopper):
         self.searcher = None
 
 
+class UnreportedErrors(tune.Callback):
+    """Tells the searcher of a trial that Tune ended in ERROR without telling it: a reused worker whose last trial's
+    thread did not end in time ("Trainable runner reuse requires reset_config() …": Tune 2.60 marks the new trial
+    ERROR and calls no searcher), which left the controller waiting for a trial that would never report."""
+
+    def __init__(self, searcher: ControllerSearcher):
+        self.searcher = searcher
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        if self.searcher is None:
+            return
+        for trial in trials:
+            if trial.status == trial.ERROR and trial.trial_id in self.searcher.numbers:
+                log.warning("Tune ended trial %s in an error it did not report: its worker did not take it",
+                            trial.trial_id)
+                self.searcher.on_trial_complete(trial.trial_id, error=True)
+
+    def __getstate__(self) -> dict:  # like the searcher's: the study is the state
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.searcher = None
+
+
 @contextlib.contextmanager
 def ray_session(plan: SearchPlan):
     """Ray for the search: the given cluster, or a local one started here (and stopped on exit); an already
@@ -187,7 +211,7 @@ def ray_session(plan: SearchPlan):
         _check_reachable(plan.options.ray_address)
     try:
         if plan.options.ray_address:
-            ray.init(address=plan.options.ray_address, **common)
+            ray.init(address=plan.options.ray_address, **common, runtime_env=_worker_environment())
         else:
             # a new local cluster turns on token authentication and says so at every start; keep the
             # protection, drop the notice (RAY_AUTH_MODE still decides, as Ray documents)
@@ -197,7 +221,7 @@ def ray_session(plan: SearchPlan):
             # the local workers inherit it: fewer glibc heaps, each returned to the system after a trial
             # (devices.release_memory); with one heap a thread, a reused worker's memory climbed from trial to trial
             os.environ.setdefault("MALLOC_ARENA_MAX", "2")
-            ray.init(**common)
+            ray.init(**common, runtime_env=_worker_environment())
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = f"the Ray cluster at {plan.options.ray_address}" if plan.options.ray_address else "a local Ray"
         raise UserError(f"cannot start or reach {where}: {str(error).strip().splitlines()[0]}") from None
@@ -207,6 +231,17 @@ def ray_session(plan: SearchPlan):
         yield
     finally:
         ray.shutdown()
+
+
+THREAD_TIMEOUT_S = "60"  # how long a reused worker waits for its last trial's thread to end (Tune's default: 2 s)
+
+
+def _worker_environment() -> dict:
+    """What every trial's worker is started with: time for a stopped trial's thread to end before the worker takes
+    the next trial. Tune waits 2 s; a trial stopped on a loaded machine (releasing its memory, mid-epoch until its
+    next report) took longer, Tune then failed the next trial without telling the searcher (`UnreportedErrors`)."""
+    return {"env_vars": {"TUNE_FUNCTION_THREAD_TIMEOUT_S": os.environ.get("TUNE_FUNCTION_THREAD_TIMEOUT_S",
+                                                                          THREAD_TIMEOUT_S)}}
 
 
 def on_cluster(plan: SearchPlan) -> SearchPlan:
@@ -241,6 +276,7 @@ def run_trials(controller: Controller, plan: SearchPlan) -> None:
             name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
             storage_path=str(plan.out_dir / "ray"),
             stop=FinalistsStopper(searcher),
+            callbacks=[UnreportedErrors(searcher)],
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=0),
         ),
