@@ -966,3 +966,15 @@ def test_gradient_checkpointing_reaches_every_trial_whose_delta_can_take_it(tmp_
     baseline = next(r for r in records if r.baseline == "unipelt_apl")
     drawn = [r for r in records if not r.baseline and r.result_dir]
     assert seen[baseline.result_dir] is False and drawn and all(seen[r.result_dir] is True for r in drawn)
+
+
+def test_a_trial_no_worker_took_is_queued_again_with_its_draw(tmp_path):
+    """Tune failed it before it started (ray_backend.UnreportedErrors): FAIL as interrupted, the same draw queued."""
+    study, control = make(tmp_path, budget=3)
+    first = control.next_trial()
+    control.interrupt(first.number)
+    control.interrupt(first.number)  # told twice: once recorded
+    assert [t.state for t in study.get_trials(deepcopy=False)] == [TrialState.FAIL, TrialState.WAITING]
+    again = control.next_trial()
+    assert again.number == 1 and again.settings.spec == first.settings.spec
+    assert again.settings.learning_rate == first.settings.learning_rate

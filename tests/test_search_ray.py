@@ -284,14 +284,14 @@ def test_a_trial_tune_failed_without_telling_the_searcher_is_told_at_the_next_st
     from autopelt.search.ray_backend import ControllerSearcher, UnreportedErrors
 
     crashed = []
-    controller = types.SimpleNamespace(crash=lambda number, reason: crashed.append(number))
+    controller = types.SimpleNamespace(interrupt=crashed.append)
     searcher = ControllerSearcher(controller=controller, max_concurrent=2)
     searcher.numbers = {"a": [7], "b": [8]}
     trial = lambda trial_id, status: types.SimpleNamespace(trial_id=trial_id, status=status, ERROR="ERROR")  # noqa: E731
     callback = UnreportedErrors(searcher)
     callback.on_step_end(1, [trial("a", "ERROR"), trial("b", "RUNNING"), trial("c", "ERROR")])
     callback.on_step_end(2, [trial("a", "ERROR"), trial("b", "RUNNING")])
-    assert crashed == [7] and searcher.numbers == {"b": [8]}  # told once; a trial it never held is not its own
+    assert crashed == [7] and searcher.numbers == {"b": [8]}  # queued again once; a trial it never held is not its own
     assert pickle.loads(pickle.dumps(callback)).searcher is None
 
 

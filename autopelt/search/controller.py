@@ -275,6 +275,11 @@ class Controller:
         """The trial's process died (errors of run_trial itself arrive through `finish`, as failed results)."""
         self.recorder.crash(number, reason)
 
+    def interrupt(self, number: int) -> None:
+        """The trial will not run on (its worker never took it): FAIL as interrupted and queued again."""
+        if number in self.recorder.running:
+            self.recorder.interrupt(number)
+
     def superseded(self, number: int) -> bool:
         """Whether to stop a running trial now, at its latest report, to free its worker for the finalists
         (schedule.FinalistSchedule.supersedes)."""

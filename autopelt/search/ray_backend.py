@@ -176,9 +176,10 @@ class FinalistsStopper(Stopper):
 
 
 class UnreportedErrors(tune.Callback):
-    """Tells the searcher of a trial that Tune ended in ERROR without telling it: a reused worker whose last trial's
+    """Queues again a trial that Tune ended in ERROR without telling the searcher: a reused worker whose last trial's
     thread did not end in time ("Trainable runner reuse requires reset_config() …": Tune 2.60 marks the new trial
-    ERROR and calls no searcher), which left the controller waiting for a trial that would never report."""
+    ERROR before it starts and calls no searcher), which left the controller waiting for a trial that would never
+    report."""
 
     def __init__(self, searcher: ControllerSearcher):
         self.searcher = searcher
@@ -188,9 +189,10 @@ class UnreportedErrors(tune.Callback):
             return
         for trial in trials:
             if trial.status == trial.ERROR and trial.trial_id in self.searcher.numbers:
-                log.warning("Tune ended trial %s in an error it did not report: its worker did not take it",
-                            trial.trial_id)
-                self.searcher.on_trial_complete(trial.trial_id, error=True)
+                log.warning("Tune ended trial %s in an error it did not report: its worker did not take it; the "
+                            "trial is queued again", trial.trial_id)
+                for number in self.searcher.numbers.pop(trial.trial_id):
+                    self.searcher.controller.interrupt(number)
 
     def __getstate__(self) -> dict:  # like the searcher's: the study is the state
         return {}
