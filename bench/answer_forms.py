@@ -57,6 +57,7 @@ def search(task: str, seed: int, args, work: Path) -> tuple[str, str, Path]:
     command = [sys.executable, "-m", "autopelt.cli", "search", "--train-file", str(TASKS_DIR / task / "train.jsonl"),
                "--validation-file", str(TASKS_DIR / task / "validation.jsonl"), "--k", str(args.k),
                "--seed", str(seed), "--budget", str(args.budget), "--workers", "1", "--storage", storage,
+               "--sampler", "tpe",  # as every row ran (the default then), so rows stay comparable
                "--study-name", name, "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True)
     (out / "search.log").write_text(done.stdout + done.stderr)

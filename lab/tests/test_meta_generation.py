@@ -45,7 +45,7 @@ def test_a_generation_portfolio_is_learned_from_dev_loss_and_a_search_trains_its
 
     options = dict(task="e2e", custom_task={"input_column": "mr", "target_column": "ref"}, model=str(lm_dir),
                    data_dir=str(data_dir), storage=f"sqlite:///{tmp_path / 'study.db'}", out=str(tmp_path / "out"),
-                   budget=4, epochs=1, cpus_per_trial=1)
+                   budget=4, epochs=1, cpus_per_trial=1, sampler="tpe")  # the member, then draws
     with pytest.raises(UserError, match="learned on model 'another-model'"):
         prepare(SearchOptions(**options, portfolio=str(file)))
     data = json.loads(file.read_text())

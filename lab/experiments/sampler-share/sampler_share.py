@@ -37,7 +37,7 @@ GLUE = {"rte", "mrpc", "sst2"}  # ../shared/data/glue; the rest are ../shared/da
 DEFAULT_WORK = ROOT / "benchmarks" / "runs" / "sampler-share"  # rows.jsonl, committed: a later session resumes
 DEFAULT_SCRATCH = Path("/tmp/sampler-share")  # studies, trials and leave-one-out portfolios (not kept)
 ARMS = ("none", "tpe", "leaders")
-REFERENCE = "tpe"  # today's default: every arm is paired against it
+REFERENCE = "tpe"  # the default before these cells decided it: every arm is paired against it
 
 
 def portfolio_for(task: str, scratch: Path) -> str:
@@ -177,8 +177,8 @@ def summary(args) -> None:
         columns = ["budget", "arm", "task", "runs", "single_test", "single_vs_tpe", "taken_test", "taken_vs_tpe",
                    "taken_vs_tpe_std", "taken_vs_tpe_worst", "seconds"]
         path = write_results("sampler-share", table, columns, settings={"runs": sorted(r["key"] for r in rows)},
-                             notes="test in points; *_vs_tpe: paired difference to --sampler tpe (today's default) "
-                                   "on the same task, seed and budget; taken: the ensemble where it answers, else "
+                             notes="test in points; *_vs_tpe: paired difference to --sampler tpe (the default "
+                                   "before these cells) on the same task, seed and budget; taken: the ensemble where it answers, else "
                                    "the single answer; seconds: a search's wall time, two searches at once on one "
                                    "core each", out_dir=Path(__file__).parent)
         print(f"wrote {path}")
