@@ -101,7 +101,7 @@ def _study(tmp_path, name: str, portfolio: Path, budget: int = 8, **options):
 
 def test_a_search_runs_its_portfolio_first_in_order_at_the_recorded_rates(tmp_path):
     portfolio = _small_portfolio(tmp_path / "p.json")
-    study, control = _study(tmp_path, "s", portfolio, sampler="tpe")  # the 4th: drawn while the members run
+    study, control = _study(tmp_path, "s", portfolio)
     tickets = [control.next_trial() for _ in range(4)]
     members = [t.settings for t in tickets[:3]]
     assert [s.learning_rate for s in members] == [3e-3, 2e-3, 1e-3]
@@ -135,7 +135,7 @@ def test_a_bad_baseline_rate_in_a_portfolio_file_is_one_line(tmp_path, rates):
 def test_portfolio_build_from_real_studies(tmp_path):
     portfolio = _small_portfolio(tmp_path / "p.json")
     for name in ("task-a", "task-b"):
-        study, control = _study(tmp_path, name, portfolio, budget=6, sampler="tpe")
+        study, control = _study(tmp_path, name, portfolio, budget=6)
         fakes.run_serially(control)
         assert sum(bool(r.portfolio) for r in read_all(study)) == 3
     out = tmp_path / "mine.json"

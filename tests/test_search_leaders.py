@@ -107,7 +107,7 @@ def test_without_a_portfolio_the_portfolio_samplers_are_one_line(tmp_path, sampl
 
 
 def test_an_unknown_sampler_is_one_line(tmp_path):
-    with pytest.raises(UserError, match="--sampler must be one of auto, tpe, random, leaders, none"):
+    with pytest.raises(UserError, match="--sampler must be one of tpe, random, leaders, none"):
         prepare(search_options(tmp_path, sampler="grid"))
 
 
@@ -119,9 +119,3 @@ def test_on_a_wall_time_budget_the_portfolio_alone_ends_with_its_finalists_long_
     assert phases[:3] == ["portfolio #1", "portfolio #2", "portfolio #3"] and "searched" not in phases
     assert len(phases) > 3 and all(p.endswith("again") for p in phases[3:])
     assert control.time_left() > 500  # nothing was drawn to fill the ten minutes
-
-
-def test_by_default_the_leaders_follow_a_portfolio_and_tpe_draws_without_one(tmp_path):
-    with_portfolio = prepare(search_options(tmp_path, budget=20, portfolio="auto", baselines=True, space="default"))
-    without = prepare(search_options(tmp_path, budget=20, portfolio="none", space="default"))
-    assert with_portfolio.options.sampler == "leaders" and without.options.sampler == "tpe"

@@ -24,11 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="optimise dev metric and stored params %% together (Pareto front)")
     what.add_argument("--no-baselines", dest="baselines", action="store_false",
                       help="do not run UniPELT and the single methods first (paper structure, learning rate swept)")
-    what.add_argument("--sampler", choices=("auto", "tpe", "random", "leaders", "none"), default="auto",
-                      help="what draws after the portfolio: leaders (the two best members again at half and twice "
-                           "their rate, then TPE), Optuna's TPE, uniformly at random, or none (the portfolio alone: "
-                           "its members take the budget the sampler would); auto (default): leaders with a "
-                           "portfolio, else TPE")
+    what.add_argument("--sampler", choices=("tpe", "random", "leaders", "none"), default="tpe",
+                      help="what draws after the portfolio: Optuna's TPE (default), uniformly at random, leaders "
+                           "(the two best members again at half and twice their rate, then TPE), or none (the "
+                           "portfolio alone: its members take the budget the sampler would)")
     what.add_argument("--finalists", type=int,
                       help="at the end, train the best N trials again with another seed (--seed + 1000), inside "
                            "the budget, and answer with the best mean dev; 0: none (default: 3, rounded up to whole "

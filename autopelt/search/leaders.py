@@ -1,11 +1,10 @@
 """How the budget after a portfolio is spent (`--sampler`): what the study draws once its members are queued.
 
-- `tpe` and `random`: Optuna's sampler draws every trial left, learning from the members it has seen.
+- `tpe` (default) and `random`: Optuna's sampler draws every trial left, learning from the members it has seen.
 - `leaders`: once every member has finished, the BEST members that lead the study (answers.ranked, the study's one
   rule for "best") train again at each of FACTORS times their rate, then TPE draws the rest. A portfolio's rates
   were learned across tasks; a task's best rate moves around them, and after the rate the variants of a method land
   close together (Lee et al., "Learning Rate Matters", 2026).
-- `auto` (default): `leaders` where a portfolio runs, else `tpe` (search/plan.py resolves it).
 - `none`: the portfolio alone. Its members take what the sampler would (on a trial budget all it holds besides the
   baselines and the finalists' room); when no queued trial is left, the finalists' turn comes at once.
 

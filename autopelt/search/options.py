@@ -10,7 +10,7 @@ from autopelt.search.packs import PACK_CHOICES
 from autopelt.study.storage import DEFAULT_STORAGE
 from autopelt.train.settings import PRECISIONS, QUANTIZE_CHOICES
 
-SAMPLERS = ("auto", "tpe", "random", "leaders", "none")  # what draws after the portfolio (search/leaders.py)
+SAMPLERS = ("tpe", "random", "leaders", "none")  # what draws after the portfolio (search/leaders.py)
 
 
 @dataclass
@@ -39,8 +39,7 @@ class SearchOptions:
     seed: int = 0
     out: str | None = None  # trial outputs; default ./autopelt_runs/<study>
     early_stopping: bool = True
-    sampler: str = "auto"  # what draws after the portfolio: auto (leaders with a portfolio, else tpe), tpe, random,
-    # leaders or none (search/leaders.py); the plan holds the one resolved
+    sampler: str = "tpe"  # what draws after the portfolio: tpe, random, leaders or none (search/leaders.py)
     precision: str = "auto"  # of every trial: auto (bf16 where the device computes it natively and faster),
     # fp32, bf16 or fp16
     custom_task: dict | None = None  # your own data: `autopelt.data.custom_task` fields (text_columns, …)

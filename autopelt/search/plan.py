@@ -193,8 +193,6 @@ def prepare(options: SearchOptions, hardware: Hardware | None = None) -> SearchP
         portfolio_note = "\n".join(filter(None, [portfolio_note] + [
             f"baseline {name} left out: a {architecture_of(model_config).family} model cannot take it ({why})"
             for name, why in refused.items()]))
-    if options.sampler == "auto":  # measured: lab/experiments/sampler-share
-        options = dataclasses.replace(options, sampler="leaders" if portfolio is not None else "tpe")
     if portfolio is None and options.sampler in ("leaders", "none"):
         raise UserError(f"--sampler {options.sampler} works on a portfolio's members, and this search has none: "
                         "use --portfolio auto (the default space) or a portfolio file, or --sampler tpe")
