@@ -89,10 +89,7 @@ def run_packed(settings: Sequence[TrialSettings], reports: Sequence[Report | Non
     for i, trial in enumerate(settings):
         reason = refusal(trial)
         if reason:
-            results[i] = run_trial(trial, reports[i])
-            results[i]["packed"] = {"refused": reason}
-            if trial.out_dir:
-                write_result(Path(trial.out_dir), results[i])
+            results[i] = _alone(trial, reports[i], {"refused": reason})
         else:
             packs.setdefault(packing_key(trial), []).append(i)
     for members in packs.values():
@@ -102,6 +99,15 @@ def run_packed(settings: Sequence[TrialSettings], reports: Sequence[Report | Non
         for i, result in zip(members, _run_pack([settings[i] for i in members], [reports[i] for i in members])):
             results[i] = result
     return results
+
+
+def _alone(settings: TrialSettings, report: Report | None, packed: dict) -> dict:
+    """The trial trained alone (run_trial), its result saying why it did not train in a pack (`packed`)."""
+    result = run_trial(settings, report)
+    result["packed"] = packed
+    if settings.out_dir:
+        write_result(Path(settings.out_dir), result)
+    return result
 
 
 class _Member:
@@ -136,11 +142,8 @@ def _run_pack(settings: list[TrialSettings], reports: list[Report | None]) -> li
         devices.release_memory()
         log.warning("a pack of %d trials ran out of memory: member %d again alone", len(members),
                     member.result["packed"]["member"])
-        packed = {**member.result["packed"], "unpacked": "the pack ran out of memory; trained alone"}
-        member.result = run_trial(member.settings, member.report)
-        member.result["packed"] = packed
-        if member.settings.out_dir:
-            write_result(Path(member.settings.out_dir), member.result)
+        member.result = _alone(member.settings, member.report, {
+            **member.result["packed"], "unpacked": "the pack ran out of memory; trained alone"})
     return [m.result if m in unpack else close_result(m.result, m.settings, m.outcome, m.started) for m in members]
 
 
