@@ -60,10 +60,11 @@ def cutoff(rows, copies: int, keep_ids, seed: int = 0, rate: float = CUTOFF_RATE
     def per_row(mask: np.ndarray) -> np.ndarray:
         return np.bincount(row_of, weights=mask, minlength=len(rows)).astype(np.int64)
 
+    has_words = per_row(~special) > 0
     parts = []
     for _ in range(copies):
         keep = special | (generator.random(len(rows.ids)) >= rate)
-        for row in np.flatnonzero((per_row(keep & ~special) == 0) & (per_row(~special) > 0)):  # all went: keep one
+        for row in np.flatnonzero((per_row(keep & ~special) == 0) & has_words):  # all went: keep one
             keep[rows.offsets[row] + np.flatnonzero(~special[rows.offsets[row]:rows.offsets[row + 1]])[0]] = True
         parts.append(Features(
             ids=rows.ids[keep], offsets=np.concatenate([[0], np.cumsum(per_row(keep))]).astype(np.int64),
