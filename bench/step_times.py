@@ -5,7 +5,10 @@ cast once): all-MiniLM-L6-v2, sequence length 128, batch 32, 2 threads. Every de
 fine-tuning are timed under each backbone dropout (model, attention-off, off) and attention implementation (sdpa,
 eager); the frozen forward (the 2x-forward floor of a PEFT step) under each attention implementation. One model per
 method and precision is switched between the settings, and every configuration is timed round-robin, so that load
-from anything else on the machine falls on every configuration alike.
+from anything else on the machine falls on every configuration alike. `--compile` adds each training configuration
+again on its own model under `torch.compile` (its forward and backward; the optimiser step eager), in the first
+backbone dropout and attention given only (switching them would recompile it); every row records its first step,
+compilation included, as `first_seconds`.
 
 The results go to --out (default benchmarks/results/step_times-<date>.json) with the command, commit, date, CPU
 model and flags, torch version and threads. `render` puts a results file's tables (each step's ratios to fp32, to
@@ -14,6 +17,7 @@ Usage: python bench/step_times.py render [RESULTS.json] [--doc PAGE]
        python bench/step_times.py [--steps 2] [--warmup 1] [--threads 2] [--precisions fp32,bf16]
                                   [--dropouts model,attention-off,off] [--attentions sdpa,eager] [--only lora,dora]
                                   [--model smollm2-135m]   (a method the family cannot take is skipped)
+                                  [--compile]
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ METHODS = {  # name -> spec: each single method at its paper default, then UniPE
     "vera r1024 (q,v)": delta.PRESETS["vera"],
 }
 FORWARD, FULL, PEFT_LORA = "frozen forward", "full fine-tuning", "peft LoRA r8 (q,v)"
+COMPILED = " · compiled"  # a configuration's name under torch.compile
 CPU = torch.device("cpu")
 STATISTICS = {"median": statistics.median, "min": min}
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -71,18 +76,20 @@ def batch(seq: int, size: int, seed: int = 0) -> dict:
             "labels": torch.randint(0, 2, (size,), generator=g)}
 
 
-def interleaved(steps: dict, repeats: int, warmup: int) -> dict[tuple, list[float]]:
+def interleaved(steps: dict, repeats: int, warmup: int) -> tuple[dict[tuple, list[float]], dict[tuple, float]]:
     """Seconds of every measured step of each configuration, run round-robin so that load from anything else on
-    the machine falls on every configuration alike."""
+    the machine falls on every configuration alike; and of each one's first step (a compiled one's compilation)."""
     times: dict[tuple, list[float]] = {key: [] for key in steps}
+    first: dict[tuple, float] = {}
     for repeat in range(warmup + repeats):
         for key, step in steps.items():
             started = time.perf_counter()
             step()
+            first.setdefault(key, time.perf_counter() - started)
             if repeat >= warmup:
                 times[key].append(time.perf_counter() - started)
         print(f"round {repeat + 1}/{warmup + repeats} done", file=sys.stderr, flush=True)
-    return times
+    return times, first
 
 
 class Switch:
@@ -134,10 +141,12 @@ def switched(step, switch: Switch, mode: str, attention: str):
 
 
 def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: list[str], only: str | None,
-                method_settings: list[tuple[str, str]] | None = None) -> tuple[dict, dict]:
+                method_settings: list[tuple[str, str]] | None = None, compile: bool = False) -> tuple[dict, dict]:
     """(configuration, dropout, attention) -> one step callable in precision `dtype`; configuration -> trainable
     parameters. The frozen forward runs in inference mode (no dropout): one row per attention implementation.
-    LoRA and peft's LoRA run under every dropout and attention; the others too, or only under `method_settings`."""
+    LoRA and peft's LoRA run under every dropout and attention; the others too, or only under `method_settings`.
+    With `compile`, every training configuration again as "<configuration> · compiled", on its own model under
+    `torch.compile`, in the first dropout and attention only."""
     inputs = {k: v for k, v in data.items() if k != "labels"}
     fresh = lambda: load_model(name, 2, seed=0).train()  # noqa: E731
     frozen = fresh().eval()
@@ -150,63 +159,72 @@ def build_steps(name: str, data: dict, dtype, dropouts: list[str], attentions: l
 
     steps = {(FORWARD, "–", attention): switched(forward, frozen_switch, "model", attention)
              for attention in attentions}
-    full = fresh()
-    full_switch = Switch(full)
-    full_step = optimiser_step(full, lambda: supervised_loss(full(**inputs).logits, data["labels"]), dtype)
-    params = {FULL: sum(p.numel() for p in full.parameters())}
-    built = {FULL: (full_step, full_switch)}
-    peft = _peft_lora(fresh(), data, dtype)
-    if peft is not None:
-        built[PEFT_LORA], params[PEFT_LORA] = peft[:2], peft[2]
-    for label, spec in METHODS.items():
-        if not _chosen(label, only):
+    labels = [FULL, PEFT_LORA, *(label for label in METHODS if _chosen(label, only))]
+    built, params = {}, {}
+    for label in labels:
+        made = _trainable(label, fresh, data)
+        if made is None:
             continue
-        model = fresh()
-        switch = Switch(model)
-        try:
-            delta.apply_delta(model, spec, seed=0)
-        except UserError as error:
-            print(f"{label}: skipped ({error})")
-            continue
-        routing = torch.Generator().manual_seed(1)
-        adamix = next((m for m in delta.parse_spec(spec).methods if m.method == "adamix"), None)
-        consistency = adamix.consistency if adamix else 0.0
-        mixed = delta.has_mixtures(model)
-        step = optimiser_step(
-            model,
-            lambda model=model, routing=routing, c=consistency, m=mixed:
-                training_loss(model, dict(data), routing, c, m),
-            dtype)
-        built[label] = (step, switch)
-        params[label] = delta.count_parameters(spec, model.config).trainable
+        model, switch, loss, params[label] = made
+        built[label] = (optimiser_step(model, loss, dtype), switch)
     for label, (step, switch) in built.items():
         every = label in (PEFT_LORA, "lora r8 (q,v)") or method_settings is None
         for mode, attention in ([(m, a) for m in dropouts for a in attentions] if every else method_settings):
             steps[(label, mode, attention)] = switched(step, switch, mode, attention)
+    if compile:
+        for label in built:
+            model, switch, loss, params[label + COMPILED] = _trainable(label, fresh, data, compiled=True)
+            steps[(label + COMPILED, dropouts[0], attentions[0])] = switched(
+                optimiser_step(model, loss, dtype), switch, dropouts[0], attentions[0])
     return steps, params
+
+
+def _trainable(label: str, fresh, data: dict, compiled: bool = False):
+    """(model, its backbone's Switch (read before the delta goes in), its loss as the trainer computes it,
+    trainable parameters) for a configuration, or None where the family cannot take it (said in one line).
+    `compiled`: the loss calls the model through `torch.compile`."""
+    model = fresh()
+    switch = Switch(model)
+    if label == PEFT_LORA:
+        made = _peft_lora(model)
+        if made is None:
+            return None
+        model = made
+    elif label != FULL:
+        spec = METHODS[label]
+        try:
+            delta.apply_delta(model, spec, seed=0)
+        except UserError as error:
+            print(f"{label}: skipped ({error})")
+            return None
+    call = torch.compile(model) if compiled else model
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if label in (FULL, PEFT_LORA):
+        inputs = {k: v for k, v in data.items() if k != "labels"}
+        return model, switch, lambda: supervised_loss(call(**inputs).logits, data["labels"]), trainable
+    routing = torch.Generator().manual_seed(1)
+    adamix = next((m for m in delta.parse_spec(spec).methods if m.method == "adamix"), None)
+    consistency, mixed = (adamix.consistency if adamix else 0.0), delta.has_mixtures(model)
+    return (model, switch, lambda: training_loss(call, dict(data), routing, consistency, mixed),
+            delta.count_parameters(spec, model.config).trainable)
 
 
 def _chosen(label: str, only: str | None) -> bool:
     return not only or label.startswith(tuple(only.split(",")))
 
 
-def _peft_lora(model, data, dtype):
+def _peft_lora(model):
+    """peft's LoRA r8 on this family's query and value, its head trained; None without peft."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
         return None
-    switch = Switch(model)
     from autopelt.delta.families import architecture_of
-
 
     arch = architecture_of(model.config)  # q,v of this family (BERT's query/value, Llama's q_proj/v_proj)
     targets = sorted({arch.linears[arch.aliases.get(s, s)].rsplit(".", 1)[-1] for s in ("query", "value")})
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets,
-                                             modules_to_save=[arch.head]))
-    inputs = {k: v for k, v in data.items() if k != "labels"}
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    step = optimiser_step(model, lambda: supervised_loss(model(**inputs).logits, data["labels"]), dtype)
-    return step, switch, trainable
+    return get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets,
+                                            modules_to_save=[arch.head]))
 
 
 def machine() -> dict:
@@ -275,7 +293,7 @@ def table(results: dict) -> str:
     step in seconds, × fp32, × peft LoRA and × the 2x-forward floor."""
     rows = ratios(results)
     attentions = results["attentions"]
-    parts = [header(results), overall_table(results)]
+    parts = [header(results), overall_table(results), *filter(None, [compile_table(results)])]
     for precision in results["precisions"]:
         head = " | ".join(f"{a} s | × fp32 | × peft LoRA | × floor" for a in attentions)
         lines = [f"**{precision}**", "", f"| configuration | backbone dropout | trainable | {head} |",
@@ -302,10 +320,14 @@ def overall(results: dict) -> list[tuple[str, str, float, int]]:
     can move by a fifth on a loaded machine; the mean over some twenty configurations moves less."""
     seconds = {(r["configuration"], r["backbone_dropout"], r["attention"], r["precision"]): r["seconds"]
                for r in results["rows"] if r["configuration"] != FORWARD}
+    compiled = lambda k: k[0].endswith(COMPILED)  # noqa: E731
     comparisons = {"eager / sdpa": lambda k: (*k[:2], "eager", k[3]) if k[2] == "sdpa" else None,
                    "attention-off / model": lambda k: (k[0], "attention-off", *k[2:]) if k[1] == "model" else None,
                    "off / model": lambda k: (k[0], "off", *k[2:]) if k[1] == "model" else None,
                    "bf16 / fp32": lambda k: (*k[:3], "bf16") if k[3] == "fp32" else None}
+    comparisons = {name: lambda k, other=other: None if compiled(k) else other(k)
+                   for name, other in comparisons.items()}
+    comparisons["compiled / eager"] = lambda k: None if compiled(k) else (k[0] + COMPILED, *k[1:])
     rows = []
     for name, other in comparisons.items():
         for precision in results["precisions"]:
@@ -322,6 +344,23 @@ def overall_table(results: dict) -> str:
              "|---|---|---:|---:|"]
     lines += [f"| {p} | {name} | {ratio:.2f} | {n} |" for p, name, ratio, n in overall(results)]
     return "\n".join(lines)
+
+
+def compile_table(results: dict) -> str:
+    """Per compiled configuration: its compilation (first step minus a measured one), the step it saves over the
+    eager one and the steps a trial needs to repay the compilation; empty when nothing was compiled."""
+    rows = {(r["configuration"], r["backbone_dropout"], r["attention"], r["precision"]): r for r in results["rows"]}
+    lines = ["| configuration | precision | compile s | eager step s | compiled step s | steps to repay |",
+             "|---|---|---:|---:|---:|---:|"]
+    for (label, mode, attention, precision), row in rows.items():
+        eager = rows.get((label.removesuffix(COMPILED), mode, attention, precision))
+        if not label.endswith(COMPILED) or eager is None or "first_seconds" not in row:
+            continue
+        cost, saved = row["first_seconds"] - row["seconds"], eager["seconds"] - row["seconds"]
+        repay = f"{math.ceil(cost / saved):,}" if saved > 0 else "never"
+        lines.append(f"| {label.removesuffix(COMPILED)} | {precision} | {cost:.1f} | {eager['seconds']:.3f} | "
+                     f"{row['seconds']:.3f} | {repay} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def _fmt(value: float | None) -> str:
@@ -376,6 +415,8 @@ def main() -> None:
                                                   "LoRA, e.g. model/sdpa,off/eager (default: all of them)")
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="of each configuration's measured steps (min: the least disturbed by other load)")
+    parser.add_argument("--compile", action="store_true",
+                        help="every training configuration again under torch.compile (the first dropout and attention)")
     parser.add_argument("--out", help="the JSON results (default benchmarks/results/step_times-<date>.json)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -386,9 +427,9 @@ def main() -> None:
     for precision in precisions:
         pairs = [tuple(pair.split("/")) for pair in split(args.method_settings)] if args.method_settings else None
         built, params = build_steps(model, batch(args.seq, args.batch), devices.autocast_dtype(precision),
-                                    dropouts, attentions, args.only, pairs)
+                                    dropouts, attentions, args.only, pairs, compile=args.compile)
         steps.update({(*key, precision): step for key, step in built.items()})
-    times = interleaved(steps, args.steps, args.warmup)
+    times, first = interleaved(steps, args.steps, args.warmup)
     now = datetime.datetime.now(datetime.timezone.utc)
     results = {
         "command": " ".join(["python", *sys.argv]), "commit": commit(), "date": now.isoformat(timespec="seconds"),
@@ -396,7 +437,8 @@ def main() -> None:
         "seq": args.seq, "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "statistic": args.statistic,
         "precisions": precisions, "dropouts": dropouts, "attentions": attentions,
         "rows": [{"configuration": label, "backbone_dropout": mode, "attention": attention, "precision": precision,
-                  "trainable_params": params.get(label), "seconds": STATISTICS[args.statistic](values), "times": values}
+                  "trainable_params": params.get(label), "seconds": STATISTICS[args.statistic](values), "times": values,
+                  "first_seconds": first[(label, mode, attention, precision)]}
                  for (label, mode, attention, precision), values in times.items()],
     }
     out = Path(args.out) if args.out else RESULTS_DIR / f"step_times-{now:%Y-%m-%d-%H%M}.json"

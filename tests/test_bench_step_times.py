@@ -57,3 +57,17 @@ def test_the_overall_ratios_are_geometric_means_over_configurations_measured_bot
     assert overall[("fp32", "off / model")] == (pytest.approx((1.0 / 2.0 * 1.5 / 2.2) ** 0.5), 2)
     assert overall[("–", "bf16 / fp32")] == (pytest.approx(0.5), 2)  # peft LoRA and DoRA, model dropout
     assert ("bf16", "off / model") not in overall  # nothing measured both ways
+
+
+def test_compiled_rows_are_compared_with_their_eager_step_and_say_when_compilation_repays():
+    doc = load_doc()
+    compiled = [{**row("peft LoRA r8 (q,v) · compiled", "model", "sdpa", "fp32", 1.5), "first_seconds": 31.5},
+                {**row("dora r8 (q,v) · compiled", "model", "sdpa", "fp32", 2.5), "first_seconds": 12.5}]
+    results = {**RESULTS, "rows": RESULTS["rows"] + compiled}
+    overall = {(precision, name): (ratio, n) for precision, name, ratio, n in doc.overall(results)}
+    assert overall[("fp32", "compiled / eager")] == (pytest.approx((1.5 / 2.0 * 2.5 / 2.2) ** 0.5), 2)
+    assert overall[("fp32", "off / model")][1] == 2  # compiled rows join no other comparison
+    table = doc.compile_table(results)
+    assert "| peft LoRA r8 (q,v) | fp32 | 30.0 | 2.000 | 1.500 | 60 |" in table  # 30 s to save 0.5 s a step
+    assert "| dora r8 (q,v) | fp32 | 10.0 | 2.200 | 2.500 | never |" in table
+    assert doc.compile_table(RESULTS) == ""
