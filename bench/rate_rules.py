@@ -168,7 +168,26 @@ def summarise(rows: list[dict]) -> list[dict]:
             ran = abs(math.log(nearest / rules[rule])) <= math.log(1.05)  # the rule's own rate has run
             entry[f"{rule}_test"] = round(mean([t["test"] for t in by_rate[nearest]]), 4) if ran else None
         table.append(entry)
-    return table
+    return table + _means(table)
+
+
+def _means(table: list[dict]) -> list[dict]:
+    """Per (model, task) with 2+ members: a "mean" row, each rule's distance and test averaged over the members
+    where its test has run (`members` says how many)."""
+    rows = []
+    for model, task in dict.fromkeys((e["model"], e["task"]) for e in table):
+        members = [e for e in table if (e["model"], e["task"]) == (model, task)]
+        if len(members) < 2:
+            continue
+        row = {"model": model, "task": task, "member": "mean"}
+        for rule in RULES:
+            ran = [e for e in members if e.get(f"{rule}_test") is not None]
+            if ran:
+                row[f"{rule}_off"] = round(sum(e[f"{rule}_off"] for e in ran) / len(ran), 2)
+                row[f"{rule}_test"] = round(sum(e[f"{rule}_test"] for e in ran) / len(ran), 4)
+                row[f"{rule}_members"] = len(ran)
+        rows.append(row)
+    return rows
 
 
 def summary(args) -> None:

@@ -36,3 +36,14 @@ def test_the_summary_picks_the_best_mean_dev_and_reports_each_rules_test():
     assert entry["best_rate"] == 1e-3 and entry["best_dev"] == pytest.approx(0.85)  # mean dev, not one seed
     assert entry["transfer_off"] == 0 and entry["absolute_off"] == pytest.approx(round(math.log10(3), 2))
     assert entry["transfer_test"] == pytest.approx(0.75) and entry["absolute_test"] == pytest.approx(0.7)
+
+
+def test_a_mean_row_averages_each_rule_over_the_members_where_it_ran():
+    rules = {"absolute": 3e-3, "transfer": 1e-3}
+    rows = [{"model": "m", "task": "t", "member": member, "status": "ok", "rate": rate, "seed": 0, "rules": rules,
+             "dev": dev, "test": dev - 0.1}
+            for member, rate, dev in [("x", 1e-3, 0.9), ("x", 3e-3, 0.8), ("y", 3e-3, 0.7), ("y", 9e-3, 0.6)]]
+    *_, mean = rate_rules.summarise(rows)
+    assert mean["member"] == "mean" and mean["absolute_members"] == 2 and mean["transfer_members"] == 1
+    assert mean["absolute_test"] == pytest.approx((0.7 + 0.6) / 2) and mean["transfer_test"] == pytest.approx(0.8)
+    assert mean["absolute_off"] == pytest.approx(round(math.log10(3), 2) / 2)  # x: 3x off, y: at its best
