@@ -13,7 +13,7 @@ compilation included, as `first_seconds`.
 The results go to --out (default benchmarks/results/step_times-<date>.json) with the command, commit, date, CPU
 model and flags, torch version and threads. `render` puts a results file's tables (each step's ratios to fp32, to
 peft's LoRA and to the 2x-forward floor) into a page between its step-times markers (default docs/evidence/speed.md).
-Usage: python bench/step_times.py render [RESULTS.json] [--doc PAGE]
+Usage: python bench/step_times.py render [RESULTS.json] [--doc PAGE] [--markers step-times]
        python bench/step_times.py [--steps 2] [--warmup 1] [--threads 2] [--precisions fp32,bf16]
                                   [--dropouts model,attention-off,off] [--attentions sdpa,eager] [--only lora,dora]
                                   [--model smollm2-135m]   (a method the family cannot take is skipped)
@@ -367,13 +367,14 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def render(results: dict, doc: str) -> str:
-    """`doc` with the text between its step-times markers replaced by the tables."""
-    if START not in doc or END not in doc:
-        raise ValueError(f"the doc has no {START} ... {END} markers")
-    before, rest = doc.split(START, 1)
-    _, after = rest.split(END, 1)
-    return f"{before}{START}\n{table(results)}{END}{after}"
+def render(results: dict, doc: str, markers: str = "step-times") -> str:
+    """`doc` with the text between its `<!-- {markers}:start -->` and `:end` markers replaced by the tables."""
+    start, end = f"<!-- {markers}:start -->", f"<!-- {markers}:end -->"
+    if start not in doc or end not in doc:
+        raise ValueError(f"the doc has no {start} ... {end} markers")
+    before, rest = doc.split(start, 1)
+    _, after = rest.split(end, 1)
+    return f"{before}{start}\n{table(results)}{end}{after}"
 
 
 def newest_results() -> Path:
@@ -390,9 +391,10 @@ def render_main(argv: list[str]) -> None:
                                      "page between its step-times markers")
     parser.add_argument("results", nargs="?", type=Path, help="default: the newest step_times-*.json")
     parser.add_argument("--doc", type=Path, default=RESULTS_DIR.parents[1] / "docs" / "evidence" / "speed.md")
+    parser.add_argument("--markers", default="step-times", help="the page's markers: <!-- NAME:start --> ... :end")
     args = parser.parse_args(argv)
     path = args.results or newest_results()
-    args.doc.write_text(render(json.loads(path.read_text()), args.doc.read_text()))
+    args.doc.write_text(render(json.loads(path.read_text()), args.doc.read_text(), args.markers))
     print(f"wrote the tables of {path} into {args.doc}")
 
 
