@@ -66,7 +66,14 @@ COMPILED = " · compiled"  # a configuration's name under torch.compile
 CPU = torch.device("cpu")
 STATISTICS = {"median": statistics.median, "min": min}
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-START, END = "<!-- step-times:start -->", "<!-- step-times:end -->"
+
+
+def markers(name: str = "step-times") -> tuple[str, str]:
+    """The page markers the tables of a results file go between."""
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+START, END = markers()
 
 
 def batch(seq: int, size: int, seed: int = 0) -> dict:
@@ -367,9 +374,9 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def render(results: dict, doc: str, markers: str = "step-times") -> str:
-    """`doc` with the text between its `<!-- {markers}:start -->` and `:end` markers replaced by the tables."""
-    start, end = f"<!-- {markers}:start -->", f"<!-- {markers}:end -->"
+def render(results: dict, doc: str, name: str = "step-times") -> str:
+    """`doc` with the text between its `<!-- {name}:start -->` and `:end` markers replaced by the tables."""
+    start, end = markers(name)
     if start not in doc or end not in doc:
         raise ValueError(f"the doc has no {start} ... {end} markers")
     before, rest = doc.split(start, 1)
