@@ -23,7 +23,7 @@ from autopelt.errors import UserError
 # What each family refuses, written out here (not read from the declarations), so a refusal that appears or goes
 # unnoticed fails a test
 REFUSED = {
-    "electra": set(), "deberta-v2": {"prefix"}, "mpnet": {"prefix"}, "distilbert": {"prefix"}, "albert": {"prefix"},
+    "electra": set(), "deberta-v2": {"prefix"}, "mpnet": set(), "distilbert": {"prefix"}, "albert": {"prefix"},
     "modernbert": {"prefix", "bitfit"},
     **{family: {"bitfit"} for family in NEW_DECODERS},
 }
@@ -293,3 +293,37 @@ def test_bart_refuses_prefix_and_mean_pooling_in_one_line():
         delta.count_parameters({"methods": [{"method": "prefix"}]}, config)
     with pytest.raises(UserError, match="reads the decoder's state at the last <eos> .use --pooling cls.$"):
         delta.count_parameters({"methods": [{"method": "lora"}], "pooling": "mean"}, config)
+
+
+def test_mpnet_prefix_is_its_own_attention_over_prefix_tokens_that_have_no_position():
+    """The wrapped attention equals MPNet's own run on [prefix tokens; tokens], the prefix tokens' keys and values
+    those of the prefix, their position-bias columns zero and never masked: read at the real tokens."""
+    from autopelt.delta.modules.prefix import MPNetPrefixAttention, PrefixEncoder
+
+    model = build("mpnet", {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
+    wrapped = next(m for m in model.modules() if isinstance(m, MPNetPrefixAttention))
+    base, encoder = wrapped.base_layer, next(m for m in model.modules() if isinstance(m, PrefixEncoder))
+    generator = torch.Generator().manual_seed(0)
+    hidden, extra = torch.randn(2, 5, 32, generator=generator), torch.randn(3, 32, generator=generator)
+    with torch.no_grad():
+        encoder.prefix[wrapped.row, 0], encoder.prefix[wrapped.row, 1] = base.k(extra), base.v(extra)
+        bias = model.mpnet.encoder.compute_position_bias(hidden)  # (B, heads, 5, 5)
+        mask = torch.zeros(2, 1, 1, 5)
+        mask[1, ..., -2:] = torch.finfo(torch.float32).min  # the second row's last two tokens are padding
+        full_bias = torch.zeros(2, bias.shape[1], 8, 8)
+        full_bias[:, :, 3:, 3:] = bias
+        full_mask = torch.cat([torch.zeros(2, 1, 1, 3), mask], dim=-1)
+        inputs = torch.cat([extra.expand(2, -1, -1), hidden], dim=1)
+        expected = base(inputs, full_mask, full_bias)[0][:, 3:]
+        got = wrapped(hidden, mask, bias)[0]
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    assert not torch.allclose(got, base(hidden, mask, bias)[0], atol=1e-3)  # the prefix changes what it reads
+
+
+def test_mpnet_prefix_refuses_shifted_positions_and_a_peft_export_in_one_line():
+    config = family_model("mpnet").config
+    with pytest.raises(UserError, match="^prefix cannot apply to mpnet: MPNet reads its positions from the token ids"):
+        delta.count_parameters({"methods": [{"method": "prefix", "shift_positions": True}]}, config)
+    from autopelt.delta.methods.prefix import PrefixConfig, peft_refuses
+
+    assert "past keys and values" in peft_refuses(PrefixConfig(), architecture_of(config))

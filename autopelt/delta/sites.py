@@ -68,6 +68,9 @@ class Architecture:
     # embedding_size): a soft prompt's
     embeddings_norm_width: str = "hidden_size"  # the config attribute of `embeddings_layernorm`'s width
     found: str | None = None  # a family read by structure (discover.py): what was found, in one line
+    # How the encoder prefix wraps a stack's self-attention: "bert" (query, key and value linears into transformers'
+    # attention function) or "mpnet" (MPNet's own attention: q, k, v, o and a relative position bias)
+    prefix_attention: str = "bert"
 
     @property
     def head_parts(self) -> tuple[str, ...]:

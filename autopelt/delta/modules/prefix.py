@@ -6,6 +6,8 @@ what is saved is only the resulting 2 x N_layers prefix matrices.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -90,6 +92,44 @@ class PrefixSelfAttention(nn.Module):
                                     dropout=base.dropout.p if base.training else 0.0, scaling=base.scaling,
                                     **kwargs)
         return output.reshape(batch, length, -1).contiguous(), weights
+
+
+class MPNetPrefixAttention(nn.Module):
+    """Prefix-tuning on MPNet's self-attention (q, k, v, o and a relative position bias the encoder computes once
+    for every layer), as T5PrefixAttention does on T5's: L keys and values before the attention's own, visible to
+    every query whatever the padding mask hides. The prefix has no position: its columns of the position bias are
+    zero, and the real tokens keep theirs. MPNet's attention computes in eager form whatever the model's attention
+    implementation; so does this one. `gate`: UniPELT's, as in PrefixSelfAttention."""
+
+    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gate: Gate | None = None):
+        super().__init__()
+        self.base_layer, self.prefix_encoder, self.row, self.gate = base_layer, encoder, row, gate
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_bias: torch.Tensor | None = None, output_attentions: bool = False, **kwargs):
+        base = self.base_layer
+        batch, length = hidden_states.shape[:2]
+        head_dim = base.attention_head_size
+        query, key, value = (split_heads(linear(hidden_states), head_dim) for linear in (base.q, base.k, base.v))
+        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, head_dim, query.dtype)
+        if self.gate is not None:
+            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
+            prefix_key = prefix_key * g[:, 0, None, None, None]
+            prefix_value = prefix_value * g[:, -1, None, None, None]
+        prefixed = prefix_key.shape[2]
+        key, value = torch.cat([prefix_key, key], dim=2), torch.cat([prefix_value, value], dim=2)
+        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(head_dim)
+        if position_bias is not None:
+            scores = scores + torch.cat([position_bias.new_zeros(*position_bias.shape[:-1], prefixed),
+                                         position_bias], dim=-1)
+        mask = extend_mask(attention_mask, prefixed)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool \
+                else scores + mask
+        probs = base.dropout(nn.functional.softmax(scores, dim=-1))
+        context = torch.matmul(probs, value).transpose(1, 2).reshape(batch, length, -1)
+        output = base.o(context)
+        return (output, probs) if output_attentions else (output,)
 
 
 def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
