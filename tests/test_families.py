@@ -23,8 +23,8 @@ from autopelt.errors import UserError
 # What each family refuses, written out here (not read from the declarations), so a refusal that appears or goes
 # unnoticed fails a test
 REFUSED = {
-    "electra": set(), "deberta-v2": {"prefix"}, "mpnet": set(), "distilbert": {"prefix"}, "albert": {"prefix"},
-    "modernbert": {"prefix", "bitfit"},
+    "electra": set(), "deberta-v2": set(), "mpnet": set(), "distilbert": set(), "albert": set(),
+    "modernbert": {"bitfit"},
     **{family: {"bitfit"} for family in NEW_DECODERS},
 }
 MERGEABLE = ("lora", "rslora", "dora", "vera", "ia3", "adamix_lora", "dora+vera+ia3+ffn_adapter_same_site")
@@ -295,34 +295,102 @@ def test_bart_refuses_prefix_and_mean_pooling_in_one_line():
         delta.count_parameters({"methods": [{"method": "lora"}], "pooling": "mean"}, config)
 
 
-def test_mpnet_prefix_is_its_own_attention_over_prefix_tokens_that_have_no_position():
-    """The wrapped attention equals MPNet's own run on [prefix tokens; tokens], the prefix tokens' keys and values
-    those of the prefix, their position-bias columns zero and never masked: read at the real tokens."""
-    from autopelt.delta.modules.prefix import MPNetPrefixAttention, PrefixEncoder
+@pytest.mark.parametrize("family", ["electra", "distilbert", "albert", "mpnet"])
+def test_a_prefix_is_the_family_attention_over_prefix_tokens_that_have_no_position(family):
+    """The wrapped self-attention (with what its module holds after the attention: DistilBERT's output projection,
+    ALBERT's and MPNet's too) equals the family's own module run on [prefix tokens; tokens], the prefix tokens' keys
+    and values those of the prefix, never masked, without position (MPNet: zero position-bias columns), read at
+    the real tokens."""
+    from autopelt.delta.modules.prefix import MPNetPrefixAttention, PrefixEncoder, PrefixSelfAttention
 
-    model = build("mpnet", {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
-    wrapped = next(m for m in model.modules() if isinstance(m, MPNetPrefixAttention))
+    model = build(family, {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
+    wrapped = next(m for m in model.modules() if isinstance(m, (PrefixSelfAttention, MPNetPrefixAttention)))
+    base, encoder = wrapped.base_layer, next(m for m in model.modules() if isinstance(m, PrefixEncoder))
+    key, value = (getattr(base, name) for name in getattr(wrapped, "linears", ("k", "v"))[-2:])
+    generator = torch.Generator().manual_seed(0)
+    hidden, extra = torch.randn(2, 5, 32, generator=generator), torch.randn(3, 32, generator=generator)
+    mask = torch.zeros(2, 1, 1, 5)
+    mask[1, ..., -2:] = torch.finfo(torch.float32).min  # the second row's last two tokens are padding
+    full_mask = torch.cat([torch.zeros(2, 1, 1, 3), mask], dim=-1)
+    inputs = torch.cat([extra.expand(2, -1, -1), hidden], dim=1)
+    with torch.no_grad():
+        encoder.prefix[wrapped.row, 0], encoder.prefix[wrapped.row, 1] = key(extra), value(extra)
+        if family == "mpnet":
+            bias = model.mpnet.encoder.compute_position_bias(hidden)  # (B, heads, 5, 5)
+            full_bias = torch.zeros(2, bias.shape[1], 8, 8)
+            full_bias[:, :, 3:, 3:] = bias
+            expected, got = base(inputs, full_mask, full_bias)[0], wrapped(hidden, mask, bias)[0]
+            alone = base(hidden, mask, bias)[0]
+        else:
+            expected, got, alone = base(inputs, full_mask)[0], wrapped(hidden, mask)[0], base(hidden, mask)[0]
+    torch.testing.assert_close(got, expected[:, 3:], rtol=0, atol=1e-5)
+    assert not torch.allclose(got, alone, atol=1e-3)  # the prefix changes what it reads
+
+
+def test_a_deberta_prefix_is_its_disentangled_attention_over_prefix_tokens_that_have_no_position(monkeypatch):
+    """DeBERTa-v3's settings (relative positions only, both relative terms, shared keys): the wrapped attention
+    equals the module's own run on [prefix tokens; tokens] whose relative scores are the real tokens' with zero rows
+    and columns for the prefix tokens, read at the real tokens that are not padding."""
+    from autopelt.delta.modules.prefix import DebertaPrefixAttention, PrefixEncoder
+
+    model = build("deberta-v2", {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
+    wrapped = next(m for m in model.modules() if isinstance(m, DebertaPrefixAttention))
     base, encoder = wrapped.base_layer, next(m for m in model.modules() if isinstance(m, PrefixEncoder))
     generator = torch.Generator().manual_seed(0)
     hidden, extra = torch.randn(2, 5, 32, generator=generator), torch.randn(3, 32, generator=generator)
+    real = torch.ones(2, 5)
+    real[1, -2:] = 0  # the second row's last two tokens are padding
+    full = torch.cat([torch.ones(2, 3), real], dim=1)
+    pairs = lambda m: m[:, None, None, :] * m[:, None, :, None]  # noqa: E731  as DebertaV2Encoder.get_attention_mask
+    relative = model.deberta.encoder.get_rel_embedding()
+    own_bias = base.disentangled_attention_bias
+
+    def no_position_for_the_first_three(query, key, relative_pos, embeddings, terms):
+        scores = own_bias(query[:, 3:], key[:, 3:], None, embeddings, terms)
+        return torch.nn.functional.pad(scores, (3, 0, 3, 0))
+
     with torch.no_grad():
-        encoder.prefix[wrapped.row, 0], encoder.prefix[wrapped.row, 1] = base.k(extra), base.v(extra)
-        bias = model.mpnet.encoder.compute_position_bias(hidden)  # (B, heads, 5, 5)
-        mask = torch.zeros(2, 1, 1, 5)
-        mask[1, ..., -2:] = torch.finfo(torch.float32).min  # the second row's last two tokens are padding
-        full_bias = torch.zeros(2, bias.shape[1], 8, 8)
-        full_bias[:, :, 3:, 3:] = bias
-        full_mask = torch.cat([torch.zeros(2, 1, 1, 3), mask], dim=-1)
-        inputs = torch.cat([extra.expand(2, -1, -1), hidden], dim=1)
-        expected = base(inputs, full_mask, full_bias)[0][:, 3:]
-        got = wrapped(hidden, mask, bias)[0]
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
-    assert not torch.allclose(got, base(hidden, mask, bias)[0], atol=1e-3)  # the prefix changes what it reads
+        encoder.prefix[wrapped.row, 0], encoder.prefix[wrapped.row, 1] = base.key_proj(extra), base.value_proj(extra)
+        got = wrapped(hidden, pairs(real), rel_embeddings=relative)[0]
+        alone = base(hidden, pairs(real), rel_embeddings=relative)[0]
+        monkeypatch.setattr(base, "disentangled_attention_bias", no_position_for_the_first_three)
+        expected = base(torch.cat([extra.expand(2, -1, -1), hidden], dim=1), pairs(full), rel_embeddings=relative)[0]
+    kept = real.bool()
+    torch.testing.assert_close(got[kept], expected[:, 3:][kept], rtol=0, atol=1e-5)
+    assert not torch.allclose(got[kept], alone[kept], atol=1e-3)  # the prefix changes what it reads
 
 
-def test_mpnet_prefix_refuses_shifted_positions_and_a_peft_export_in_one_line():
-    config = family_model("mpnet").config
-    with pytest.raises(UserError, match="^prefix cannot apply to mpnet: MPNet reads its positions from the token ids"):
+def test_a_modernbert_prefix_is_its_rotary_attention_over_prefix_tokens_that_are_not_rotated():
+    """The wrapped attention (Wqkv, rotary positions, Wo) equals the module's own run on [prefix tokens; tokens]
+    whose rotation is none (cos 1, sin 0) for the prefix tokens and the real tokens' own for them, read at those."""
+    from autopelt.delta.modules.prefix import ModernBertPrefixAttention, PrefixEncoder
+
+    model = build("modernbert", {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
+    wrapped = next(m for m in model.modules() if isinstance(m, ModernBertPrefixAttention))
+    base, encoder = wrapped.base_layer, next(m for m in model.modules() if isinstance(m, PrefixEncoder))
+    generator = torch.Generator().manual_seed(0)
+    hidden, extra = torch.randn(2, 5, 32, generator=generator), torch.randn(3, 32, generator=generator)
+    angles = torch.randn(1, 5, base.head_dim // 2, generator=generator).repeat(1, 1, 2)
+    cos, sin = angles.cos(), angles.sin()
+    none = torch.zeros(1, 3, base.head_dim)
+    mask = torch.zeros(2, 1, 1, 5)
+    mask[1, ..., -2:] = torch.finfo(torch.float32).min  # the second row's last two tokens are padding
+    with torch.no_grad():
+        _, key, value = base.Wqkv(extra).view(3, 3, -1).unbind(dim=1)
+        encoder.prefix[wrapped.row, 0], encoder.prefix[wrapped.row, 1] = key, value
+        got = wrapped(hidden, (cos, sin), mask)[0]
+        alone = base(hidden, (cos, sin), mask)[0]
+        expected = base(torch.cat([extra.expand(2, -1, -1), hidden], dim=1),
+                        (torch.cat([none.cos(), cos], dim=1), torch.cat([none, sin], dim=1)),
+                        torch.cat([torch.zeros(2, 1, 1, 3), mask], dim=-1))[0]
+    torch.testing.assert_close(got, expected[:, 3:], rtol=0, atol=1e-5)
+    assert not torch.allclose(got, alone, atol=1e-3)  # the prefix changes what it reads
+
+
+@pytest.mark.parametrize("family", ["deberta-v2", "mpnet", "distilbert", "albert", "modernbert"])
+def test_a_prefix_refuses_shifted_positions_and_a_peft_export_in_one_line_where_the_embeddings_take_no_past(family):
+    config = family_config(family)
+    with pytest.raises(UserError, match=f"^prefix cannot apply to {family}: {family}'s embeddings take no past "):
         delta.count_parameters({"methods": [{"method": "prefix", "shift_positions": True}]}, config)
     from autopelt.delta.methods.prefix import PrefixConfig, peft_refuses
 

@@ -14,14 +14,6 @@ import dataclasses
 from autopelt.delta.sites import Architecture, Stack
 from autopelt.errors import UserError
 
-# Why a method cannot apply to a family, said once for the families that share the reason
-_PREFIX_WRAPS_BERT = ("autopelt's encoder prefix wraps a BERT-style self-attention (query, key and value linears "
-                      "into transformers' attention function), which {family}'s {what} is not")
-
-
-def _no_prefix(family: str, what: str) -> dict[str, str]:
-    return {"prefix": _PREFIX_WRAPS_BERT.format(family=family, what=what)}
-
 
 def _encoder_shapes(config) -> dict[str, tuple[int, int]]:
     hidden = config.hidden_size
@@ -274,25 +266,21 @@ ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds
     # DeBERTa's classifier reads its ContextPooler (dense, dropout, activation) over the first token
     "deberta-v2": Architecture(family="deberta-v2", backbone="deberta", stacks=(_DEBERTA_STACK,), pooler=None,
                                head_hidden_layer=True, head_modules=("pooler",), input_width="embedding_size",
-                               unsupported=_no_prefix("deberta-v2", "disentangled attention"), **_ENCODER),
+                               prefix_attention="deberta", **_ENCODER),
     "mpnet": Architecture(family="mpnet", backbone="mpnet", stacks=(_MPNET_STACK,), pooler=None,
                           head_hidden_layer=True, prefix_attention="mpnet", **_ENCODER),
     "distilbert": Architecture(family="distilbert", backbone="distilbert", stacks=(_DISTILBERT_STACK,), pooler=None,
                                head_hidden_layer=True, head_modules=("pre_classifier",),
-                               unsupported=_no_prefix("distilbert", "attention (its output projection inside)"),
-                               **_ENCODER),
+                               prefix_attention="distilbert", **_ENCODER),
     # ALBERT's pooler (dense + tanh, pretrained) stays frozen in the backbone: its classifier reads the pooled vector
     "albert": Architecture(family="albert", backbone="albert", stacks=(_ALBERT_STACK,), pooler=None,
                            head_hidden_layer=False, input_width="embedding_size",
-                           embeddings_norm_width="embedding_size",
-                           unsupported=_no_prefix("albert", "attention (output projection and LayerNorm inside)"),
-                           **_ENCODER),
+                           embeddings_norm_width="embedding_size", prefix_attention="albert", **_ENCODER),
     "modernbert": Architecture(family="modernbert", backbone="model", stacks=(_MODERNBERT_STACK,),
                                embeddings="embeddings", embeddings_layernorm=None, pooler=None, head="classifier",
                                head_hidden_layer=False, head_modules=("head",), head_extra=_modernbert_head,
                                shapes=_fused_encoder_shapes, pre_norm=True, aliases=_FUSED_QKV,
-                               no_bias="its checkpoints have no bias terms",
-                               unsupported=_no_prefix("modernbert", "fused, rotary attention")),
+                               no_bias="its checkpoints have no bias terms", prefix_attention="modernbert"),
     **{family: Architecture(family=family, **_LLAMA_LIKE)
        for family in ("llama", "mistral", "qwen2", "qwen3", "gemma")},
     **{family: Architecture(family=family, **{**_LLAMA_LIKE, "stacks": (_GEMMA2_STACK,)})

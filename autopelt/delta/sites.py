@@ -68,8 +68,10 @@ class Architecture:
     # embedding_size): a soft prompt's
     embeddings_norm_width: str = "hidden_size"  # the config attribute of `embeddings_layernorm`'s width
     found: str | None = None  # a family read by structure (discover.py): what was found, in one line
-    # How the encoder prefix wraps a stack's self-attention: "bert" (query, key and value linears into transformers'
-    # attention function) or "mpnet" (MPNet's own attention: q, k, v, o and a relative position bias)
+    # How the encoder prefix wraps a stack's self-attention (modules/prefix.py): "bert" (query, key and value linears
+    # into transformers' attention function), "distilbert" and "albert" (the same, then what their module holds
+    # after it: TAILS), or a family's own: "mpnet" (q, k, v, o and a relative position bias), "deberta" (DeBERTa-v2/v3's
+    # disentangled attention), "modernbert" (fused, rotary, windowed)
     prefix_attention: str = "bert"
 
     @property

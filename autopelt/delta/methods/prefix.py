@@ -47,7 +47,8 @@ def key_width(config) -> tuple[int, int]:
 def build(at, cfg: PrefixConfig) -> None:
     """An encoder's self-attentions each read their row of the prefix; a decoder's and peft's T5 form go through
     the key/value cache; AdapterHub's T5 form wraps every attention."""
-    from autopelt.delta.modules.prefix import MPNetPrefixAttention, PositionShift, PrefixEncoder, PrefixSelfAttention
+    from autopelt.delta.modules.prefix import (DebertaPrefixAttention, ModernBertPrefixAttention,
+                                               MPNetPrefixAttention, PositionShift, PrefixEncoder, PrefixSelfAttention)
 
     if at.arch.causal:
         return _build_cache_prefix(at, cfg)
@@ -57,11 +58,19 @@ def build(at, cfg: PrefixConfig) -> None:
     rows = chosen_layers(cfg.layers, len(entries))
     hidden = at.config.hidden_size
     encoder = PrefixEncoder(len(rows), cfg.length, hidden, cfg.reparam_hidden, at.generator)
-    wrapper = {"bert": PrefixSelfAttention, "mpnet": MPNetPrefixAttention}[at.arch.prefix_attention]
+    form = at.arch.prefix_attention
     for row, i in enumerate(rows):
         gate = at.gate(hidden, 2 if cfg.split_gate else 1, "prefix", i) if cfg.gate else None
         layer, stack = entries[i]
-        at.replace(layer, stack.self_attention, lambda base: wrapper(base, encoder, row, gate))
+        own = {"mpnet": MPNetPrefixAttention, "deberta": DebertaPrefixAttention,  # a family's own attention
+               "modernbert": ModernBertPrefixAttention}.get(form)
+        if own is not None:
+            at.replace(layer, stack.self_attention, lambda base: own(base, encoder, row, gate))
+            continue
+        linears = tuple(stack.linears[role].removeprefix(stack.self_attention + ".")
+                        for role in ("query", "key", "value"))
+        at.replace(layer, stack.self_attention,
+                   lambda base: PrefixSelfAttention(base, encoder, row, gate, linears, tail=form))
     if cfg.shift_positions:
         embeddings = at.arch.backbone_of(at.model).get_submodule(at.arch.embeddings)
         embeddings.register_forward_pre_hook(PositionShift(cfg.length), with_kwargs=True)
@@ -151,9 +160,9 @@ def count(cfg: PrefixConfig, shape) -> tuple[int, int]:
 def refuses(cfg: PrefixConfig, arch) -> str | None:
     if cfg.shift_positions and arch.family == "t5" and cfg.layers:
         return "peft's T5 prefix (prefix.shift_positions) fills every decoder layer's cache; leave prefix.layers out"
-    if cfg.shift_positions and arch.prefix_attention == "mpnet":
-        return ("MPNet reads its positions from the token ids, which prefix.shift_positions cannot move (peft's "
-                "prefix-tuning, which needs it, cannot hold an MPNet either); leave prefix.shift_positions out")
+    if cfg.shift_positions and arch.prefix_attention != "bert":
+        return (f"{arch.family}'s embeddings take no past length, so prefix.shift_positions cannot move its positions "
+                f"(peft's prefix-tuning, which needs it, cannot hold a {arch.family} either); leave it out")
     return None
 
 
@@ -183,8 +192,9 @@ def peft_tensors(model) -> dict:
 
 
 def peft_refuses(cfg: PrefixConfig, arch) -> str | None:
-    if arch is not None and arch.prefix_attention == "mpnet":
-        return "peft's prefix-tuning passes the prefix as past keys and values, which an MPNet model does not take"
+    if arch is not None and arch.prefix_attention != "bert":
+        return (f"peft's prefix-tuning passes the prefix as past keys and values, which a {arch.family} model does "
+                "not take")
     if arch is not None and len(arch.stacks) == 2 and not cfg.shift_positions:
         return ("peft's prefix-tuning on T5 reaches only the decoder's self-attention, this one (AdapterHub's) also "
                 "the encoder's and the cross-attention (train with prefix.shift_positions: true for peft's)")

@@ -64,12 +64,16 @@ class PositionShift:
 
 
 class PrefixSelfAttention(nn.Module):
-    """Wraps a self-attention module (query/key/value linears + transformers' attention function) and
-    attends over [prefix; keys]. The prefix is always visible, whatever the padding mask hides."""
+    """Wraps a self-attention module whose query, key and value linears (`linears`: their attribute names) feed
+    transformers' attention function, and attends over [prefix; keys]. The prefix is always visible, whatever the
+    padding mask hides. BERT's module ends there; DistilBERT's and ALBERT's also hold what follows the attention
+    (`tail`: TAILS), which runs after it as in the module's own forward."""
 
-    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gate: Gate | None = None):
+    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gate: Gate | None = None,
+                 linears: tuple[str, str, str] = ("query", "key", "value"), tail: str = "bert"):
         super().__init__()
         self.base_layer, self.prefix_encoder, self.row, self.gate = base_layer, encoder, row, gate
+        self.linears, self.tail = linears, TAILS[tail]
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 past_key_values=None, **kwargs):
@@ -77,8 +81,8 @@ class PrefixSelfAttention(nn.Module):
             raise NotImplementedError("prefix-tuning is for encoders; a key/value cache is not supported")
         base = self.base_layer
         batch, length = hidden_states.shape[:2]
-        query, key, value = (split_heads(linear(hidden_states), base.attention_head_size)
-                             for linear in (base.query, base.key, base.value))
+        query, key, value = (split_heads(getattr(base, name)(hidden_states), base.attention_head_size)
+                             for name in self.linears)
         prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.attention_head_size)
         if self.gate is not None:
             g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
@@ -88,10 +92,19 @@ class PrefixSelfAttention(nn.Module):
         value = torch.cat([prefix_value, value], dim=2)
         mask = extend_mask(attention_mask, prefix_key.shape[2])
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(base.config._attn_implementation, eager_attention_forward)
-        output, weights = attention(base, query, key, value, mask,
-                                    dropout=base.dropout.p if base.training else 0.0, scaling=base.scaling,
-                                    **kwargs)
-        return output.reshape(batch, length, -1).contiguous(), weights
+        dropout = getattr(base, "attention_dropout", None) or base.dropout  # ALBERT's name, BERT's and DistilBERT's
+        output, weights = attention(base, query, key, value, mask, dropout=dropout.p if base.training else 0.0,
+                                    scaling=base.scaling, **kwargs)
+        output = output.reshape(batch, length, -1).contiguous()
+        return (self.tail(base, hidden_states, output) if self.tail else output), weights
+
+
+# What a self-attention module does after its attention function, by the family's `prefix_attention`
+TAILS = {
+    "bert": None,  # BertSelfAttention ends at the attention; its output projection is the next module's
+    "distilbert": lambda base, hidden, output: base.out_lin(output),
+    "albert": lambda base, hidden, output: base.LayerNorm(hidden + base.output_dropout(base.dense(output))),
+}
 
 
 class MPNetPrefixAttention(nn.Module):
@@ -130,6 +143,84 @@ class MPNetPrefixAttention(nn.Module):
         context = torch.matmul(probs, value).transpose(1, 2).reshape(batch, length, -1)
         output = base.o(context)
         return (output, probs) if output_attentions else (output,)
+
+
+class DebertaPrefixAttention(nn.Module):
+    """Prefix-tuning on DeBERTa-v2/v3's disentangled self-attention: L keys and values before the attention's own,
+    visible to every query whatever the padding mask hides. The prefix has no position, so neither relative term
+    (content to position, position to content) reaches it: its columns of the relative scores are zero, and the
+    real tokens keep theirs. The scores are scaled as the module scales them (by the number of terms). `gate`:
+    UniPELT's, as in PrefixSelfAttention."""
+
+    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gate: Gate | None = None):
+        super().__init__()
+        self.base_layer, self.prefix_encoder, self.row, self.gate = base_layer, encoder, row, gate
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, output_attentions: bool = False,
+                query_states: torch.Tensor | None = None, relative_pos: torch.Tensor | None = None,
+                rel_embeddings: torch.Tensor | None = None):
+        base, heads = self.base_layer, self.base_layer.num_attention_heads
+        batch, length = hidden_states.shape[:2]
+        as_rows = lambda x: base.transpose_for_scores(x, heads)  # noqa: E731  (B·heads, T, d), as the module's
+        query = as_rows(base.query_proj(hidden_states if query_states is None else query_states))
+        key, value = as_rows(base.key_proj(hidden_states)), as_rows(base.value_proj(hidden_states))
+        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, query.shape[-1], query.dtype)
+        if self.gate is not None:
+            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
+            prefix_key = prefix_key * g[:, 0, None, None, None]
+            prefix_value = prefix_value * g[:, -1, None, None, None]
+        prefixed = prefix_key.shape[2]
+        prefix_key, prefix_value = (x.reshape(-1, prefixed, x.shape[-1]) for x in (prefix_key, prefix_value))
+        terms = 1 + ("c2p" in base.pos_att_type) + ("p2c" in base.pos_att_type)
+        scale = torch.sqrt(torch.tensor(query.shape[-1], dtype=torch.float) * terms).to(query.dtype)
+        scores = torch.bmm(query, torch.cat([prefix_key, key], dim=1).transpose(-1, -2) / scale)
+        if base.relative_attention:
+            relative = base.disentangled_attention_bias(query, key, relative_pos, base.pos_dropout(rel_embeddings),
+                                                        terms)
+            scores = scores + torch.cat([relative.new_zeros(*relative.shape[:-1], prefixed), relative], dim=-1)
+        scores = scores.view(-1, heads, scores.shape[-2], scores.shape[-1])
+        mask = extend_mask(attention_mask.bool(), prefixed)
+        probs = base.dropout(nn.functional.softmax(scores.masked_fill(~mask, torch.finfo(query.dtype).min), dim=-1))
+        context = torch.bmm(probs.view(-1, probs.shape[-2], probs.shape[-1]), torch.cat([prefix_value, value], dim=1))
+        context = context.view(batch, heads, length, -1).permute(0, 2, 1, 3).reshape(batch, length, -1)
+        return context, (probs if output_attentions else None)
+
+
+class ModernBertPrefixAttention(nn.Module):
+    """Prefix-tuning on ModernBERT's attention (fused Wqkv, rotary positions on queries and keys, global or sliding
+    window): L keys and values before the attention's own, visible to every query whatever the padding mask or the
+    window hides. The prefix has no position: its keys are not rotated, and the real tokens keep theirs. The window
+    is the model's mask under sdpa and eager (the attentions autopelt runs); flash attention, which would draw the
+    window over the prefix too, is refused. `gate`: UniPELT's, as in PrefixSelfAttention."""
+
+    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gate: Gate | None = None):
+        super().__init__()
+        self.base_layer, self.prefix_encoder, self.row, self.gate = base_layer, encoder, row, gate
+
+    def forward(self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                attention_mask: torch.Tensor | None = None, **kwargs):
+        from transformers.models.modernbert import modeling_modernbert as modernbert
+
+        base = self.base_layer
+        implementation = base.config._attn_implementation
+        if "flash" in str(implementation):
+            raise NotImplementedError(f"a ModernBERT prefix under {implementation}: its window would span the "
+                                      "prefix; use sdpa or eager attention")
+        batch, length = hidden_states.shape[:2]
+        qkv = base.Wqkv(hidden_states).view(batch, length, 3, -1, base.head_dim)
+        query, key, value = (x.transpose(1, 2) for x in qkv.unbind(dim=-3))
+        query, key = modernbert.apply_rotary_pos_emb(query, key, *position_embeddings, unsqueeze_dim=1)
+        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.head_dim, query.dtype)
+        if self.gate is not None:
+            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
+            prefix_key = prefix_key * g[:, 0, None, None, None]
+            prefix_value = prefix_value * g[:, -1, None, None, None]
+        key, value = torch.cat([prefix_key, key], dim=2), torch.cat([prefix_value, value], dim=2)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, modernbert.eager_attention_forward)
+        output, weights = attention(base, query, key, value, extend_mask(attention_mask, prefix_key.shape[2]),
+                                    dropout=base.attention_dropout if base.training else 0.0,
+                                    scaling=base.head_dim ** -0.5, **kwargs)
+        return base.out_drop(base.Wo(output.reshape(batch, length, -1).contiguous())), weights
 
 
 def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
