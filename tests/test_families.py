@@ -245,8 +245,7 @@ def test_albert_layers_are_its_one_group_of_shared_layers_and_other_groupings_ar
 
 
 # BART: an encoder-decoder whose classifier reads the decoder's state at the last </s> (2), as T5's
-BART_CASES = {name: spec for name, spec in ENCODER_CASES.items()
-              if "prefix" not in methods_of(spec) and spec.get("pooling") != "mean"}
+BART_CASES = {name: spec for name, spec in ENCODER_CASES.items() if spec.get("pooling") != "mean"}
 
 
 def eos_batch(seq_len: int = 7) -> dict:
@@ -287,12 +286,73 @@ def test_bart_trains_each_delta_counts_it_reloads_it_and_ignores_padding(name, t
     torch.testing.assert_close(logits(fresh, batch), logits(model, batch), rtol=1e-5, atol=1e-5)
 
 
-def test_bart_refuses_prefix_and_mean_pooling_in_one_line():
+def test_bart_refuses_a_shifted_prefix_and_mean_pooling_in_one_line():
     config = family_config("bart")
-    with pytest.raises(UserError, match="^prefix cannot apply to bart: autopelt's encoder-decoder prefix is T5's"):
-        delta.count_parameters({"methods": [{"method": "prefix"}]}, config)
+    with pytest.raises(UserError, match=r"^prefix cannot apply to bart: prefix.shift_positions \(peft's form\) is "):
+        delta.count_parameters({"methods": [{"method": "prefix", "shift_positions": True}]}, config)
+    from autopelt.delta.methods.prefix import PrefixConfig, peft_refuses
+
+    assert "moves the real tokens' positions" in peft_refuses(PrefixConfig(), architecture_of(config))
     with pytest.raises(UserError, match="reads the decoder's state at the last <eos> .use --pooling cls.$"):
         delta.count_parameters({"methods": [{"method": "lora"}], "pooling": "mean"}, config)
+
+
+@pytest.mark.parametrize("attention", ["encoder.layers.1.self_attn", "decoder.layers.1.self_attn",
+                                       "decoder.layers.1.encoder_attn"])
+def test_a_bart_prefix_is_attended_as_keys_and_values_before_every_real_one(attention):
+    """Each of BART's attentions against the formula written out: softmax(q·[P_k; K]ᵀ·scale + [0, mask])·[P_v; V],
+    the decoder's self-attention causal over the real keys."""
+    model = build("bart", {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
+    wrapped = model.get_submodule("model." + attention)
+    base, seen = wrapped.base_layer, {}
+    wrapped.register_forward_hook(lambda m, args, kwargs, out: seen.update(args=args, kwargs=kwargs, out=out),
+                                  with_kwargs=True)
+    with torch.no_grad():
+        model(**eos_batch())
+        hidden = seen["args"][0] if seen["args"] else seen["kwargs"]["hidden_states"]
+        states = seen["kwargs"].get("key_value_states")
+        states = hidden if states is None else states
+        mask = seen["kwargs"].get("attention_mask")
+        split = lambda x: x.view(x.shape[0], x.shape[1], 4, 8).transpose(1, 2)  # noqa: E731
+        q, k, v = split(base.q_proj(hidden)), split(base.k_proj(states)), split(base.v_proj(states))
+        pk, pv = (split(p[None]).expand(q.shape[0], -1, -1, -1) for p in wrapped.prefix_encoder(wrapped.row))
+        scores = q @ torch.cat([pk, k], 2).transpose(2, 3) * base.scaling
+        if mask is not None:
+            mask = mask if mask.dtype != torch.bool else torch.zeros(mask.shape).masked_fill(~mask, -1e9)
+            scores = scores + torch.cat([torch.zeros(*mask.shape[:-1], 3), mask], -1)
+        elif attention == "decoder.layers.1.self_attn":  # causal, left to sdpa's flag
+            causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+            scores = scores + torch.cat([torch.zeros(q.shape[2], 3), torch.zeros(causal.shape).masked_fill(
+                ~causal, -1e9)], -1)
+        expected = base.out_proj((scores.softmax(-1) @ torch.cat([pv, v], 2)).transpose(1, 2).reshape(
+            *hidden.shape[:2], -1))
+    torch.testing.assert_close(seen["out"][0], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", [{"method": "prefix", "length": 3}, {"method": "prefix", "length": 3, "gate": True}])
+def test_bart_generates_the_same_with_a_prefix_padded_in_a_batch_or_alone_and_as_teacher_forcing_reads(spec):
+    """The prefix stays out of the key/value cache: step-by-step decoding with the cache computes what the
+    teacher-forced pass does, and padding in a batch changes nothing."""
+    model = delta.apply_delta(family_model("bart", lm=True), {"methods": [spec]}).eval()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    rows = [torch.randint(3, 100, (n,), generator=generator) for n in (5, 3, 7)]
+    width = max(len(r) for r in rows)
+    ids = torch.stack([torch.cat([r, torch.zeros(width - len(r), dtype=torch.long)]) for r in rows])
+    mask = (torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]).long()
+    settings = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=None, decoder_start_token_id=2,
+                    forced_bos_token_id=None, forced_eos_token_id=None)  # BART forces </s> last: not what is read
+    with torch.no_grad():
+        together = model.generate(input_ids=ids, attention_mask=mask, **settings)
+        for i, row in enumerate(rows):
+            alone = model.generate(input_ids=row[None], attention_mask=torch.ones(1, len(row), dtype=torch.long),
+                                   **settings)
+            assert alone[0].tolist() == together[i].tolist()
+        forward = model(input_ids=ids, attention_mask=mask, decoder_input_ids=together[:, :-1]).logits.argmax(-1)
+    assert forward.tolist() == together[:, 1:].tolist()
 
 
 @pytest.mark.parametrize("family", ["electra", "distilbert", "albert", "mpnet"])
@@ -394,4 +454,4 @@ def test_a_prefix_refuses_shifted_positions_and_a_peft_export_in_one_line_where_
         delta.count_parameters({"methods": [{"method": "prefix", "shift_positions": True}]}, config)
     from autopelt.delta.methods.prefix import PrefixConfig, peft_refuses
 
-    assert "past keys and values" in peft_refuses(PrefixConfig(), architecture_of(config))
+    assert "moves the real tokens' positions" in peft_refuses(PrefixConfig(), architecture_of(config))

@@ -216,7 +216,7 @@ def _t5(gated: bool) -> Architecture:
                                           _t5_stack("decoder.block", 2, "num_decoder_layers", True, gated)),
         embeddings=None, embeddings_layernorm=None, pooler=None, head="classification_head", head_hidden_layer=True,
         head_bias=True, shapes=_t5_shapes, pre_norm=True, no_bias="it has no bias terms",
-        classifier_backbone="transformer")
+        classifier_backbone="transformer", prefix_attention="t5")
 
 
 _T5_GATED = _t5(gated=True)  # chosen by the config's `is_gated_act`, under the same model type
@@ -249,9 +249,7 @@ _BART = Architecture(
     family="bart", backbone="model", stacks=(_bart_stack("encoder.layers", "encoder_layers", False),
                                              _bart_stack("decoder.layers", "decoder_layers", True)),
     embeddings=None, embeddings_layernorm="encoder.layernorm_embedding", pooler=None, head="classification_head",
-    head_hidden_layer=True, shapes=_bart_shapes,
-    unsupported={"prefix": "autopelt's encoder-decoder prefix is T5's (relative positions, T5's attention), which "
-                           "BART's attention is not"})
+    head_hidden_layer=True, shapes=_bart_shapes, prefix_attention="bart")
 
 
 ARCHITECTURES = {  # RoBERTa's sequence classifier has no pooler: its head holds the dense layer

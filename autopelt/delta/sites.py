@@ -71,7 +71,8 @@ class Architecture:
     # How the encoder prefix wraps a stack's self-attention (modules/prefix.py): "bert" (query, key and value linears
     # into transformers' attention function), "distilbert" and "albert" (the same, then what their module holds
     # after it: TAILS), or a family's own: "mpnet" (q, k, v, o and a relative position bias), "deberta" (DeBERTa-v2/v3's
-    # disentangled attention), "modernbert" (fused, rotary, windowed)
+    # disentangled attention), "modernbert" (fused, rotary, windowed); an encoder-decoder's every attention: "t5",
+    # "bart"
     prefix_attention: str = "bert"
 
     @property

@@ -53,7 +53,7 @@ def build(at, cfg: PrefixConfig) -> None:
     if at.arch.causal:
         return _build_cache_prefix(at, cfg)
     if getattr(at.config, "is_encoder_decoder", False):
-        return _build_t5_cache_prefix(at, cfg) if cfg.shift_positions else _build_t5_prefix(at, cfg)
+        return _build_t5_cache_prefix(at, cfg) if cfg.shift_positions else _build_encoder_decoder_prefix(at, cfg)
     entries = at.arch.layer_entries(at.model)
     rows = chosen_layers(cfg.layers, len(entries))
     hidden = at.config.hidden_size
@@ -97,22 +97,28 @@ def _build_cache_prefix(at, cfg: PrefixConfig) -> None:
             at.replace(layer, stack.self_attention, lambda base: PrefixHidden(base, cfg.length))
 
 
-def _build_t5_prefix(at, cfg: PrefixConfig) -> None:
+def encoder_decoder_width(config) -> int:
+    """How wide one attention's keys are in an encoder-decoder: T5's heads x d_kv (not always d_model), BART's
+    d_model."""
+    return config.num_heads * config.d_kv if hasattr(config, "d_kv") else config.hidden_size
+
+
+def _build_encoder_decoder_prefix(at, cfg: PrefixConfig) -> None:
     """A row of prefix keys and values for each chosen layer's attentions: the encoder's self-attention, the decoder's
-    self-attention and cross-attention (AdapterHub's T5 prefix-tuning)."""
+    self-attention and cross-attention (AdapterHub's T5 prefix-tuning; BART's the same way)."""
     from autopelt.delta.modules.decoder import LayerGates
-    from autopelt.delta.modules.prefix import PrefixEncoder, T5PrefixAttention
+    from autopelt.delta.modules.prefix import BartPrefixAttention, PrefixEncoder, T5PrefixAttention
 
     config = at.config
+    wrapper = {"t5": T5PrefixAttention, "bart": BartPrefixAttention}[at.arch.prefix_attention]
     entries = at.arch.layer_entries(at.model)
     sites = [(i, path) for i in chosen_layers(cfg.layers, len(entries)) for path in entries[i][1].attentions]
-    encoder = PrefixEncoder(len(sites), cfg.length, config.num_heads * config.d_kv, cfg.reparam_hidden,
-                            at.generator)
+    encoder = PrefixEncoder(len(sites), cfg.length, encoder_decoder_width(config), cfg.reparam_hidden, at.generator)
     gates = LayerGates(len(sites), 2 if cfg.split_gate else 1, [i for i, _ in sites]) if cfg.gate else None
     if gates is not None:
         at.model.add_module("prefix_gates", gates.to(next(at.model.parameters()).device))
     for row, (i, path) in enumerate(sites):
-        at.replace(entries[i][0], path, lambda base: T5PrefixAttention(base, encoder, row, gates))
+        at.replace(entries[i][0], path, lambda base: wrapper(base, encoder, row, gates))
 
 
 def _build_t5_cache_prefix(at, cfg: PrefixConfig) -> None:
@@ -147,7 +153,7 @@ def count(cfg: PrefixConfig, shape) -> tuple[int, int]:
     elif getattr(config, "is_encoder_decoder", False):  # T5: a row per attention, as wide as its keys (peft's
         # form: the decoder's self-attentions alone)
         rows = config.num_decoder_layers if cfg.shift_positions else arch.attention_rows(config, cfg.layers)
-        width = config.num_heads * config.d_kv
+        width = encoder_decoder_width(config)
         gates = rows * (2 if cfg.split_gate else 1) if cfg.gate else 0  # one value per row
     stored = rows * 2 * cfg.length * width + gates
     r = cfg.reparam_hidden
@@ -160,7 +166,9 @@ def count(cfg: PrefixConfig, shape) -> tuple[int, int]:
 def refuses(cfg: PrefixConfig, arch) -> str | None:
     if cfg.shift_positions and arch.family == "t5" and cfg.layers:
         return "peft's T5 prefix (prefix.shift_positions) fills every decoder layer's cache; leave prefix.layers out"
-    if cfg.shift_positions and arch.prefix_attention != "bert":
+    if cfg.shift_positions and arch.prefix_attention == "bart":
+        return "prefix.shift_positions (peft's form) is built for T5 alone among encoder-decoders; leave it out"
+    if cfg.shift_positions and arch.prefix_attention not in ("bert", "t5"):
         return (f"{arch.family}'s embeddings take no past length, so prefix.shift_positions cannot move its positions "
                 f"(peft's prefix-tuning, which needs it, cannot hold a {arch.family} either); leave it out")
     return None
@@ -192,9 +200,9 @@ def peft_tensors(model) -> dict:
 
 
 def peft_refuses(cfg: PrefixConfig, arch) -> str | None:
-    if arch is not None and arch.prefix_attention != "bert":
-        return (f"peft's prefix-tuning passes the prefix as past keys and values, which a {arch.family} model does "
-                "not take")
+    if arch is not None and arch.prefix_attention not in ("bert", "t5"):
+        return (f"peft's prefix-tuning moves the real tokens' positions (prefix.shift_positions), which autopelt's "
+                f"{arch.family} prefix cannot")
     if arch is not None and len(arch.stacks) == 2 and not cfg.shift_positions:
         return ("peft's prefix-tuning on T5 reaches only the decoder's self-attention, this one (AdapterHub's) also "
                 "the encoder's and the cross-attention (train with prefix.shift_positions: true for peft's)")

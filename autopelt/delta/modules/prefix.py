@@ -267,7 +267,6 @@ class T5PrefixAttention(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, mask: torch.Tensor | None = None, key_value_states=None,
                 position_bias: torch.Tensor | None = None, past_key_values=None, **kwargs):
-        from transformers.cache_utils import EncoderDecoderCache
         from transformers.models.t5.modeling_t5 import eager_attention_forward as t5_eager
 
         base = self.base_layer
@@ -279,19 +278,7 @@ class T5PrefixAttention(nn.Module):
         cross = key_value_states is not None
         query = split(base.q(hidden_states))
 
-        cache, updated = past_key_values, False  # as T5Attention: cross-attention keys are computed once per input
-        if isinstance(past_key_values, EncoderDecoderCache):
-            updated = past_key_values.is_updated.get(base.layer_idx)
-            cache = past_key_values.cross_attention_cache if cross else past_key_values.self_attention_cache
-        if cross and past_key_values is not None and updated:
-            key, value = cache.layers[base.layer_idx].keys, cache.layers[base.layer_idx].values
-        else:
-            states = key_value_states if cross else hidden_states
-            key, value = split(base.k(states)), split(base.v(states))
-            if past_key_values is not None:
-                key, value = cache.update(key, value, base.layer_idx)
-                if cross and isinstance(past_key_values, EncoderDecoderCache):
-                    past_key_values.is_updated[base.layer_idx] = True
+        key, value = cached_keys(base, hidden_states, key_value_states, past_key_values, split, base.k, base.v)
 
         if position_bias is None:  # the real keys' bias, shared with the next layers as T5Attention shares it
             if base.has_relative_attention_bias:
@@ -301,10 +288,7 @@ class T5PrefixAttention(nn.Module):
                 position_bias = torch.zeros(1, base.n_heads, queries, key.shape[2], device=query.device,
                                             dtype=query.dtype)
         if mask is None and base.is_causal and not cross:  # a causal pass transformers left to sdpa's is_causal
-            seen = torch.arange(key.shape[2], device=query.device)[None, :] \
-                <= torch.arange(queries, device=query.device)[:, None] + key.shape[2] - queries
-            mask = torch.zeros(seen.shape, dtype=query.dtype, device=query.device).masked_fill(
-                ~seen, torch.finfo(query.dtype).min)[None, None]  # additive: eager and sdpa both read it
+            mask = causal_mask(queries, key.shape[2], query)
 
         prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.key_value_proj_dim,
                                                 query.dtype)
@@ -320,3 +304,72 @@ class T5PrefixAttention(nn.Module):
                                     dropout=base.dropout if base.training else 0.0, scaling=base.scaling,
                                     position_bias=bias, is_causal=False, **kwargs)
         return base.o(output.reshape(batch, queries, -1).contiguous()), position_bias, weights
+
+
+class BartPrefixAttention(nn.Module):
+    """Prefix-tuning on one of BART's attentions (the encoder's self-attention, the decoder's self-attention or its
+    cross-attention), as T5PrefixAttention on T5's: L trainable keys and values before the attention's own, visible
+    to every query whatever the padding or causal mask hides. BART's positions are added to its embeddings, so the
+    attention holds none to give the prefix. The prefix never enters the key/value cache. `gates`: as T5's."""
+
+    def __init__(self, base_layer: nn.Module, encoder: PrefixEncoder, row: int, gates: nn.Module | None = None):
+        super().__init__()
+        self.base_layer, self.prefix_encoder, self.row = base_layer, encoder, row
+        self.gates = [gates]  # one module for every row, registered once on the model: a list keeps it out of here
+
+    def forward(self, hidden_states: torch.Tensor, key_value_states=None, past_key_values=None,
+                attention_mask: torch.Tensor | None = None, **kwargs):
+        from transformers.models.bart.modeling_bart import eager_attention_forward as bart_eager
+
+        base = self.base_layer
+        batch, queries = hidden_states.shape[:2]
+        split = lambda x: split_heads(x, base.head_dim)  # noqa: E731
+        cross = key_value_states is not None
+        query = split(base.q_proj(hidden_states))
+        key, value = cached_keys(base, hidden_states, key_value_states, past_key_values, split, base.k_proj,
+                                 base.v_proj)
+        mask = attention_mask
+        if mask is None and base.is_causal and not cross:  # a causal pass transformers left to sdpa's is_causal
+            mask = causal_mask(queries, key.shape[2], query)
+        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.head_dim, query.dtype)
+        gates = self.gates[0]
+        if gates is not None:
+            values = gates()[self.row]  # (1,) or (2,): keys', values'
+            prefix_key, prefix_value = prefix_key * values[0], prefix_value * values[-1]
+        length = prefix_key.shape[2]
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(base.config._attn_implementation, bart_eager)
+        output, weights = attention(base, query, torch.cat([prefix_key, key], dim=2),
+                                    torch.cat([prefix_value, value], dim=2), extend_mask(mask, length),
+                                    dropout=base.dropout if base.training else 0.0, scaling=base.scaling,
+                                    is_causal=False, **kwargs)
+        return base.out_proj(output.reshape(batch, queries, -1).contiguous()), weights
+
+
+def cached_keys(base: nn.Module, hidden_states: torch.Tensor, key_value_states, past_key_values, split, key_linear,
+                value_linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """An encoder-decoder attention's own keys and values, through the key/value cache as the module itself goes:
+    a cross-attention's are computed once per input and read from the cache after (T5Attention, BartAttention)."""
+    from transformers.cache_utils import EncoderDecoderCache
+
+    cross = key_value_states is not None
+    cache, updated = past_key_values, False
+    if isinstance(past_key_values, EncoderDecoderCache):
+        updated = past_key_values.is_updated.get(base.layer_idx)
+        cache = past_key_values.cross_attention_cache if cross else past_key_values.self_attention_cache
+    if cross and past_key_values is not None and updated:
+        return cache.layers[base.layer_idx].keys, cache.layers[base.layer_idx].values
+    states = key_value_states if cross else hidden_states
+    key, value = split(key_linear(states)), split(value_linear(states))
+    if past_key_values is not None:
+        key, value = cache.update(key, value, base.layer_idx)
+        if cross and isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.is_updated[base.layer_idx] = True
+    return key, value
+
+
+def causal_mask(queries: int, keys: int, like: torch.Tensor) -> torch.Tensor:
+    """The additive causal mask (1, 1, queries, keys) of queries that end the keys, which eager and sdpa both read."""
+    seen = torch.arange(keys, device=like.device)[None, :] <= torch.arange(queries, device=like.device)[:, None] \
+        + keys - queries
+    return torch.zeros(seen.shape, dtype=like.dtype, device=like.device).masked_fill(
+        ~seen, torch.finfo(like.dtype).min)[None, None]
