@@ -45,8 +45,9 @@ def key_width(config) -> tuple[int, int]:
 
 
 def build(at, cfg: PrefixConfig) -> None:
-    """An encoder's self-attentions each read their row of the prefix; a decoder's and peft's T5 form go through
-    the key/value cache; AdapterHub's T5 form wraps every attention."""
+    """An encoder's self-attentions each read their row of the prefix, in the family's form of attention
+    (`Architecture.prefix_attention`); a decoder's and peft's T5 form go through the key/value cache; AdapterHub's T5
+    form (and BART's) wraps every attention."""
     from autopelt.delta.modules.prefix import (DebertaPrefixAttention, ModernBertPrefixAttention,
                                                MPNetPrefixAttention, PositionShift, PrefixEncoder, PrefixSelfAttention)
 
@@ -59,11 +60,11 @@ def build(at, cfg: PrefixConfig) -> None:
     hidden = at.config.hidden_size
     encoder = PrefixEncoder(len(rows), cfg.length, hidden, cfg.reparam_hidden, at.generator)
     form = at.arch.prefix_attention
+    own = {"mpnet": MPNetPrefixAttention, "deberta": DebertaPrefixAttention,  # a family's own attention
+           "modernbert": ModernBertPrefixAttention}.get(form)
     for row, i in enumerate(rows):
         gate = at.gate(hidden, 2 if cfg.split_gate else 1, "prefix", i) if cfg.gate else None
         layer, stack = entries[i]
-        own = {"mpnet": MPNetPrefixAttention, "deberta": DebertaPrefixAttention,  # a family's own attention
-               "modernbert": ModernBertPrefixAttention}.get(form)
         if own is not None:
             at.replace(layer, stack.self_attention, lambda base: own(base, encoder, row, gate))
             continue
