@@ -238,3 +238,43 @@ def test_a_pack_that_runs_out_of_memory_trains_its_members_alone(tiny_model_dir,
     results = run_packed([make("broken", i, t) for i, t in enumerate(trials)])
     assert [r["status"] for r in results] == ["failed", "failed"]
     assert all("a broken pass" in r["reason"] and "unpacked" not in r["packed"] for r in results)
+
+
+MEASURED = [({"methods": [{"method": "lora", "rank": 4, "dropout": 0.1}]}, 1e-3, 0, 8, 1),  # its own random draws
+            ({"methods": [{"method": "ia3"}]}, 3e-3, 1, 4, 1)]
+
+
+def test_measuring_a_pack_that_pays_leaves_no_trace(tiny_model_dir, glue_dir, tmp_path, monkeypatch):
+    """A measured pack whose step pays trains to the last digit as the same pack unmeasured (no optimizer step, the
+    gradients cleared, the random state of LoRA's dropout put back); each member's result holds the measurement."""
+    from autopelt.train import packed
+
+    monkeypatch.setattr(packed, "PAYS", float("inf"))  # whatever the clock says, it pays
+    make = lambda name, i, t: _settings(tiny_model_dir, glue_dir, tmp_path / "cache",  # noqa: E731
+                                        tmp_path / f"{name}{i}", *t)
+    plain = run_packed([make("plain", i, t) for i, t in enumerate(MEASURED)])
+    measured = run_packed([make("measured", i, t) for i, t in enumerate(MEASURED)], measure=True)
+    for one, other in zip(plain, measured):
+        step = other["packed"].pop("step")
+        assert other["packed"] == one["packed"] and step.keys() == {"packed_s", "alone_s", "ratio"}
+        assert step["packed_s"] > 0 and step["alone_s"] > 0 and "measured step" in other["phase_seconds"]
+        assert other["history"] == one["history"] and other["status"] == one["status"] == "ok"
+        ours, theirs = _weights(other), _weights(one)
+        assert ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in theirs)
+
+
+def test_a_measured_pack_whose_step_does_not_pay_trains_its_members_alone(tiny_model_dir, glue_dir, tmp_path,
+                                                                            monkeypatch):
+    """Each member is then the trial it is alone, its result saying why and what was measured."""
+    from autopelt.train import packed
+
+    monkeypatch.setattr(packed, "PAYS", 0.0)  # whatever the clock says, it does not pay
+    make = lambda name, i, t: _settings(tiny_model_dir, glue_dir, tmp_path / "cache",  # noqa: E731
+                                        tmp_path / f"{name}{i}", *t)
+    alone = [run_trial(make("alone", i, t)) for i, t in enumerate(MEASURED)]
+    results = run_packed([make("packed", i, t) for i, t in enumerate(MEASURED)], measure=True)
+    for i, (one, result) in enumerate(zip(alone, results)):
+        assert result["packed"]["unpacked"].startswith("its measured step did not pay (packed ")
+        assert result["packed"]["step"]["ratio"] > 0 and result["packed"]["member"] == i
+        assert result["history"] == one["history"] and result["status"] == "ok"
+        assert json.loads((tmp_path / f"packed{i}" / "result.json").read_text())["packed"] == result["packed"]

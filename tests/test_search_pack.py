@@ -1,6 +1,7 @@
-"""`autopelt search --pack auto`: the finalists of a real search on the tiny model train as one packed Ray trial,
-each recorded as its own Optuna trial with the result it has when trained alone (`--pack off`), within the packed
-core's float rounding (docs/packed.md, tests/test_packed.py)."""
+"""`autopelt search --pack on` (and `auto`): the finalists of a real search on the tiny model train as one packed Ray
+trial, each recorded as its own Optuna trial with the result it has when trained alone (`--pack off`), within the
+packed core's float rounding (docs/packed.md, tests/test_packed.py); under `auto` packed only where the pack's
+measured step pays, else each alone in that Ray trial."""
 
 from __future__ import annotations
 
@@ -66,10 +67,11 @@ def _attrs(result: dict) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pack", ["on", "auto"])
 def test_packed_finalists_record_what_they_record_alone_and_train_in_one_tune_trial(
-        tmp_path, tiny_model_dir, sst2_dir, local_ray):  # noqa: F811
+        pack, tmp_path, tiny_model_dir, sst2_dir, local_ray):  # noqa: F811
     alone, alone_results, alone_trials = _search(tmp_path / "off", tiny_model_dir, sst2_dir, "off")
-    packed, packed_results, packed_trials = _search(tmp_path / "auto", tiny_model_dir, sst2_dir, "auto")
+    packed, packed_results, packed_trials = _search(tmp_path / pack, tiny_model_dir, sst2_dir, pack)
 
     assert [r.finalist_of for r in packed] == [r.finalist_of for r in alone] and len(packed) == 2
     assert [r.number for r in packed] == [4, 5] and all(r.state.name == "COMPLETE" for r in packed)
@@ -83,14 +85,21 @@ def test_packed_finalists_record_what_they_record_alone_and_train_in_one_tune_tr
         assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], abs=TOLERANCE)
         assert packed_results[one.number].keys() - {"packed"} == alone_results[other.number].keys()
         assert _attrs(packed_results[one.number]) == _attrs(alone_results[other.number])
-    assert [packed_results[n]["packed"] for n in (4, 5)] == [{"members": 2, "member": 0}, {"members": 2, "member": 1}]
+    said = [packed_results[n]["packed"] for n in (4, 5)]
+    if pack == "auto":  # measured: packed where it paid, else alone (either way the trial it is alone)
+        steps = [entry.pop("step") for entry in said]
+        assert steps[0] == steps[1] and steps[0]["packed_s"] > 0
+        assert all(entry.pop("unpacked", "").startswith("its measured step did not pay") == (steps[0]["ratio"] > 0.9)
+                   for entry in said)
+    assert said == [{"members": 2, "member": 0}, {"members": 2, "member": 1}]
     assert not any("packed" in result for result in alone_results.values())
     assert (len(alone_trials), len(packed_trials)) == (6, 5)  # four searched trials, then the finalists
 
 
-def test_pack_is_off_or_auto():
+def test_pack_is_off_on_or_auto():
     check_numbers(SearchOptions(task="rte", pack="auto"))
-    with pytest.raises(UserError, match="--pack must be off or auto"):
+    check_numbers(SearchOptions(task="rte", pack="on"))
+    with pytest.raises(UserError, match="--pack must be off, on or auto"):
         check_numbers(SearchOptions(task="rte", pack="always"))
 
 
@@ -125,17 +134,18 @@ def test_a_pack_leaves_no_worker_idle():
     assert packs.most(5, 2) == 3 and packs.most(0, 2) == 1
 
 
-def test_the_searcher_packs_lora_finalists_holds_the_next_ticket_and_sends_each_member_its_own():
+def test_the_searcher_packs_finalists_holds_the_next_ticket_and_sends_each_member_its_own():
     from autopelt.search.ray_backend import (EVENT_KEY, MEMBER_KEY, PACK_KEY, RESULT_KEY, TICKET_KEY,
                                              ControllerSearcher)
 
     def searcher(pack: str, tickets):
         return ControllerSearcher(_Controller(tickets), max_concurrent=2, pack=pack)
 
-    auto = searcher("auto", [_ticket(4, "lora"), _ticket(5, "lora"), _ticket(6, "ia3"), _ticket(7, "lora")])
+    auto = searcher("auto", [_ticket(4, "lora"), _ticket(5, "ia3"), _ticket(6, "prefix"), _ticket(7, "lora")])
     first = json.loads(auto.suggest("t1")[TICKET_KEY])
     assert [member["number"] for member in first["pack"]] == [4, 5] and auto.numbers == {"t1": [4, 5]}
-    assert json.loads(auto.suggest("t2")[TICKET_KEY])["settings"]["spec"]["methods"][0]["method"] == "ia3"
+    assert first["measure"] is True  # auto: packed where its measured step pays
+    assert json.loads(auto.suggest("t2")[TICKET_KEY])["settings"]["spec"]["methods"][0]["method"] == "prefix"
     assert auto.suggest("t3") is None  # two Tune trials at most, however many tickets they hold
     auto.on_trial_result("t1", {EVENT_KEY: json.dumps({"epoch": 1}), MEMBER_KEY: 5})
     auto.on_trial_complete("t1", {PACK_KEY: True, RESULT_KEY: json.dumps({"4": {"r": 4}, "5": {"r": 5}})})
@@ -148,6 +158,8 @@ def test_the_searcher_packs_lora_finalists_holds_the_next_ticket_and_sends_each_
     assert "settings" in json.loads(capped.suggest("t2")[TICKET_KEY])  # finalist 6 alone: no worker left idle
     assert capped.numbers == {"t1": [4, 5], "t2": [6]}
 
+    on = searcher("on", [_ticket(4, "lora"), _ticket(5, "ia3")])
+    assert json.loads(on.suggest("t1")[TICKET_KEY])["measure"] is False and on.numbers == {"t1": [4, 5]}
     off = searcher("off", [_ticket(4, "lora"), _ticket(5, "lora")])
     assert "settings" in json.loads(off.suggest("t1")[TICKET_KEY]) and off.numbers == {"t1": [4]}
     searched = searcher("auto", [_ticket(1, "lora", finalist=False), _ticket(2, "lora", finalist=False)])

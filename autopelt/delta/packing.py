@@ -28,15 +28,6 @@ from autopelt.delta.spec import DeltaSpec, parse_spec
 from autopelt.errors import UserError
 
 
-def shares_frozen_pass(spec: DeltaSpec) -> bool:
-    """Whether a pack of such deltas runs the frozen linears once for every row: each of its methods trains at
-    LoRA's rate family (LoRA, rsLoRA, DoRA), an update added to a frozen linear's output (`RowRouted` runs the
-    linear once where every member there adds one)."""
-    from autopelt.delta.registry import rate_family
-
-    return all(rate_family(config) == "lora" for config in spec.methods)
-
-
 @dataclass
 class Pack:
     """The shared model (routers at `sites`), each member's own model, and the rows of the pass under way."""

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from autopelt.data.custom_task_args import add_custom_task_arguments, custom_task_fields, task_name
+from autopelt.search.packs import PACK_CHOICES
 from autopelt.study.storage import DEFAULT_STORAGE
 
 
@@ -76,10 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="of every trial; auto (default): bf16 where the trial's device computes it natively and "
                           "measurably faster, else fp32")
-    how.add_argument("--pack", choices=("off", "auto"), default="off",
-                     help="auto: the finalists train together as one pack, one pass of the frozen model a step for "
-                          "all (docs/packed.md), when every one is of the LoRA family and can pack; off (default): "
-                          "each alone")
+    how.add_argument("--pack", choices=PACK_CHOICES, default="off",
+                     help="on: the finalists that can pack train together as one pack, one pass of the frozen model "
+                          "a step for all (docs/packed.md); auto: the same, packed only where one measured step of "
+                          "the pack beats its members' steps alone; off (default): each alone")
     how.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
 
 

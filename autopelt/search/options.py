@@ -49,7 +49,8 @@ class SearchOptions:
     # the hidden sizes (portfolio.py)
     portfolio: str = "auto"  # configurations run first: auto (the shipped one, default space), none, or a file
     gradient_checkpointing: bool | None = None  # of every trial whose delta can take it; None: the trial's default
-    pack: str = "off"  # off, or auto: the finalists train as one pack when they can (search/packs.py)
+    pack: str = "off"  # off, on (the finalists train as one pack when they can) or auto (and packed only where its
+    #                    measured step pays): search/packs.py
 
 
 def check_numbers(options: SearchOptions) -> None:
@@ -76,6 +77,6 @@ def check_numbers(options: SearchOptions) -> None:
                                           or options.finalists < 0):
         raise UserError(f"--finalists must be a whole number, 0 or more, not {options.finalists!r}")
     if options.pack not in PACK_CHOICES:
-        raise UserError(f"--pack must be off or auto, not {options.pack!r}")
+        raise UserError(f"--pack must be off, on or auto, not {options.pack!r}")
     if options.precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")

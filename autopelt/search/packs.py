@@ -1,31 +1,32 @@
 """Which trials of a search train together as one pack (`--pack`; the packing itself: train/packed.py).
 
-`--pack auto` packs the finalists (finalists.py): they are queued together at the end, trained at their recorded
-rate and never stopped early, so one Ray trial can train them all in one process on one frozen model, one backbone
-pass a step for all (docs/packed.md). Only finalists of the LoRA family (LoRA, rsLoRA, DoRA: every method of the
-delta trains at LoRA's rate family) pack: where the members add an ungated LoRA update the frozen linears run once
-for every row, which is what pays on a CPU; a mix of methods routes nearly every linear member by member and
-measured no gain. A finalist that train/packed.py refuses (`refusal`) or that shares no `packing_key` with the
-first of its pack runs alone, as with `--pack off`. A pack holds no more finalists than leave a worker idle
-(`most`): on one worker all of them, on as many workers as finalists none is packed.
+`--pack on` and `--pack auto` pack the finalists (finalists.py): they are queued together at the end, trained at
+their recorded rate and never stopped early, so one Ray trial can train them all in one process on one frozen
+model, one backbone pass a step for all (docs/packed.md). Under `auto` the pack first times its step against its
+members' steps alone and trains packed only where that pays (train/packed.py, `measure`; else each member trains
+alone in that Ray trial); under `on` it trains packed. A finalist that train/packed.py refuses (`refusal`) or
+that shares no `packing_key` with the first of its pack runs alone, as with `--pack off`. A pack holds no more
+finalists than leave a worker idle (`most`): on one worker all of them, on as many workers as finalists none is
+packed.
 """
 
 from __future__ import annotations
 
-PACK_CHOICES = ("off", "auto")
+PACK_CHOICES = ("off", "on", "auto")
 
 
 def packable(ticket, pack: str) -> bool:
     """Whether `ticket` (controller.Ticket) may train in a pack under `--pack pack`."""
-    if pack != "auto" or not ticket.finalist or ticket.stoppable:
+    if pack == "off" or not ticket.finalist or ticket.stoppable:
         return False
-    from autopelt.delta import parse_spec  # torch: the driver's, never a Ray worker's before it trains
-    from autopelt.delta.packing import shares_frozen_pass
-    from autopelt.train.packed import refusal
+    from autopelt.train.packed import refusal  # torch: the driver's, never a Ray worker's before it trains
 
-    if refusal(ticket.settings):
-        return False
-    return shares_frozen_pass(parse_spec(ticket.settings.spec))
+    return not refusal(ticket.settings)
+
+
+def measured(pack: str) -> bool:
+    """Whether a pack times its step and trains packed only where that pays (`--pack auto`)."""
+    return pack == "auto"
 
 
 def same_pack(first, other) -> bool:

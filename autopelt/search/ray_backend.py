@@ -98,7 +98,7 @@ class ControllerSearcher(Searcher):
         if len(tickets) == 1:
             return {TICKET_KEY: ticket_json(outcome)}
         log.info("training finalists %s together as one pack", ", ".join(str(t.number) for t in tickets))
-        return {TICKET_KEY: pack_json(tickets)}
+        return {TICKET_KEY: pack_json(tickets, packs.measured(self.pack))}
 
     def _pack_with(self, first: Ticket) -> list[Ticket]:
         """The tickets the controller hands out next that can train in one pack with `first` (search/packs.py);
@@ -349,9 +349,11 @@ def ticket_json(ticket: Ticket) -> str:
     return json.dumps({"settings": ticket.settings.to_dict(), "stoppable": ticket.stoppable})
 
 
-def pack_json(tickets: list[Ticket]) -> str:
-    """A pack's tickets, each with its Optuna trial number (its events and result are sent keyed by it)."""
-    return json.dumps({"pack": [{"number": t.number, "settings": t.settings.to_dict()} for t in tickets]})
+def pack_json(tickets: list[Ticket], measure: bool = False) -> str:
+    """A pack's tickets, each with its Optuna trial number (its events and result are sent keyed by it), and whether
+    it trains packed only where its measured step pays (`packs.measured`)."""
+    return json.dumps({"pack": [{"number": t.number, "settings": t.settings.to_dict()} for t in tickets],
+                       "measure": measure})
 
 
 # -- inside a Ray worker ------------------------------------------------------------------------------------
@@ -385,7 +387,7 @@ def _train(tune_config: dict) -> None:
 
     ticket = json.loads(tune_config[TICKET_KEY])
     if "pack" in ticket:
-        _train_pack(ticket["pack"])
+        _train_pack(ticket["pack"], ticket.get("measure", False))
         return
     settings = TrialSettings.from_dict({**ticket["settings"], **_placement()})
     last_epoch = settings.epochs if ticket["stoppable"] else 0
@@ -401,9 +403,10 @@ def _train(tune_config: dict) -> None:
     tune.report({METRIC: _number(result.get("dev_metric")), RESULT_KEY: json.dumps(result, default=str)})
 
 
-def _train_pack(members: list[dict]) -> None:
-    """Train a pack's members with `run_packed`, never shown to ASHA (a pack holds finalists only); each
-    member's events and its result are sent keyed by its Optuna trial number."""
+def _train_pack(members: list[dict], measure: bool = False) -> None:
+    """Train a pack's members with `run_packed` (`measure`: packed only where its measured step pays), never shown
+    to ASHA (a pack holds finalists only); each member's events and its result are sent keyed by its Optuna trial
+    number."""
     from autopelt.train import TrialSettings
     from autopelt.train.packed import run_packed
 
@@ -418,7 +421,7 @@ def _train_pack(members: list[dict]) -> None:
         return report
 
     try:
-        results = run_packed(settings, [reporter(number) for number in numbers])
+        results = run_packed(settings, [reporter(number) for number in numbers], measure=measure)
     except Exception as error:
         results = [_failed(error, trial) for trial in settings]
     finally:

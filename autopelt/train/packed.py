@@ -17,6 +17,11 @@ not fit the model fails alone, as its trial would.
 What differs from trials alone, beyond float rounding (a matmul over more rows, longer padding): a delta's own
 dropout (LoRA's `dropout` > 0) draws its masks from one random stream for the whole pack; each member's
 `train_seconds` is its share, by rows, of the steps it was packed in.
+
+With `measure`, a pack first times one step of its own against its members' steps alone (`measured_step`) and
+trains packed only where that pays (PAYS); otherwise each member trains alone, its result saying why
+(`packed.unpacked`). The measurement leaves no trace: no optimizer step, the gradients cleared, the random state
+put back, so a pack that pays trains exactly as it would unmeasured.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ from autopelt.train.trial import (attention_cache, close_result, conclude, fail,
 from autopelt.train.trial_data import prepare_data, resolve_task
 
 log = logging.getLogger(__name__)
+
+# a measured pack trains packed where its step takes at most this share of its members' steps alone: the rest is a
+# margin for the timing's noise (set before any pack was measured with it)
+PAYS = 0.9
 
 # what members of one pack share: one model, one data, one pass
 SHARED = ("task", "custom_task", "model", "data_dir", "protocol", "dev_size", "split_seed", "max_train_examples",
@@ -79,10 +88,12 @@ def packing_key(settings: TrialSettings) -> tuple:
     return tuple(repr(getattr(settings, name)) for name in SHARED)
 
 
-def run_packed(settings: Sequence[TrialSettings], reports: Sequence[Report | None] | None = None) -> list[dict]:
+def run_packed(settings: Sequence[TrialSettings], reports: Sequence[Report | None] | None = None, *,
+               measure: bool = False) -> list[dict]:
     """Train every trial of `settings`, those that can pack together in packs (one per `packing_key`), the others
     alone; their results (run_trial's form), in the order given. `reports[i]` gets trial i's dev evaluations;
-    a truthy return stops that trial (it leaves its pack)."""
+    a truthy return stops that trial (it leaves its pack). `measure`: a pack trains packed only where its measured
+    step pays (module docstring)."""
     reports = list(reports) if reports is not None else [None] * len(settings)
     results: list[dict | None] = [None] * len(settings)
     packs: dict[tuple, list[int]] = {}
@@ -96,7 +107,8 @@ def run_packed(settings: Sequence[TrialSettings], reports: Sequence[Report | Non
         if len(members) == 1:
             results[members[0]] = run_trial(settings[members[0]], reports[members[0]])
             continue
-        for i, result in zip(members, _run_pack([settings[i] for i in members], [reports[i] for i in members])):
+        for i, result in zip(members, _run_pack([settings[i] for i in members], [reports[i] for i in members],
+                                                measure)):
             results[i] = result
     return results
 
@@ -123,31 +135,38 @@ class _Member:
         self.done = False
 
 
-def _run_pack(settings: list[TrialSettings], reports: list[Report | None]) -> list[dict]:
-    """The pack's results; where it runs out of memory, each member that had not ended trains again alone, from
-    the start (with its own retries at half the micro-batch: trial.run_trial), its result saying so (`packed.
-    unpacked`). Any other failure of the whole pack fails the members still training, each with its reason."""
+class StepDoesNotPay(Exception):
+    """A measured pack's step took more than PAYS of its members' steps alone."""
+
+
+def _run_pack(settings: list[TrialSettings], reports: list[Report | None], measure: bool = False) -> list[dict]:
+    """The pack's results; where it runs out of memory, or its measured step does not pay, each member that had not
+    ended trains (again) alone, from the start (with its own retries at half the micro-batch: trial.run_trial), its
+    result saying why (`packed.unpacked`). Any other failure of the whole pack fails the members still training,
+    each with its reason."""
     members = [_Member(trial, report, i, len(settings)) for i, (trial, report) in enumerate(zip(settings, reports))]
-    unpack = []
+    unpack, why = [], ""
     try:
-        _train_pack(members)
+        _train_pack(members, measure)
     except Exception as error:
-        unpack = [m for m in members if m.result["status"] == "running"] if devices.is_out_of_memory(error) else []
-        for member in members:
-            if member.result["status"] == "running" and member not in unpack:
+        running = [m for m in members if m.result["status"] == "running"]
+        if isinstance(error, StepDoesNotPay):
+            unpack, why = running, f"its measured step did not pay ({error}); trained alone"
+        elif devices.is_out_of_memory(error):
+            unpack, why = running, "the pack ran out of memory; trained alone"
+        for member in running:
+            if member not in unpack:
                 fail(member.result, error, member.settings)
     for member in members:
         member.run = None  # it holds the pack's modules: with the error's frames gone, nothing does
     for member in unpack:
         devices.release_memory()
-        log.warning("a pack of %d trials ran out of memory: member %d again alone", len(members),
-                    member.result["packed"]["member"])
-        member.result = _alone(member.settings, member.report, {
-            **member.result["packed"], "unpacked": "the pack ran out of memory; trained alone"})
+        log.warning("a pack of %d trials: %s (member %d)", len(members), why, member.result["packed"]["member"])
+        member.result = _alone(member.settings, member.report, {**member.result["packed"], "unpacked": why})
     return [m.result if m in unpack else close_result(m.result, m.settings, m.outcome, m.started) for m in members]
 
 
-def _train_pack(members: list[_Member]) -> None:
+def _train_pack(members: list[_Member], measure: bool = False) -> None:
     first = members[0].settings
     task = resolve_task(first)
     model_name = resolve_model(first.model)
@@ -161,6 +180,14 @@ def _train_pack(members: list[_Member]) -> None:
         pack, dtype, attention, members = _build(members, task, model_name, data, device, phases)
         if pack is None:
             return
+        if measure and len(members) > 1:
+            with timed(phases, "measured step"):
+                step = measured_step(pack, [m.settings for m in members], data, device, dtype)
+            for member in members:
+                member.result["packed"]["step"] = step
+            if step["ratio"] > PAYS:
+                raise StepDoesNotPay(f"packed {step['packed_s']:.3g} s against {step['alone_s']:.3g} s alone, "
+                                     f"{step['ratio']:.2f}x > {PAYS:g}x")
         for member, own in zip(members, pack.members):
             spec = delta.parse_spec(member.settings.spec)
             member.result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary(),
@@ -277,6 +304,52 @@ def _steps(pack, members: list[_Member], data, device, dtype) -> None:
                 member.run.done = True
             member.run.objective.given = None  # used by the evaluation it was computed for, or by none
             member.done = member.run.done
+
+
+def measured_step(pack, settings: list[TrialSettings], data, device, dtype) -> dict:
+    """One training pass (forward and backward) of the pack on every member's first batch of train rows, against the
+    same pass of each member's own model on its batch alone: seconds of the second of two rounds (the first warms
+    up), their ratio (packed / alone). No optimizer steps; the gradients are cleared and the random state (a delta's
+    own dropout draws) put back, so training goes on as if nothing ran."""
+    batches = [list(range(min(trial.batch_size, len(data.train)))) for trial in settings]
+
+    def loss_of(model, parts: list[list[int]]) -> torch.Tensor:  # the sum of each part's mean loss, as a step's
+        batch = pad_batch(data.train, [r for part in parts for r in part])
+        labels = batch.pop("labels").to(device)
+        with devices.autocast(device, dtype):
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
+        losses, start = [], 0
+        for part in parts:
+            losses.append(supervised_loss(logits[start:start + len(part)], labels[start:start + len(part)]))
+            start += len(part)
+        return torch.stack(losses).sum()
+
+    def packed() -> None:
+        pack.rows.assign([(i, len(part)) for i, part in enumerate(batches)])
+        loss_of(pack.model, batches).backward()
+
+    def alone(i: int) -> Callable[[], None]:
+        return lambda: loss_of(pack.members[i], [batches[i]]).backward()
+
+    for model in (pack.model, *pack.members):
+        model.train()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for _ in range(2):
+            packed_s, alone_s = _clock(packed, device), [_clock(alone(i), device) for i in range(len(batches))]
+    for model in (pack.model, *pack.members):
+        model.zero_grad(set_to_none=True)
+    return {"packed_s": round(packed_s, 4), "alone_s": round(sum(alone_s), 4),
+            "ratio": round(packed_s / sum(alone_s), 3)}
+
+
+def _clock(step: Callable[[], None], device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
 
 
 class _MemberObjective(Classification):
