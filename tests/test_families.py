@@ -420,9 +420,11 @@ def test_a_deberta_prefix_is_its_disentangled_attention_over_prefix_tokens_that_
     assert not torch.allclose(got[kept], alone[kept], atol=1e-3)  # the prefix changes what it reads
 
 
-def test_a_modernbert_prefix_is_its_rotary_attention_over_prefix_tokens_that_are_not_rotated():
+@pytest.mark.parametrize("window", [False, True])
+def test_a_modernbert_prefix_is_its_rotary_attention_over_prefix_tokens_that_are_not_rotated(window):
     """The wrapped attention (Wqkv, rotary positions, Wo) equals the module's own run on [prefix tokens; tokens]
-    whose rotation is none (cos 1, sin 0) for the prefix tokens and the real tokens' own for them, read at those."""
+    whose rotation is none (cos 1, sin 0) for the prefix tokens and the real tokens' own for them, read at those;
+    with a local layer's window (each token sees its neighbours only) the prefix stays visible to every token."""
     from autopelt.delta.modules.prefix import ModernBertPrefixAttention, PrefixEncoder
 
     model = build("modernbert", {"methods": [{"method": "prefix", "length": 3, "reparam_hidden": 0}]})
@@ -433,16 +435,20 @@ def test_a_modernbert_prefix_is_its_rotary_attention_over_prefix_tokens_that_are
     angles = torch.randn(1, 5, base.head_dim // 2, generator=generator).repeat(1, 1, 2)
     cos, sin = angles.cos(), angles.sin()
     none = torch.zeros(1, 3, base.head_dim)
-    mask = torch.zeros(2, 1, 1, 5)
+    mask = torch.zeros(2, 1, 5, 5)
     mask[1, ..., -2:] = torch.finfo(torch.float32).min  # the second row's last two tokens are padding
+    if window:
+        apart = (torch.arange(5)[:, None] - torch.arange(5)[None, :]).abs() > 1
+        mask = mask.masked_fill(apart, torch.finfo(torch.float32).min)
+    full_mask = torch.zeros(2, 1, 8, 8)
+    full_mask[:, :, 3:, 3:] = mask  # the prefix tokens' columns: visible to every token
     with torch.no_grad():
         _, key, value = base.Wqkv(extra).view(3, 3, -1).unbind(dim=1)
         encoder.prefix[wrapped.row, 0], encoder.prefix[wrapped.row, 1] = key, value
         got = wrapped(hidden, (cos, sin), mask)[0]
         alone = base(hidden, (cos, sin), mask)[0]
         expected = base(torch.cat([extra.expand(2, -1, -1), hidden], dim=1),
-                        (torch.cat([none.cos(), cos], dim=1), torch.cat([none, sin], dim=1)),
-                        torch.cat([torch.zeros(2, 1, 1, 3), mask], dim=-1))[0]
+                        (torch.cat([none.cos(), cos], dim=1), torch.cat([none, sin], dim=1)), full_mask)[0]
     torch.testing.assert_close(got, expected[:, 3:], rtol=0, atol=1e-5)
     assert not torch.allclose(got, alone, atol=1e-3)  # the prefix changes what it reads
 

@@ -141,7 +141,7 @@ class ControllerSearcher(Searcher):
         # Tune pickles its whole config for Tuner.restore, which autopelt never uses: the study is the state.
         # The controller (an open study, the live view's output) stays out of that file.
         return {"_metric": self._metric, "_mode": self._mode, "max_concurrent": self.max_concurrent,
-                "pack": self.pack}
+                "pack": self.pack, "pack_most": self.pack_most}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, controller=None, numbers={}, held=[])

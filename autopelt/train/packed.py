@@ -180,14 +180,6 @@ def _train_pack(members: list[_Member], measure: bool = False) -> None:
         pack, dtype, attention, members = _build(members, task, model_name, data, device, phases)
         if pack is None:
             return
-        if measure and len(members) > 1:
-            with timed(phases, "measured step"):
-                step = measured_step(pack, [m.settings for m in members], data, device, dtype)
-            for member in members:
-                member.result["packed"]["step"] = step
-            if step["ratio"] > PAYS:
-                raise StepDoesNotPay(f"packed {step['packed_s']:.3g} s against {step['alone_s']:.3g} s alone, "
-                                     f"{step['ratio']:.2f}x > {PAYS:g}x")
         for member, own in zip(members, pack.members):
             spec = delta.parse_spec(member.settings.spec)
             member.result.update(model=model_name, metric=task.metric, spec=spec.to_dict(), summary=spec.summary(),
@@ -197,6 +189,15 @@ def _train_pack(members: list[_Member], measure: bool = False) -> None:
                                  params=delta.count_parameters(spec, own.config, task.num_labels).to_dict())
             objective = _MemberObjective(own, data, device, dtype)
             member.run = Training(objective, member.settings, member.report, outcome=member.outcome)
+        if measure and len(members) > 1:  # each member's own first batch (drawn from its own order, kept for it)
+            with timed(phases, "measured step"):
+                step = measured_step(pack, [list(m.run.next_rows()) for m in members], data, device, dtype)
+            for member in members:
+                member.result["packed"]["step"] = dict(step)
+                member.result["phase_seconds"]["measured step"] = phases["measured step"]
+            if step["ratio"] > PAYS:
+                raise StepDoesNotPay(f"packed {step['packed_s']:.3g} s against {step['alone_s']:.3g} s alone, "
+                                     f"{step['ratio']:.2f}x > {PAYS:g}x")
         _steps(pack, members, data, device, dtype)
         for member, own in zip(members, pack.members):
             if member.result["status"] != "running":
@@ -306,12 +307,12 @@ def _steps(pack, members: list[_Member], data, device, dtype) -> None:
             member.done = member.run.done
 
 
-def measured_step(pack, settings: list[TrialSettings], data, device, dtype) -> dict:
-    """One training pass (forward and backward) of the pack on every member's first batch of train rows, against the
-    same pass of each member's own model on its batch alone: seconds of the second of two rounds (the first warms
-    up), their ratio (packed / alone). No optimizer steps; the gradients are cleared and the random state (a delta's
-    own dropout draws) put back, so training goes on as if nothing ran."""
-    batches = [list(range(min(trial.batch_size, len(data.train)))) for trial in settings]
+def measured_step(pack, batches: list[list[int]], data, device, dtype) -> dict:
+    """One training pass (forward and backward) of the pack on its members' `batches` (each member's train rows, as
+    its first step reads them: padded together as a pack pads them), against the same pass of each member's own
+    model on its batch alone: seconds of the second of two rounds (the first warms up), their ratio (packed /
+    alone). No optimizer steps; the gradients are cleared and the random state (a delta's own dropout draws) put
+    back, so training goes on as if nothing ran."""
 
     def loss_of(model, parts: list[list[int]]) -> torch.Tensor:  # the sum of each part's mean loss, as a step's
         batch = pad_batch(data.train, [r for part in parts for r in part])

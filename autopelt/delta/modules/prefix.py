@@ -83,7 +83,8 @@ class PrefixSelfAttention(nn.Module):
         batch, length = hidden_states.shape[:2]
         query, key, value = (split_heads(getattr(base, name)(hidden_states), base.attention_head_size)
                              for name in self.linears)
-        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.attention_head_size)
+        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.attention_head_size,
+                                                query.dtype)
         if self.gate is not None:
             g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
             prefix_key = prefix_key * g[:, 0, None, None, None]
