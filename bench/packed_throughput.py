@@ -3,13 +3,15 @@
 Trains N classification trials of different methods at fixed rates (by default LoRA, (IA)3, a Pfeiffer adapter and
 BitFit; 1 epoch; test not scored, as a search's trials) twice in this process, after an untimed warm-up step: one
 after the other through `run_trial` (each loads its model and data, as a fresh worker would, from a warm file
-cache), and as one pack through `run_packed` (one model, one data, one pass a step and a dev evaluation). For each:
-the wall seconds, trials per hour, training examples per second over the wall time and over the training steps'
-time, and every trial's dev metric (packing must not change them beyond rounding).
+cache), and as one pack through `run_packed` (one model, one data, one pass a step and a dev evaluation); mode
+`measured` is that pack under `run_packed(measure=True)`, as `--pack auto` trains it: packed only where its measured
+step pays (its row's `step_ratio`, packed / alone, and `unpacked`). For each: the wall seconds, trials per hour,
+training examples per second over the wall time and over the training steps' time, and every trial's dev metric
+(packing must not change them beyond rounding).
 
 Usage: python bench/packed_throughput.py --data-dir ../shared/data/glue-full --task sst2 --k 1000 \\
            [--model all-MiniLM-L6-v2] [--threads 2] [--epochs 1 | --max-steps N] [--dev-size N]
-           [--order alone,packed] [--repeats N] [--out-dir DIR]
+           [--order alone,packed,measured] [--repeats N] [--out-dir DIR]
 
 `speedup` is trials per hour over the one-by-one run of the same repeat; `train_speedup` the same for training
 examples per second over the training steps' time alone (no model load, data or dev evaluation).
@@ -55,7 +57,9 @@ def summarise(mode: str, results: list[dict], wall: float) -> dict:
             "examples_per_second": round(examples / wall, 1),
             "train_examples_per_second": round(examples / train, 1) if train else 0.0,
             "train_seconds": round(train, 2), "eval_seconds": round(sum(r["eval_seconds"] for r in results), 2),
-            "dev": [None if r["dev_metric"] is None else round(r["dev_metric"], 4) for r in results]}
+            "dev": [None if r["dev_metric"] is None else round(r["dev_metric"], 4) for r in results],
+            "step_ratio": ((results[0].get("packed") or {}).get("step") or {}).get("ratio"),
+            "unpacked": any("unpacked" in (r.get("packed") or {}) for r in results)}
 
 
 def members_of(args) -> tuple:
@@ -73,7 +77,10 @@ def measure(args, mode: str, work: Path) -> dict:
     settings = [trial_settings(args, spec, rate, work / mode / str(i))
                 for i, (_, spec, rate) in enumerate(members_of(args))]
     started = time.perf_counter()
-    results = run_packed(settings) if mode == "packed" else [run_trial(s) for s in settings]
+    if mode not in ("alone", "packed", "measured"):
+        raise SystemExit(f"--order: a mode is alone, packed or measured, not {mode!r}")
+    results = [run_trial(s) for s in settings] if mode == "alone" else run_packed(settings,
+                                                                                  measure=mode == "measured")
     return summarise(mode, results, time.perf_counter() - started)
 
 
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--members", default="mixed", choices=("mixed", "lora"),
                         help="mixed: LoRA, (IA)3, Pfeiffer, BitFit; lora: four LoRAs at four rates")
     parser.add_argument("--max-steps", type=int, default=None, help="train this many steps instead of --epochs")
-    parser.add_argument("--order", default="alone,packed", help="the modes, in the order they run")
+    parser.add_argument("--order", default="alone,packed", help="the modes, in the order they run: alone, packed, "
+                        "measured (packed where its measured step pays)")
     parser.add_argument("--repeats", type=int, default=1, help="run the modes' order this many times")
     parser.add_argument("--name", default="packed_throughput", help="the results file's name (one a model)")
     parser.add_argument("--out-dir", default=None, help="where the results file goes (default benchmarks/results)")
