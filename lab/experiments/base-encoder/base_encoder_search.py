@@ -5,7 +5,7 @@ the other on this machine (nothing else set: default workers, precision, portfol
 summary (`search.txt`), then `autopelt export` of its answer (`metrics.json`: dev, test, one-class floors, the
 study's ensemble with its test). Prints and writes (`base-encoder-search`) one row per model and seed. A model and
 seed whose search and export finished before is kept (resumable); a search killed midway resumes as `autopelt
-search` resumes.
+search` resumes. Each row names the commit its search ran at (`commit.txt` in its folder).
 
     python lab/experiments/base-encoder/base_encoder_search.py --models mpnet-base,all-MiniLM-L6-v2 --seeds 0 \\
         --data-dir ../shared/data/glue --work-dir /tmp/base-encoder
@@ -36,9 +36,11 @@ def main() -> None:
               f"{row['answer']}: dev {row['dev']:.4f} test {row['test']:.4f} (one-class floor: dev "
               f"{row['floor_dev']:.4f} test {row['floor_test']:.4f}); ensemble "
               f"{_maybe(row['ensemble_test'])} over {row['ensemble_members']} members")
-    write_results("base-encoder-search", rows, settings={
+    columns = [key for key in rows[0] if key != "summary"]  # the summaries stay in the file, out of the table
+    write_results("base-encoder-search", rows, columns=columns, settings={
         "task": args.task, "k": args.k, "budget": args.budget, "data_dir": args.data_dir, "models": args.models,
-        "seeds": args.seeds}, notes="each search alone on the machine, its defaults; test never chose anything",
+        "seeds": args.seeds}, notes=" ".join(filter(None, [
+            "each search with the machine to itself, its defaults; test never chose anything", args.note])),
         out_dir=Path(__file__).parent)
 
 
@@ -50,6 +52,7 @@ def one(args, model: str, seed: int, work: Path) -> dict:
     env = {**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = here / "search.done"
     if not done.exists():
+        (here / "commit.txt").write_text(_commit())
         command = [sys.executable, "-m", "autopelt.cli", "search", "--model", model, "--task", args.task,
                    "--data-dir", args.data_dir, "--k", str(args.k), "--budget", args.budget, "--seed", str(seed),
                    "--storage", storage, "--study-name", "default", "--out", str(here / "out")]
@@ -67,7 +70,9 @@ def one(args, model: str, seed: int, work: Path) -> dict:
     metrics = json.loads((export / "metrics.json").read_text())
     name = metrics.get("metric", "accuracy")
     ensemble = metrics.get("ensemble") or {}
-    return {"model": model, "seed": seed, "wall_s": float(done.read_text()), "trials": trials_of(storage),
+    commit = here / "commit.txt"
+    return {"model": model, "seed": seed, "commit": commit.read_text().strip() if commit.exists() else None,
+            "wall_s": float(done.read_text()), "trials": trials_of(storage),
             "answer": metrics.get("baseline") or f"trial {metrics.get('trial')}", "metric": name,
             "dev": metrics["dev"][name], "test": metrics["test"][name],
             "floor_dev": metrics["floors"]["dev"], "floor_test": metrics["floors"]["test"],
@@ -81,6 +86,13 @@ def _summary(log: Path) -> list[str]:
     lines = log.read_text().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("study default:")]
     return lines[starts[-1]:] if starts else lines[-40:]
+
+
+def _commit() -> str:
+    """The commit the search runs at (bench/results.py's form: `+dirty` where tracked files differ)."""
+    from results import commit
+
+    return commit()
 
 
 def _maybe(value) -> str:
@@ -103,6 +115,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=500)
     parser.add_argument("--budget", default="45m", help="the search's --budget")
     parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--note", help="a sentence the results file keeps (what else ran on the machine, say)")
     return parser.parse_args()
 
 
