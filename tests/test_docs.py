@@ -10,8 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-GENERATED = re.compile(r"<!-- results: [a-z0-9._-]+ -->\n.*?<!-- /results -->|<!-- step-times:start -->.*?"
-                       r"<!-- step-times:end -->", re.S)
+GENERATED = re.compile(r"<!-- results: [a-z0-9._-]+ -->\n.*?<!-- /results -->|<!-- ([a-z-]+):start -->.*?"
+                       r"<!-- \1:end -->", re.S)  # bench/render_docs.py's blocks; step_times.py render's markers
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 LEAD_REWORKS: set[str] = set()
 REFERENCE = sorted(page for page in DOCS.glob("*.md") if page.name not in LEAD_REWORKS)

@@ -40,7 +40,7 @@ def main() -> None:
     write_results("base-encoder-search", rows, columns=columns, settings={
         "task": args.task, "k": args.k, "budget": args.budget, "data_dir": args.data_dir, "models": args.models,
         "seeds": args.seeds}, notes=" ".join(filter(None, [
-            "each search with the machine to itself, its defaults; test never chose anything", args.note])),
+            "one search at a time, each with its defaults; test never chose anything.", args.note])),
         out_dir=Path(__file__).parent)
 
 
