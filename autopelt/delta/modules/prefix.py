@@ -83,12 +83,7 @@ class PrefixSelfAttention(nn.Module):
         batch, length = hidden_states.shape[:2]
         query, key, value = (split_heads(getattr(base, name)(hidden_states), base.attention_head_size)
                              for name in self.linears)
-        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.attention_head_size,
-                                                query.dtype)
-        if self.gate is not None:
-            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
-            prefix_key = prefix_key * g[:, 0, None, None, None]
-            prefix_value = prefix_value * g[:, -1, None, None, None]
+        prefix_key, prefix_value = gated_prefix(self, hidden_states, base.attention_head_size, query.dtype)
         key = torch.cat([prefix_key, key], dim=2)
         value = torch.cat([prefix_value, value], dim=2)
         mask = extend_mask(attention_mask, prefix_key.shape[2])
@@ -125,11 +120,7 @@ class MPNetPrefixAttention(nn.Module):
         batch, length = hidden_states.shape[:2]
         head_dim = base.attention_head_size
         query, key, value = (split_heads(linear(hidden_states), head_dim) for linear in (base.q, base.k, base.v))
-        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, head_dim, query.dtype)
-        if self.gate is not None:
-            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
-            prefix_key = prefix_key * g[:, 0, None, None, None]
-            prefix_value = prefix_value * g[:, -1, None, None, None]
+        prefix_key, prefix_value = gated_prefix(self, hidden_states, head_dim, query.dtype)
         prefixed = prefix_key.shape[2]
         key, value = torch.cat([prefix_key, key], dim=2), torch.cat([prefix_value, value], dim=2)
         scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(head_dim)
@@ -165,11 +156,7 @@ class DebertaPrefixAttention(nn.Module):
         as_rows = lambda x: base.transpose_for_scores(x, heads)  # noqa: E731  (B·heads, T, d), as the module's
         query = as_rows(base.query_proj(hidden_states if query_states is None else query_states))
         key, value = as_rows(base.key_proj(hidden_states)), as_rows(base.value_proj(hidden_states))
-        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, query.shape[-1], query.dtype)
-        if self.gate is not None:
-            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
-            prefix_key = prefix_key * g[:, 0, None, None, None]
-            prefix_value = prefix_value * g[:, -1, None, None, None]
+        prefix_key, prefix_value = gated_prefix(self, hidden_states, query.shape[-1], query.dtype)
         prefixed = prefix_key.shape[2]
         prefix_key, prefix_value = (x.reshape(-1, prefixed, x.shape[-1]) for x in (prefix_key, prefix_value))
         terms = 1 + ("c2p" in base.pos_att_type) + ("p2c" in base.pos_att_type)
@@ -211,17 +198,24 @@ class ModernBertPrefixAttention(nn.Module):
         qkv = base.Wqkv(hidden_states).view(batch, length, 3, -1, base.head_dim)
         query, key, value = (x.transpose(1, 2) for x in qkv.unbind(dim=-3))
         query, key = modernbert.apply_rotary_pos_emb(query, key, *position_embeddings, unsqueeze_dim=1)
-        prefix_key, prefix_value = prefix_heads(self.prefix_encoder, self.row, batch, base.head_dim, query.dtype)
-        if self.gate is not None:
-            g = self.gate(hidden_states)  # (B, 1): UniPELT's one gate for keys and values; (B, 2) when split
-            prefix_key = prefix_key * g[:, 0, None, None, None]
-            prefix_value = prefix_value * g[:, -1, None, None, None]
+        prefix_key, prefix_value = gated_prefix(self, hidden_states, base.head_dim, query.dtype)
         key, value = torch.cat([prefix_key, key], dim=2), torch.cat([prefix_value, value], dim=2)
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, modernbert.eager_attention_forward)
         output, weights = attention(base, query, key, value, extend_mask(attention_mask, prefix_key.shape[2]),
                                     dropout=base.attention_dropout if base.training else 0.0,
                                     scaling=base.head_dim ** -0.5, **kwargs)
         return base.out_drop(base.Wo(output.reshape(batch, length, -1).contiguous())), weights
+
+
+def gated_prefix(wrapper: nn.Module, hidden_states: torch.Tensor, head_dim: int,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """An encoder wrapper's row of prefix keys and values for the batch (two (B, heads, L, d) in `dtype`), scaled by
+    its UniPELT gate where it has one: (B, 1), one gate for keys and values, or (B, 2) when split."""
+    key, value = prefix_heads(wrapper.prefix_encoder, wrapper.row, hidden_states.shape[0], head_dim, dtype)
+    if wrapper.gate is None:
+        return key, value
+    g = wrapper.gate(hidden_states)
+    return key * g[:, 0, None, None, None], value * g[:, -1, None, None, None]
 
 
 def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
