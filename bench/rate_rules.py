@@ -117,21 +117,31 @@ def run(args) -> None:
             print(f"{key}: lora swept to {lora['learning_rate']} (dev {lora['dev']})", flush=True)
     swept = [done[f"{where}|lora-sweep|seed{s}"]["learning_rate"] for s in args.seeds]
     lora_rate = math.exp(sum(map(math.log, swept)) / len(swept)) if all(swept) else None
+    for index, member, rates, rate in _rungs(members, portfolio, config, lora_rate):
+        hparams = portfolio.hparams(index, args.epochs)
+        for seed in args.seeds:
+            key = f"{where}|{member.name}|{rate:g}|seed{seed}"
+            if key in done:
+                continue
+            settings = {**common, "spec": member.spec(_num_layers(config)), "seed": seed, "data_seed": 0,
+                        **{**hparams, "learning_rate": rate}}
+            row = {"key": key, "model": args.model, "task": args.task, "member": member.name, "rank": index,
+                   "recorded": member.learning_rate, "rate": rate, "seed": seed, "rules": rates,
+                   **run_one(settings)}
+            append(log, row)
+            print(f"{key}: dev {row['dev']} test {row['test']} ({row['seconds']}s)", flush=True)
+
+
+def _rungs(members, portfolio, config, lora_rate: float | None):
+    """(index, member, its rules' rates, a rung's rate) for every rung, each rule's own x1 rate first for every
+    member (so a run cut short has each rule's answer before the ladders around them), then the other rungs."""
+    first, rest = [], []
     for index, member in enumerate(members):
         rates = rule_rates(member.learning_rate, config.hidden_size, lora_rate, portfolio.reference_rate)
-        hparams = portfolio.hparams(index, args.epochs)
         for rate in ladder(rates):
-            for seed in args.seeds:
-                key = f"{where}|{member.name}|{rate:g}|seed{seed}"
-                if key in done:
-                    continue
-                settings = {**common, "spec": member.spec(_num_layers(config)), "seed": seed, "data_seed": 0,
-                            **{**hparams, "learning_rate": rate}}
-                row = {"key": key, "model": args.model, "task": args.task, "member": member.name, "rank": index,
-                       "recorded": member.learning_rate, "rate": rate, "seed": seed, "rules": rates,
-                       **run_one(settings)}
-                append(log, row)
-                print(f"{key}: dev {row['dev']} test {row['test']} ({row['seconds']}s)", flush=True)
+            own = any(abs(math.log(rate / r)) <= math.log(1.05) for r in rates.values())
+            (first if own else rest).append((index, member, rates, rate))
+    return first + rest
 
 
 def _num_layers(config) -> int:
@@ -172,11 +182,15 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 
 def _means(table: list[dict]) -> list[dict]:
-    """Per (model, task) with 2+ members: a "mean" row, each rule's distance and test averaged over the members
-    where its test has run (`members` says how many)."""
+    """Per (model, task) with 2+ members, and per model over its tasks where it has 2+ (task "all"): a "mean" row,
+    each rule's distance and test averaged over the member cells where its test has run (`members` says how many)."""
+    groups = {(e["model"], e["task"]): [x for x in table if (x["model"], x["task"]) == (e["model"], e["task"])]
+              for e in table}
+    for model in dict.fromkeys(e["model"] for e in table):
+        if len({e["task"] for e in table if e["model"] == model}) > 1:
+            groups[(model, "all")] = [e for e in table if e["model"] == model]
     rows = []
-    for model, task in dict.fromkeys((e["model"], e["task"]) for e in table):
-        members = [e for e in table if (e["model"], e["task"]) == (model, task)]
+    for (model, task), members in groups.items():
         if len(members) < 2:
             continue
         row = {"model": model, "task": task, "member": "mean"}
@@ -190,14 +204,32 @@ def _means(table: list[dict]) -> list[dict]:
     return rows
 
 
+DECIDES_BY = 0.1  # decades: set before the second task ran (see decide)
+
+
+def decide(table: list[dict]) -> str:
+    """The rule a search should use on a model other than the portfolio's, by the rule written down before the
+    second task ran: over every member cell (model, task, member) where all three rules' rates have run, the rule
+    whose x1 rate lies nearest the ladder's best rate by dev (mean |log10| distance), where it is nearer than
+    `absolute` by at least DECIDES_BY decades; else `absolute` (today's default) stays. Test only reports."""
+    cells = [e for e in table if e["member"] != "mean" and all(e.get(f"{r}_test") is not None for r in RULES)]
+    if not cells:
+        return "absolute"
+    off = {rule: sum(e[f"{rule}_off"] for e in cells) / len(cells) for rule in RULES}
+    nearest = min(off, key=off.get)
+    return nearest if off["absolute"] - off[nearest] >= DECIDES_BY - 1e-9 else "absolute"
+
+
 def summary(args) -> None:
     rows = list(done_rows(Path(args.work) / "trials.jsonl").values())
     table = summarise(rows)
     for entry in table:
         print(json.dumps(entry))
+    print(f"the rule written down before the second task ran chooses: {decide(table)}")
     if table:
         path = write_results("rate-rules", table, settings={"ladder": LADDER, "transfer_power": TRANSFER_POWER,
-                                                            "reference_hidden": REFERENCE_HIDDEN},
+                                                            "reference_hidden": REFERENCE_HIDDEN,
+                                                            "decides_by": DECIDES_BY, "chooses": decide(table)},
                              notes="dev picks the best rate of each member's ladder; test is each rule's x1 rate's "
                                    "mean over seeds")
         print(f"wrote {path}")

@@ -47,3 +47,27 @@ def test_a_mean_row_averages_each_rule_over_the_members_where_it_ran():
     assert mean["member"] == "mean" and mean["absolute_members"] == 2 and mean["transfer_members"] == 1
     assert mean["absolute_test"] == pytest.approx((0.7 + 0.6) / 2) and mean["transfer_test"] == pytest.approx(0.8)
     assert mean["absolute_off"] == pytest.approx(round(math.log10(3), 2) / 2)  # x: 3x off, y: at its best
+
+
+def _cell(model, task, member, off):
+    return {"model": model, "task": task, "member": member,
+            **{f"{rule}_off": value for rule, value in off.items()},
+            **{f"{rule}_test": 0.8 for rule in off}}
+
+
+def test_a_model_with_two_tasks_gets_a_mean_over_both():
+    rules = {"absolute": 3e-3, "transfer": 1e-3}
+    rows = [{"model": "m", "task": task, "member": member, "status": "ok", "rate": 1e-3, "seed": 0, "rules": rules,
+             "dev": 0.9, "test": 0.8}
+            for task in ("t", "u") for member in ("x", "y")]
+    means = [e for e in rate_rules.summarise(rows) if e["member"] == "mean"]
+    assert [e["task"] for e in means] == ["t", "u", "all"] and means[-1]["transfer_members"] == 4
+
+
+def test_the_decision_moves_from_absolute_only_by_a_tenth_of_a_decade():
+    near = [_cell("m", "t", "x", {"absolute": 0.3, "calibrated": 0.25, "transfer": 0.21})]
+    assert rate_rules.decide(near) == "absolute"  # 0.09 nearer: not enough
+    far = [_cell("m", "t", "x", {"absolute": 0.3, "calibrated": 0.25, "transfer": 0.2})]
+    assert rate_rules.decide(far) == "transfer"
+    missing = [{**far[0], "calibrated_test": None}]  # a rule's own rate has not run: the cell does not count
+    assert rate_rules.decide(missing) == "absolute"

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from autopelt.data import pad_batch
 from autopelt.delta.packing import pack_deltas, packing_refusal
 from autopelt.errors import UserError
 from autopelt.train import TrialSettings, run_packed
@@ -256,7 +257,7 @@ def test_measuring_a_pack_that_pays_leaves_no_trace(tiny_model_dir, glue_dir, tm
     measured = run_packed([make("measured", i, t) for i, t in enumerate(MEASURED)], measure=True)
     for one, other in zip(plain, measured):
         step = other["packed"].pop("step")
-        assert other["packed"] == one["packed"] and step.keys() == {"packed_s", "alone_s", "ratio"}
+        assert other["packed"] == one["packed"] and step.keys() == {"packed_s", "alone_s", "ratio", "steps"}
         assert step["packed_s"] > 0 and step["alone_s"] > 0 and "measured step" in other["phase_seconds"]
         assert other["history"] == one["history"] and other["status"] == one["status"] == "ok"
         ours, theirs = _weights(other), _weights(one)
@@ -278,3 +279,30 @@ def test_a_measured_pack_whose_step_does_not_pay_trains_its_members_alone(tiny_m
         assert result["packed"]["step"]["ratio"] > 0 and result["packed"]["member"] == i
         assert result["history"] == one["history"] and result["status"] == "ok"
         assert json.loads((tmp_path / f"packed{i}" / "result.json").read_text())["packed"] == result["packed"]
+
+
+def test_a_measured_pack_times_the_steps_it_will_train_after_one_that_warms_up(tiny_model_dir, glue_dir, tmp_path,
+                                                                               monkeypatch):
+    """The measured passes are the pack's first training steps (its members' rows, padded together), the first
+    untimed: a first batch alone misreads a run."""
+    from autopelt.train import packed
+
+    monkeypatch.setattr(packed, "PAYS", float("inf"))
+    seen: list[list[int]] = []
+
+    def spy(features, indices):
+        seen.append([int(i) for i in indices])
+        return pad_batch(features, indices)
+
+    monkeypatch.setattr(packed, "pad_batch", spy)
+    make = lambda name, i, t: _settings(tiny_model_dir, glue_dir, tmp_path / "cache",  # noqa: E731
+                                        tmp_path / f"{name}{i}", *t)
+    trials = [(spec, rate, seed, 2, epochs) for spec, rate, seed, _, epochs in MEASURED]  # 8 steps an epoch
+    run_packed([make("plain", i, t) for i, t in enumerate(trials)])
+    trained, seen[:] = list(seen), []
+    [first, _] = run_packed([make("measured", i, t) for i, t in enumerate(trials)], measure=True)
+    steps = first["packed"]["step"]["steps"]
+    assert steps == packed.MEASURED_STEPS
+    passes = len(trials) + 1  # a round: the pack, then each member alone
+    assert [seen[r * passes] for r in range(steps + 1)] == trained[:steps + 1]
+    assert seen[(steps + 1) * passes:][:steps + 1] == trained[:steps + 1]  # then it trains those steps

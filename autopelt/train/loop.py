@@ -190,6 +190,12 @@ class Training:
             self.batches, self.position = self.objective.batches(self.settings.batch_size, self.order), 0
         return self.batches[self.position]
 
+    def upcoming(self, count: int) -> list:
+        """The train rows of the next `count` steps, as many as this epoch has left (at least the next step's),
+        without taking them."""
+        self.next_rows()
+        return [list(rows) for rows in self.batches[self.position:self.position + count]]
+
     def evaluates_now(self) -> bool:
         """Whether `advance()`, after the step just taken, evaluates on dev (a pack evaluates its members due at
         once together)."""

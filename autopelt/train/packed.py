@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 # a measured pack trains packed where its step takes at most this share of its members' steps alone: the rest is a
 # margin for the timing's noise (set before any pack was measured with it)
 PAYS = 0.9
+# steps a measured pack times after one that warms up (a first batch alone misreads a run: docs/packed.md)
+MEASURED_STEPS = 4
 
 # what members of one pack share: one model, one data, one pass
 SHARED = ("task", "custom_task", "model", "data_dir", "protocol", "dev_size", "split_seed", "max_train_examples",
@@ -189,9 +191,10 @@ def _train_pack(members: list[_Member], measure: bool = False) -> None:
                                  params=delta.count_parameters(spec, own.config, task.num_labels).to_dict())
             objective = _MemberObjective(own, data, device, dtype)
             member.run = Training(objective, member.settings, member.report, outcome=member.outcome)
-        if measure and len(members) > 1:  # each member's own first batch (drawn from its own order, kept for it)
+        if measure and len(members) > 1:  # each member's own first batches (drawn from its own order, kept for it)
             with timed(phases, "measured step"):
-                step = measured_step(pack, [list(m.run.next_rows()) for m in members], data, device, dtype)
+                step = measured_step(pack, [m.run.upcoming(MEASURED_STEPS + 1) for m in members], data, device,
+                                     dtype)
             for member in members:
                 member.result["packed"]["step"] = dict(step)
                 member.result["phase_seconds"]["measured step"] = phases["measured step"]
@@ -307,12 +310,13 @@ def _steps(pack, members: list[_Member], data, device, dtype) -> None:
             member.done = member.run.done
 
 
-def measured_step(pack, batches: list[list[int]], data, device, dtype) -> dict:
-    """One training pass (forward and backward) of the pack on its members' `batches` (each member's train rows, as
-    its first step reads them: padded together as a pack pads them), against the same pass of each member's own
-    model on its batch alone: seconds of the second of two rounds (the first warms up), their ratio (packed /
-    alone). No optimizer steps; the gradients are cleared and the random state (a delta's own dropout draws) put
-    back, so training goes on as if nothing ran."""
+def measured_step(pack, batches: list[list[list[int]]], data, device, dtype) -> dict:
+    """Training passes (forward and backward) of the pack on its members' next batches (`batches[i]`: member i's
+    train rows of its next steps, as it reads them; padded together as a pack pads them), against the same passes
+    of each member's own model on its batches alone. The first step warms up (new shapes; in a length-grouped epoch
+    it is the longest batch of its chunk); the seconds of the next MEASURED_STEPS (or of the first again, where a
+    member has no more) are summed, and their ratio is packed / alone. No optimizer steps; the gradients are cleared
+    and the random state (a delta's own dropout draws) put back, so training goes on as if nothing ran."""
 
     def loss_of(model, parts: list[list[int]]) -> torch.Tensor:  # the sum of each part's mean loss, as a step's
         batch = pad_batch(data.train, [r for part in parts for r in part])
@@ -325,22 +329,30 @@ def measured_step(pack, batches: list[list[int]], data, device, dtype) -> dict:
             start += len(part)
         return torch.stack(losses).sum()
 
-    def packed() -> None:
-        pack.rows.assign([(i, len(part)) for i, part in enumerate(batches)])
-        loss_of(pack.model, batches).backward()
+    def packed(parts: list[list[int]]) -> Callable[[], None]:
+        def run() -> None:
+            pack.rows.assign([(i, len(part)) for i, part in enumerate(parts)])
+            loss_of(pack.model, parts).backward()
+        return run
 
-    def alone(i: int) -> Callable[[], None]:
-        return lambda: loss_of(pack.members[i], [batches[i]]).backward()
+    def alone(i: int, part: list[int]) -> Callable[[], None]:
+        return lambda: loss_of(pack.members[i], [part]).backward()
 
+    steps = min(len(own) for own in batches)
+    plan = [0, *(range(1, min(steps, MEASURED_STEPS + 1)) or [0])]  # the first warms up
+    rounds = []
     for model in (pack.model, *pack.members):
         model.train()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        for _ in range(2):
-            packed_s, alone_s = _clock(packed, device), [_clock(alone(i), device) for i in range(len(batches))]
+        for step in plan:
+            parts = [own[step] for own in batches]
+            rounds.append((_clock(packed(parts), device), sum(_clock(alone(i, part), device)
+                                                              for i, part in enumerate(parts))))
     for model in (pack.model, *pack.members):
         model.zero_grad(set_to_none=True)
-    return {"packed_s": round(packed_s, 4), "alone_s": round(sum(alone_s), 4),
-            "ratio": round(packed_s / sum(alone_s), 3)}
+    packed_s, alone_s = (sum(side) for side in zip(*rounds[1:]))
+    return {"packed_s": round(packed_s, 4), "alone_s": round(alone_s, 4), "ratio": round(packed_s / alone_s, 3),
+            "steps": len(rounds) - 1}
 
 
 def _clock(step: Callable[[], None], device) -> float:
