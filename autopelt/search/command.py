@@ -79,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "measurably faster, else fp32")
     how.add_argument("--pack", choices=PACK_CHOICES, default="off",
                      help="on: the finalists that can pack train together as one pack, one pass of the frozen model "
-                          "a step for all (docs/packed.md); auto: the same, packed only where the pack's measured steps "
-                          "beat its members' steps alone; off (default): each alone")
+                          "a step for all (docs/packed.md); auto: the same, packed only where the pack's measured "
+                          "steps beat its members' steps alone; off (default): each alone")
     how.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
 
 
