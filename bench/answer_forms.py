@@ -21,8 +21,10 @@ gains at least 0.5 points of test more than `distilled` on the mean, and loses n
 2026-12-02, after one study: trec seed 1).
 
 Each form's inference cost: forward passes an input, and the seconds to predict the task's test split on this
-CPU (one process, the base model loaded once). Every (task, seed) is one row of `<work>/rows.jsonl`, written when
-it ends, so a killed run resumes at the next one; the search itself resumes inside its own study (in `--scratch`).
+CPU (one process, the base model loaded once); `--threads 1` runs two at once on one core each, so compare forms
+by `time_vs_single`, the seconds over the single answer's in the same row. Every (task, seed) is one row of
+`<work>/rows.jsonl`, written when it ends, so a killed run resumes at the next one; the search itself resumes inside
+its own study (in `--scratch`).
 
     python bench/answer_forms.py run --tasks trec,tweeteval_emotion,qnli,snips --seeds 0 1 2 [--k 500 --budget 12]
     python bench/answer_forms.py summary      # benchmarks/results/answer-forms-<date>.json, printed
@@ -59,6 +61,8 @@ def search(task: str, seed: int, args, work: Path) -> tuple[str, str, Path]:
                "--seed", str(seed), "--budget", str(args.budget), "--workers", "1", "--storage", storage,
                "--sampler", "tpe",  # as every row ran (the default then), so rows stay comparable
                "--study-name", name, "--out", str(out)]
+    if args.threads:
+        command += ["--cpus-per-trial", str(args.threads)]
     done = subprocess.run(command, capture_output=True, text=True)
     (out / "search.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
@@ -179,6 +183,10 @@ def run(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows_file = work / "rows.jsonl"
+    if args.threads:  # this process's distillation and predictions; the search gets --cpus-per-trial
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.fill:
         return fill(rows_file, Path(args.scratch))
     done = {json.loads(line)["key"] for line in rows_file.read_text().splitlines()} if rows_file.is_file() else set()
@@ -192,6 +200,8 @@ def run(args) -> None:
             storage, name, _ = search(task, seed, args, scratch)
             row = {"key": key, "task": task, "seed": seed, "k": args.k, "budget": args.budget,
                    **forms(storage, name, scratch), "seconds": round(time.monotonic() - started)}
+            if args.threads:
+                row["threads"] = args.threads
             with rows_file.open("a") as out:
                 out.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
@@ -213,7 +223,9 @@ def summarise(rows: list[dict]) -> list[dict]:
                       "gain_std": round(statistics.stdev(gains), 2) if len(gains) > 1 else 0.0,
                       "worst": round(min(gains), 2),
                       "passes": round(statistics.fmean(r[f"{form}_passes"] for r in usable), 1),
-                      "seconds": round(statistics.fmean(r[f"{form}_seconds"] for r in usable), 2)})
+                      "seconds": round(statistics.fmean(r[f"{form}_seconds"] for r in usable), 2),
+                      "time_vs_single": round(statistics.fmean(r[f"{form}_seconds"] / r["single_seconds"]
+                                                               for r in usable), 2)})
     for entry in table:  # a distilled form's gain over the ensemble's on the same rows
         if entry["form"].startswith("distilled"):
             usable = [r for r in rows if r.get(f"{entry['form']}_test") is not None]
@@ -232,11 +244,13 @@ def summary(args) -> None:
     if table:
         settings = {"runs": sorted(r["key"] for r in rows)}
         columns = ["form", "runs", "tasks", "test", "gain", "gain_std", "worst", "share_of_ensemble_gain", "passes",
-                   "seconds"]
+                   "seconds", "time_vs_single"]
         path = write_results("answer-forms", table, columns, settings=settings,
                              notes="test in points; gain: paired difference to the single answer, same study; "
                                    "share_of_ensemble_gain: a distilled form's gain over the ensemble's on the same "
-                                   "studies; seconds: predicting the task's test split on this CPU")
+                                   "studies; seconds: predicting the task's test split on this CPU (rows with "
+                                   "threads=1 ran two at once, one core each); time_vs_single: those seconds over "
+                                   "the single answer's in the same row, averaged")
         print(f"wrote {path}")
 
 
@@ -250,6 +264,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     go.add_argument("--budget", type=int, default=12, help="trials a search runs")
     go.add_argument("--work", default=str(DEFAULT_WORK))
     go.add_argument("--scratch", default=str(DEFAULT_SCRATCH))
+    go.add_argument("--threads", type=int, default=0,
+                    help="CPU threads for the search's trials and this process (default: all; 1 to run two at once)")
     go.add_argument("--fill", action="store_true", help="only add the forms rows written before them lack")
     show = commands.add_parser("summary", help="the table, written to benchmarks/results/")
     show.add_argument("--work", default=str(DEFAULT_WORK))
