@@ -40,7 +40,7 @@ def six(copies_gain: list[float], tasks: int = 3) -> list[dict]:
 
 def test_copies_become_the_default_only_by_the_rule_fixed_before_they_ran():
     def decides(rows: list[dict]) -> bool:
-        return answer_forms.copies_by_default(answer_forms.summarise(rows), rows)
+        return answer_forms.copies_by_default(answer_forms.summarise(rows))
 
     assert decides(six([0.6] * 6))
     assert not decides(six([0.6] * 5))  # fewer than six studies
