@@ -13,12 +13,16 @@ its study, each chosen on dev alone and scored on test once:
 - `distilled`: `export --ensemble --distill`: the single answer's configuration trained on the ensemble's
   probabilities (autopelt/ensemble/distill.py), alpha and temperature chosen by dev;
 - `distilled_copies`: the same with `--copies 2`: the ensemble also labels two token-cutoff copies of each train
-  row, on which the student learns too (train/distillation.cutoff).
+  row, on which the student learns too (train/distillation.cutoff);
+- `distilled_unlabeled`: the same with `--unlabeled`: the ensemble also labels 1,000 texts of the task's train
+  file that are neither the search's train nor its dev rows (their labels dropped), as a user's unlabelled texts.
 
 A row written before a form existed gets it with `run --fill` where its study is still in `--scratch`.
 `--copies 2` becomes `--distill`'s default when, over at least six studies on at least three tasks, `distilled_copies`
 gains at least 0.5 points of test more than `distilled` on the mean, and loses no more than 1.0 to it on any (fixed
-2026-12-02, after one study: trec seed 1).
+2026-12-02, after one study: trec seed 1). The docs recommend `--unlabeled` when, by the same rule (fixed
+2026-12-03, before it had run), `distilled_unlabeled` gains at least 0.5 points over `distilled` on the mean over at
+least six studies on three tasks and loses no more than 1.0 on any.
 
 Each form's inference cost: forward passes an input, and the seconds to predict the task's test split on this
 CPU (one process, the base model loaded once); `--threads 1` runs two at once on one core each, so compare forms
@@ -47,8 +51,9 @@ from results import ROOT, write_results  # noqa: E402
 TASKS_DIR = ROOT.parent / "shared" / "data" / "tasks"
 DEFAULT_WORK = ROOT / "benchmarks" / "runs" / "answer-forms"  # rows.jsonl, committed: a later session resumes
 DEFAULT_SCRATCH = Path("/tmp/answer-forms")  # the studies, their trials and the forms' folders (large, not kept)
-FORMS = ("single", "ensemble", "k3", "soup", "distilled", "distilled_copies")
+FORMS = ("single", "ensemble", "k3", "soup", "distilled", "distilled_copies", "distilled_unlabeled")
 COPIES = 2  # distilled_copies' cut-off copies of each train row
+UNLABELED = 1000  # distilled_unlabeled's texts (fewer where the train file has fewer left)
 
 
 def search(task: str, seed: int, args, work: Path) -> tuple[str, str, Path]:
@@ -123,14 +128,38 @@ def forms(storage: str, name: str, work: Path) -> dict:
         row["soup_reason"] = reason
     for form, copies in (("distilled", 0), ("distilled_copies", COPIES)):
         row.update(distilled(chosen, ensemble_dir, target / form, data, form, copies))
+    texts = unlabeled_texts(settings)
+    row.update(distilled(chosen, ensemble_dir, target / "distilled_unlabeled", data, "distilled_unlabeled", 0, texts),
+               distilled_unlabeled_rows=len(texts))
     return row
 
 
-def distilled(chosen, ensemble_dir: Path, folder: Path, data, form: str, copies: int) -> dict:
+def unlabeled_texts(settings, count: int = UNLABELED) -> list[dict]:
+    """Up to `count` rows of the task's train file that the search used neither to train nor to choose (its train
+    and dev rows, by text), their labels dropped: a stand-in for a user's unlabelled texts. Seeded by the trial's
+    data seed."""
+    import numpy as np
+
+    from autopelt.data.loading import load_task_splits
+    from autopelt.data.protocols import make_splits
+    from autopelt.train.trial_data import resolve_task
+
+    task = resolve_task(settings)
+    loaded = load_task_splits(task, settings.data_dir)
+    splits = make_splits(loaded, task, settings.protocol, seed=settings.split_seed, dev_size=settings.dev_size)
+    text = lambda row: tuple(str(row[c]) for c in task.text_columns)  # noqa: E731
+    used = {text(row) for row in (*splits.train, *splits.dev, *loaded.get(task.test_split, ()))}
+    pool = list({text(row): row for row in loaded[task.train_split] if text(row) not in used}.values())
+    chosen = np.random.default_rng(settings.split_seed).permutation(len(pool))[:count]
+    return [{c: pool[i][c] for c in task.text_columns} for i in sorted(chosen)]
+
+
+def distilled(chosen, ensemble_dir: Path, folder: Path, data, form: str, copies: int,
+              unlabeled: list[dict] | None = None) -> dict:
     """The distilled form's columns (`form`_test, …) for the exported ensemble `chosen`."""
     from autopelt.export.distill import distill_ensemble
 
-    distilled_dir, student = distill_ensemble(chosen, ensemble_dir, folder, copies=copies)
+    distilled_dir, student = distill_ensemble(chosen, ensemble_dir, folder, copies=copies, unlabeled=unlabeled)
     metrics = json.loads((distilled_dir / "metrics.json").read_text())
     return {f"{form}_test": metrics["test"][chosen.metric], f"{form}_passes": 1,
             f"{form}_seconds": predict_seconds(distilled_dir, data), f"{form}_alpha": student.alpha,
@@ -232,21 +261,27 @@ def summarise(rows: list[dict]) -> list[dict]:
             ensemble_gain = statistics.fmean(100 * (r["ensemble_test"] - r["single_test"]) for r in usable)
             if ensemble_gain:
                 entry["share_of_ensemble_gain"] = round(entry["gain"] / ensemble_gain, 2)
-    both = [r for r in rows if r.get("distilled_copies_test") is not None and r.get("distilled_test") is not None]
-    for entry in table:  # the copies' paired difference to plain distillation, which decides --copies' default
-        if entry["form"] == "distilled_copies" and both:
-            over = [100 * (r["distilled_copies_test"] - r["distilled_test"]) for r in both]
+    for entry in table:  # a distilled variant's paired difference to plain distillation, which decides its use
+        form = entry["form"]
+        both = [r for r in rows if r.get(f"{form}_test") is not None and r.get("distilled_test") is not None]
+        if form.startswith("distilled_") and both:
+            over = [100 * (r[f"{form}_test"] - r["distilled_test"]) for r in both]
             entry.update(over_distilled=round(statistics.fmean(over), 2), worst_over_distilled=round(min(over), 2))
     return table
 
 
-def copies_by_default(table: list[dict]) -> bool:
-    """The rule fixed before the copies had run on more than one study: `--copies 2` becomes `--distill`'s default
-    when, over at least six studies on at least three tasks, it gains at least 0.5 points of test over plain
-    distillation on the mean and loses no more than 1.0 to it on any."""
-    entry = next((e for e in table if e["form"] == "distilled_copies" and "over_distilled" in e), None)
+def pays_over_distilled(table: list[dict], form: str) -> bool:
+    """The rule fixed before the variant had run on more than one study (`distilled_copies`: 2026-12-02;
+    `distilled_unlabeled`: 2026-12-03, before any): over at least six studies on at least three tasks, the variant
+    gains at least 0.5 points of test over plain distillation on the mean and loses no more than 1.0 to it on any."""
+    entry = next((e for e in table if e["form"] == form and "over_distilled" in e), None)
     return (entry is not None and entry["runs"] >= 6 and entry["tasks"] >= 3  # every row runs both distilled forms
             and entry["over_distilled"] >= 0.5 and entry["worst_over_distilled"] >= -1.0)
+
+
+def copies_by_default(table: list[dict]) -> bool:
+    """`--copies 2` becomes `--distill`'s default by `pays_over_distilled`."""
+    return pays_over_distilled(table, "distilled_copies")
 
 
 def summary(args) -> None:
@@ -256,8 +291,10 @@ def summary(args) -> None:
     for entry in table:
         print(json.dumps(entry))
     if table:
-        settings = {"runs": sorted(r["key"] for r in rows), "copies_by_default": copies_by_default(table)}
+        settings = {"runs": sorted(r["key"] for r in rows), "copies_by_default": copies_by_default(table),
+                    "unlabeled_pays": pays_over_distilled(table, "distilled_unlabeled")}
         print(f"--copies 2 by default, by the rule fixed before it ran: {settings['copies_by_default']}")
+        print(f"--unlabeled pays, by the rule fixed before it ran: {settings['unlabeled_pays']}")
         columns = ["form", "runs", "tasks", "test", "gain", "gain_std", "worst", "share_of_ensemble_gain",
                    "over_distilled", "worst_over_distilled", "passes", "seconds", "time_vs_single"]
         path = write_results("answer-forms", table, columns, settings=settings,
@@ -265,8 +302,8 @@ def summary(args) -> None:
                                    "share_of_ensemble_gain: a distilled form's gain over the ensemble's on the same "
                                    "studies; seconds: predicting the task's test split on this CPU (rows with "
                                    "threads=1 ran two at once, one core each); time_vs_single: those seconds over "
-                                   "the single answer's in the same row, averaged; over_distilled: the copies' paired "
-                                   "difference to plain distillation (mean, worst)")
+                                   "the single answer's in the same row, averaged; over_distilled: a distilled "
+                                   "variant's paired difference to plain distillation (mean, worst)")
         print(f"wrote {path}")
 
 

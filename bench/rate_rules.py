@@ -118,6 +118,8 @@ def run(args) -> None:
     swept = [done[f"{where}|lora-sweep|seed{s}"]["learning_rate"] for s in args.seeds]
     lora_rate = math.exp(sum(map(math.log, swept)) / len(swept)) if all(swept) else None
     for index, member, rates, rate in _rungs(members, portfolio, config, lora_rate):
+        if args.only is not None and index not in args.only:
+            continue
         hparams = portfolio.hparams(index, args.epochs)
         for seed in args.seeds:
             key = f"{where}|{member.name}|{rate:g}|seed{seed}"
@@ -245,6 +247,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     go.add_argument("--data-dir")
     go.add_argument("--seeds", type=int, nargs="+", default=[0])
     go.add_argument("--members", type=int, default=3)
+    go.add_argument("--only", type=int, nargs="+", metavar="INDEX",
+                    help="only these of the members (0 is the first): two runs at once, each on its own members")
     go.add_argument("--epochs", type=int, default=3)
     go.add_argument("--threads", type=int)
     go.add_argument("--max-train-examples", type=int, help="a quick check only: fewer train rows")

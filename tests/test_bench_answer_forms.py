@@ -1,4 +1,5 @@
-"""bench/answer_forms.py: each form's paired gain over the single answer, and the rule that decides `--copies`."""
+"""bench/answer_forms.py: each form's paired gain over the single answer, and the rule that decides `--copies` and
+`--unlabeled`."""
 
 from __future__ import annotations
 
@@ -49,3 +50,44 @@ def test_copies_become_the_default_only_by_the_rule_fixed_before_they_ran():
     assert not decides(six([2.0, 2.0, 2.0, 2.0, 2.0, -1.5]))  # one study loses more than 1.0
     table = forms(answer_forms.summarise(six([2.0, 2.0, 2.0, 2.0, 2.0, -1.5])))
     assert table["distilled_copies"]["worst_over_distilled"] == pytest.approx(-1.5)
+
+
+def test_unlabeled_texts_pay_by_the_same_rule_on_their_own_rows():
+    def pays(gains: list[float], tasks: int = 3) -> bool:
+        rows = [{**row(f"t{i % tasks}", i, 0.8, 0.82, 0.80, None), "distilled_unlabeled_test": 0.80 + gain / 100,
+                 "distilled_unlabeled_passes": 1, "distilled_unlabeled_seconds": 10.0} for i, gain in enumerate(gains)]
+        table = answer_forms.summarise(rows)
+        assert not answer_forms.copies_by_default(table)  # the copies did not run: their rule cannot hold
+        return answer_forms.pays_over_distilled(table, "distilled_unlabeled")
+
+    assert pays([0.6] * 6)
+    assert not pays([0.6] * 6, tasks=2)
+    assert not pays([3.0] * 5 + [-1.2])
+
+
+def test_unlabeled_texts_are_neither_the_searchs_train_nor_dev_nor_test_rows(tmp_path):
+    import json
+
+    from autopelt.train import TrialSettings
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"row {i}", "label": i % 2}) + "\n"
+                                                for i in range(120)))
+    (folder / "validation.jsonl").write_text("".join(json.dumps({"text": f"row {i}", "label": i % 2}) + "\n"
+                                                     for i in range(100, 130)))  # 20 shared with train
+    settings = TrialSettings(task="mine", spec={"methods": []}, data_dir=str(tmp_path), protocol=20, dev_size=30,
+                             custom_task={"text_columns": ["text"], "num_labels": 2}, data_seed=3)
+    texts = answer_forms.unlabeled_texts(settings, count=1000)
+    from autopelt.data.loading import load_task_splits
+    from autopelt.data.protocols import make_splits
+    from autopelt.train.trial_data import resolve_task
+
+    task = resolve_task(settings)
+    loaded = load_task_splits(task, settings.data_dir)
+    splits = make_splits(loaded, task, 20, seed=settings.split_seed, dev_size=30)
+    used = {r["text"] for r in (*splits.train, *splits.dev, *loaded[task.test_split])}
+    assert texts and all(set(t) == {"text"} for t in texts)  # no labels
+    assert not {t["text"] for t in texts} & used
+    assert len(texts) == len({r["text"] for r in loaded[task.train_split]} - used)
+    assert answer_forms.unlabeled_texts(settings, count=5) == answer_forms.unlabeled_texts(settings, count=5)

@@ -158,6 +158,40 @@ def test_export_distill_with_copies_teaches_the_student_on_them(study_db, tmp_pa
         assert stored["train"].shape[0] == 3 * rows and len(stored["copies_offsets"]) == 2 * rows + 1
 
 
+def test_export_distill_with_unlabeled_texts_labels_them_by_the_teacher(study_db, tmp_path):
+    url, _ = study_db
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("\n".join(json.dumps({"sentence": s, "label": 1}) for s in  # a label there is ignored
+                                ("a dull and long film", "warm, funny and wise", "nothing works", "a small gem")))
+    out = tmp_path / "distilled"
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled", str(texts),
+                 "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["distilled"]["unlabeled"] == 4 and "4 unlabelled texts" in (out / "README.md").read_text()
+    with np.load(out / "teacher.npz") as stored:
+        rows = len(stored["train_labels"])
+        soft, labels = stored["train"], stored["copies_labels"]
+        assert soft.shape[0] == rows + 4 and len(stored["copies_offsets"]) == 5
+        assert labels.tolist() == soft[rows:].argmax(-1).tolist()  # the teacher's answer is each text's label
+
+
+def test_unlabeled_texts_without_the_tasks_columns_are_one_line_and_nothing_is_written(study_db, tmp_path, capsys):
+    url, _ = study_db
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text(json.dumps({"sentence": "fine"}) + "\n" + json.dumps({"text": "no sentence column"}) + "\n")
+    out = tmp_path / "distilled"
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled", str(texts),
+                 "--out", str(out)]) == 2
+    assert "--unlabeled row 2 lacks 'sentence'" in capsys.readouterr().err
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--unlabeled", str(texts),
+                 "--out", str(out)]) == 2
+    assert "add --ensemble --distill" in capsys.readouterr().err
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled",
+                 str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+    assert "cannot read --unlabeled" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.jsonl"]
+
+
 def test_distill_without_ensemble_or_into_a_full_folder_is_one_line_and_writes_nothing(study_db, tmp_path, capsys):
     url, _ = study_db
     assert main(["export", "--study", "tiny", "--storage", url, "--distill", "--out", str(tmp_path / "a")]) == 2

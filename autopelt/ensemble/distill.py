@@ -8,7 +8,10 @@ among them, as dev chooses every trial, and the chosen student's test is scored 
 
 The teacher's members were trained on these same rows, so their soft targets are sharper there than on unseen
 text; `copies` adds cut-off copies of the rows that the teacher labels too (train/distillation.cutoff), rows
-near the training rows where its members disagree more, as AutoGluon's `distill` adds augmented rows.
+near the training rows where its members disagree more, as AutoGluon's `distill` adds augmented rows; `unlabeled`
+adds the user's own unlabelled texts, which the teacher labels (its soft targets, and its most likely class, or its
+value, as the hard label): the transfer set of Hinton et al. (2015), larger than the labelled rows, as in
+DistilBERT-style task distillation and Noisy Student's pseudo-labels (Xie et al. 2020).
 """
 
 from __future__ import annotations
@@ -37,13 +40,17 @@ class Distilled:
                 "candidates": self.candidates}
 
 
-def teacher_targets(ensemble_dir, settings, path, copies: int = 0) -> Path:
+def teacher_targets(ensemble_dir, settings, path, copies: int = 0, unlabeled: list[dict] | None = None) -> Path:
     """Write the ensemble's predictions on the train rows of `settings` (a TrialSettings: task, model, K, data
     seed) to `path`, with those rows' labels (train/distillation.save_targets); with `copies`, also on that many
-    cut-off copies of each row (train/distillation.cutoff, seeded by the settings' seed), stored with them."""
+    cut-off copies of each row (train/distillation.cutoff, seeded by the settings' seed), and with `unlabeled`
+    (rows holding the task's text columns; any label in them is ignored) on those texts, each labelled by the
+    teacher's most likely class (a regression: its value); both stored with them."""
+    import dataclasses
+
     import torch
 
-    from autopelt.data.features import Features
+    from autopelt.data.features import Features, encode
     from autopelt.ensemble.model import EnsembleModel
     from autopelt.models import load_tokenizer, resolve_model
     from autopelt.train.distillation import cutoff, save_targets
@@ -53,12 +60,42 @@ def teacher_targets(ensemble_dir, settings, path, copies: int = 0) -> Path:
     task = resolve_task(settings)
     tokenizer = load_tokenizer(resolve_model(settings.model))
     data = prepare_data(settings.replace(distill=None), tokenizer, task)
-    extra = cutoff(data.train, copies, tokenizer.all_special_ids, seed=settings.seed) if copies else None
-    rows = data.train if extra is None else Features.join([data.train, extra])
+    parts = [data.train]
+    if copies:
+        parts.append(cutoff(data.train, copies, tokenizer.all_special_ids, seed=settings.seed))
+    if unlabeled:
+        check_unlabeled(unlabeled, task)
+        texts = [{column: row[column] for column in task.text_columns} for row in unlabeled]
+        parts.append(encode(texts, task, tokenizer, settings.max_length))
     teacher = EnsembleModel(ensemble_dir, model=settings.model)
-    outputs = forward_split(teacher, rows, settings, torch.device("cpu"))  # the members' copies are on the CPU
-    predictions = outputs[:, 0] if task.regression else outputs.softmax(-1)
-    return save_targets(path, predictions.numpy(), data.train.labels, extra)
+
+    def predict(rows):
+        outputs = forward_split(teacher, rows, settings, torch.device("cpu"))  # the members' copies are on the CPU
+        return outputs[:, 0] if task.regression else outputs.softmax(-1)
+
+    predictions = [predict(part) for part in parts]
+    if unlabeled:  # the teacher's answer is the hard label of a text that came without one
+        taught = predictions[-1] if task.regression else predictions[-1].argmax(-1)
+        parts[-1] = dataclasses.replace(parts[-1], labels=taught.numpy().astype(parts[0].labels.dtype))
+    extra = Features.join(parts[1:]) if len(parts) > 1 else None
+    return save_targets(path, torch.cat(predictions).numpy(), data.train.labels, extra)
+
+
+MAX_UNLABELED = 100_000  # texts the teacher labels for a student: each is trained on every epoch
+
+
+def check_unlabeled(rows: list[dict], task) -> None:
+    """Raise UserError, naming the first bad row, unless every row holds the task's text columns."""
+    if not rows:
+        raise UserError("--unlabeled holds no rows; give a JSONL file with one text (the task's columns) a line")
+    if len(rows) > MAX_UNLABELED:
+        raise UserError(f"--unlabeled holds {len(rows)} rows; at most {MAX_UNLABELED} (the student trains on "
+                        "each, every epoch): sample them")
+    for number, row in enumerate(rows, 1):
+        lacking = [c for c in task.text_columns if not isinstance(row, dict) or row.get(c) is None]
+        if lacking:
+            raise UserError(f"--unlabeled row {number} lacks {lacking[0]!r}; every row needs "
+                            f"{', '.join(task.text_columns)}")
 
 
 def train_students(single_result: dict, targets: Path, work_dir: Path, grid=GRID, say=lambda line: None) -> Distilled:

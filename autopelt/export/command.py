@@ -23,6 +23,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--copies", type=int, default=0, metavar="N",
                         help="with --distill: the ensemble also labels N token-cutoff copies of each train row for "
                              "the student to learn from (default 0)")
+    parser.add_argument("--unlabeled", metavar="FILE",
+                        help="with --distill: a JSONL file of texts without labels (the task's text columns, one "
+                             "row a line) that the ensemble labels for the student to learn from too")
     parser.add_argument("--out", required=True, help="folder to create (with --pareto: one sub-folder a trial)")
     parser.add_argument("--reseed", type=int, default=0, metavar="N",
                         help="re-run the chosen config with seeds 0..N-1 and record mean ± std")
@@ -42,6 +45,8 @@ def run(args) -> int:
         raise UserError("--distill distils a study's ensemble: add --ensemble")
     if args.copies and not args.distill:
         raise UserError("--copies gives a distilled student more rows: add --ensemble --distill")
+    if args.unlabeled and not args.distill:
+        raise UserError("--unlabeled gives a distilled student texts the ensemble labels: add --ensemble --distill")
     if args.copies < 0 or args.copies > 16:
         raise UserError(f"--copies must be a whole number from 0 to 16, not {args.copies}")
     study = load_study(open_existing(args.storage), args.study, args.storage)
@@ -88,23 +93,33 @@ def _ensemble(args, study) -> int:
 
 def _distilled(args, study, trial_dirs: list, answer_dir) -> int:
     """The ensemble built in a folder beside --out (the teacher, removed at the end), distilled into --out."""
+    import json
     import shutil
     from pathlib import Path
 
+    from autopelt.ensemble.distill import check_unlabeled
     from autopelt.export.distill import distill_ensemble
     from autopelt.errors import UserError
+    from autopelt.export.predict import read_rows
+    from autopelt.train import TrialSettings
+    from autopelt.train.trial_data import resolve_task
     from autopelt.export.ensemble import export_ensemble
 
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} exists and is not empty; choose a new folder")
+    unlabeled = read_rows(args.unlabeled, "--unlabeled") if args.unlabeled else None
+    if unlabeled is not None and answer_dir is not None:  # checked before the teacher is built (and again where
+        #                                                    it labels them)
+        result = json.loads((Path(answer_dir) / "result.json").read_text())
+        check_unlabeled(unlabeled, resolve_task(TrialSettings.from_dict(result["settings"])))
     teacher = out.with_name(f".{out.name}.teacher")
     shutil.rmtree(teacher, ignore_errors=True)
     try:
         _, chosen = export_ensemble(trial_dirs, teacher, args.max_members, study.study_name, answer_dir=answer_dir,
                                     say=print)
         print("\n".join(chosen.lines()))
-        folder, student = distill_ensemble(chosen, teacher, out, copies=args.copies, say=print)
+        folder, student = distill_ensemble(chosen, teacher, out, copies=args.copies, unlabeled=unlabeled, say=print)
     finally:
         shutil.rmtree(teacher, ignore_errors=True)
     print(f"distilled the ensemble of {len(chosen.members)} into one delta (alpha {student.alpha:g}, temperature "

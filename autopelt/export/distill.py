@@ -12,12 +12,13 @@ from autopelt.errors import UserError
 from autopelt.export.export import export_result
 
 
-def distill_ensemble(chosen, ensemble_dir, out_dir, grid=GRID, copies: int = 0,
+def distill_ensemble(chosen, ensemble_dir, out_dir, grid=GRID, copies: int = 0, unlabeled: list[dict] | None = None,
                      say=lambda line: None) -> tuple[Path, Distilled]:
     """Distil the exported ensemble `chosen` (a StudyEnsemble with its test metrics, written to `ensemble_dir`) into
     one delta exported to the new folder `out_dir` (autopelt/export/export.py's layout: predict, load and peft read
     it like any export), whose metrics.json and model card set its dev and test beside the ensemble's and the single
-    answer's. `copies`: cut-off copies of each train row the teacher labels too (ensemble/distill.teacher_targets).
+    answer's. `copies`: cut-off copies of each train row the teacher labels too; `unlabeled`: texts (rows with
+    the task's text columns) it labels for the student (ensemble/distill.teacher_targets).
     The students train in a folder beside `out_dir`, removed at the end."""
     from autopelt.train import TrialSettings
 
@@ -30,12 +31,14 @@ def distill_ensemble(chosen, ensemble_dir, out_dir, grid=GRID, copies: int = 0,
     shutil.rmtree(work, ignore_errors=True)
     try:
         settings = TrialSettings.from_dict(chosen.single.result["settings"])
-        copied = f" and {copies} cut-off copies of each" if copies else ""
+        copied = f", {copies} cut-off copies of each" if copies else ""
+        texts = f", {len(unlabeled)} unlabelled texts" if unlabeled else ""
         say(f"distilling: the ensemble's {len(chosen.members)} members predict the single answer's train rows"
-            f"{copied} …")
-        targets = teacher_targets(ensemble_dir, settings, work / "teacher.npz", copies)
+            f"{copied}{texts} …")
+        targets = teacher_targets(ensemble_dir, settings, work / "teacher.npz", copies, unlabeled)
         student = train_students(chosen.single.result, targets, work, grid, say)
-        about = {"distilled": {**student.to_dict(), "copies": copies, "members": len(chosen.members),
+        about = {"distilled": {**student.to_dict(), "copies": copies, "unlabeled": len(unlabeled or ()),
+                               "members": len(chosen.members),
                                "metric": chosen.metric,
                                "ensemble": {"dev": chosen.dev, "test": chosen.test},
                                "single": {"summary": chosen.single.summary, "dev": chosen.single_dev,

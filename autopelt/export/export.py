@@ -251,8 +251,16 @@ def distilled_line(distilled: dict, test: float | None) -> str:
                                                ("the single answer", single)) if value is not None]
     return (f"- distilled from an ensemble of {distilled['members']} deltas (knowledge distillation, alpha "
             f"{distilled['alpha']:g}, temperature {distilled['temperature']:g}, chosen by dev among "
-            f"{len(distilled['candidates'])}): one forward pass an input instead of {distilled['members']}"
+            f"{len(distilled['candidates'])}{_taught(distilled)}): one forward pass an input instead of "
+            f"{distilled['members']}"
             + (f"; test {distilled['metric']}: " + ", ".join(f"{n} {v:.4f}" for n, v in tests) if tests else ""))
+
+
+def _taught(distilled: dict) -> str:
+    """What the teacher labelled beyond the train rows, as the model card says it."""
+    parts = [f"{distilled['copies']} cut-off copies of each train row" if distilled.get("copies") else "",
+             f"{distilled['unlabeled']} unlabelled texts" if distilled.get("unlabeled") else ""]
+    return "".join(f"; the teacher also labelled {p}" for p in parts if p)
 
 
 def nothing_learned_note(floors: dict | None, result: dict) -> str | None:

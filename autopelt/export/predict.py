@@ -69,7 +69,8 @@ def _label_names(header: dict) -> list[str] | None:
     return names or None
 
 
-def read_rows(path) -> list[dict]:
+def read_rows(path, flag: str = "--input") -> list[dict]:
+    """The JSON objects of a JSONL file, one a line (blank lines skipped); `flag` names the option in errors."""
     rows = []
     try:
         with Path(path).open() as handle:
@@ -80,5 +81,5 @@ def read_rows(path) -> list[dict]:
                     except json.JSONDecodeError:
                         raise UserError(f"{path}:{number} is not a JSON object per line") from None
     except OSError as error:
-        raise UserError(f"cannot read --input {path}: {error.strerror}") from None
+        raise UserError(f"cannot read {flag} {path}: {error.strerror}") from None
     return rows
