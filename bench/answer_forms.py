@@ -14,8 +14,9 @@ its study, each chosen on dev alone and scored on test once:
   probabilities (autopelt/ensemble/distill.py), alpha and temperature chosen by dev;
 - `distilled_copies`: the same with `--copies 2`: the ensemble also labels two token-cutoff copies of each train
   row, on which the student learns too (train/distillation.cutoff);
-- `distilled_unlabeled`: the same with `--unlabeled`: the ensemble also labels 1,000 texts of the task's train
-  file that are neither the search's train nor its dev rows (their labels dropped), as a user's unlabelled texts.
+- `distilled_unlabeled`: the same with `--unlabeled`: the ensemble also labels up to 1,000 texts of the task's
+  train file that are none of the search's train, dev or test rows (their labels dropped), as a user's unlabelled
+  texts (`distilled_unlabeled_rows` says how many; none left: the form is left out of the row).
 
 A row written before a form existed gets it with `run --fill` where its study is still in `--scratch`.
 `--copies 2` becomes `--distill`'s default when, over at least six studies on at least three tasks, `distilled_copies`
@@ -128,10 +129,17 @@ def forms(storage: str, name: str, work: Path) -> dict:
         row["soup_reason"] = reason
     for form, copies in (("distilled", 0), ("distilled_copies", COPIES)):
         row.update(distilled(chosen, ensemble_dir, target / form, data, form, copies))
-    texts = unlabeled_texts(settings)
-    row.update(distilled(chosen, ensemble_dir, target / "distilled_unlabeled", data, "distilled_unlabeled", 0, texts),
-               distilled_unlabeled_rows=len(texts))
+    row.update(distilled_unlabeled(chosen, ensemble_dir, target, data, settings))
     return row
+
+
+def distilled_unlabeled(chosen, ensemble_dir: Path, target: Path, data, settings) -> dict:
+    """The `distilled_unlabeled` columns, or none where the train file has no text left beyond the search's."""
+    texts = unlabeled_texts(settings)
+    if not texts:
+        return {}
+    form = "distilled_unlabeled"
+    return {**distilled(chosen, ensemble_dir, target / form, data, form, 0, texts), f"{form}_rows": len(texts)}
 
 
 def unlabeled_texts(settings, count: int = UNLABELED) -> list[dict]:
@@ -167,7 +175,8 @@ def distilled(chosen, ensemble_dir: Path, folder: Path, data, form: str, copies:
 
 
 def fill(rows_file: Path, scratch: Path) -> None:
-    """Add `distilled_copies` to the rows written before it existed, where their study is still in `scratch`."""
+    """Add the distilled forms (`distilled_copies`, `distilled_unlabeled`) to the rows written before they existed,
+    where their study is still in `scratch` (the session that ran it)."""
     from autopelt.export.ensemble import export_ensemble
     from autopelt.models import load_tokenizer, resolve_model
     from autopelt.study import answers
@@ -180,18 +189,21 @@ def fill(rows_file: Path, scratch: Path) -> None:
     storage = f"sqlite:///{scratch / 'studies' / 'studies.db'}"
     for row in rows:
         name = f"{row['task']}-s{row['seed']}"
-        if "distilled_copies_test" in row or not (scratch / "studies" / name).is_dir():
+        missing = [f for f in ("distilled_copies", "distilled_unlabeled") if f"{f}_test" not in row]
+        if not missing or not (scratch / "studies" / name).is_dir():
             continue
         study = load_study(storage, name, storage)
         target = scratch / "forms" / name
         shutil.rmtree(target / "ensemble-fill", ignore_errors=True)
-        shutil.rmtree(target / "distilled_copies", ignore_errors=True)
         ensemble_dir, chosen = export_ensemble(trial_dirs(study), target / "ensemble-fill",
                                                answer_dir=answers.best(read_all(study)).result_dir)
         settings = TrialSettings.from_dict(chosen.single.result["settings"])
         data = prepare_data(settings, load_tokenizer(resolve_model(settings.model)), resolve_task(settings))
-        row.update(distilled(chosen, ensemble_dir, target / "distilled_copies", data, "distilled_copies", COPIES))
-        rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))  # each filled row kept at once
+        for form in missing:
+            shutil.rmtree(target / form, ignore_errors=True)
+            row.update(distilled(chosen, ensemble_dir, target / form, data, form, COPIES) if form == "distilled_copies"
+                       else distilled_unlabeled(chosen, ensemble_dir, target, data, settings))
+            rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))  # each filled form kept at once
         print(json.dumps(row), flush=True)
 
 

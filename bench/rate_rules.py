@@ -104,6 +104,8 @@ def run(args) -> None:
     log = work / "trials.jsonl"
     done = done_rows(log)
     members, portfolio, config = members_for(args.model, args.task, args.k, args.data_dir, args.members)
+    if args.only is not None and not set(args.only) <= set(range(len(members))):
+        raise SystemExit(f"--only takes member indexes from 0 to {len(members) - 1}, not {args.only}")
     common = dict(task=args.task, model=args.model, data_dir=args.data_dir, protocol=args.k, epochs=args.epochs,
                   threads=args.threads, max_train_examples=args.max_train_examples)
     where = f"{args.model}|{args.task}|k{args.k}"

@@ -177,19 +177,56 @@ def test_export_distill_with_unlabeled_texts_labels_them_by_the_teacher(study_db
 
 def test_unlabeled_texts_without_the_tasks_columns_are_one_line_and_nothing_is_written(study_db, tmp_path, capsys):
     url, _ = study_db
-    texts = tmp_path / "texts.jsonl"
-    texts.write_text(json.dumps({"sentence": "fine"}) + "\n" + json.dumps({"text": "no sentence column"}) + "\n")
     out = tmp_path / "distilled"
-    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled", str(texts),
-                 "--out", str(out)]) == 2
-    assert "--unlabeled row 2 lacks 'sentence'" in capsys.readouterr().err
-    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--unlabeled", str(texts),
-                 "--out", str(out)]) == 2
+    bad = {"columns": '{"sentence": "fine"}\n\n{"text": "no sentence column"}\n',
+           "not_text": '{"sentence": 3}\n', "blank": '{"sentence": "fine"}\n{"sentence": "  "}\n',
+           "list": '["a"]\n', "not_json": '{"sentence": "fine"}\nnot json\n', "empty": "\n\n"}
+    said = {"columns": "--unlabeled row 2 lacks 'sentence'", "not_text": "row 1 lacks 'sentence' as a text",
+            "blank": "row 2 is blank", "list": "row 1 is not a JSON object", "not_json": "line 2: not JSON",
+            "empty": "--unlabeled holds no rows"}
+    for name, text in bad.items():
+        (tmp_path / f"{name}.jsonl").write_text(text)
+        assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled",
+                     str(tmp_path / f"{name}.jsonl"), "--out", str(out)]) == 2
+        assert said[name] in capsys.readouterr().err, name
+    (tmp_path / "latin1.jsonl").write_bytes('{"sentence": "caf\u00e9"}\n'.encode("latin-1"))
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled",
+                 str(tmp_path / "latin1.jsonl"), "--out", str(out)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+    assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--unlabeled",
+                 str(tmp_path / "blank.jsonl"), "--out", str(out)]) == 2
     assert "add --ensemble --distill" in capsys.readouterr().err
     assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled",
                  str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
     assert "cannot read --unlabeled" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.jsonl"]
+    assert not out.exists() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def test_unlabeled_texts_that_are_dev_or_test_rows_are_left_out_and_long_ones_cut_as_train_rows(study_db, tmp_path):
+    from autopelt.ensemble.distill import teacher_targets
+    from autopelt.export.ensemble import export_ensemble
+    from autopelt.train import TrialSettings
+    from autopelt.train.trial_data import prepare_data, resolve_task
+    from autopelt.models import load_tokenizer, resolve_model
+    from autopelt.study.record import trial_dirs
+    from autopelt.study.storage import load_study
+
+    url, _ = study_db
+    ensemble_dir, chosen = export_ensemble(trial_dirs(load_study(url, "tiny", url)), tmp_path / "ensemble")
+    settings = TrialSettings.from_dict(chosen.single.result["settings"]).replace(max_length=4096)  # > the model's
+    tokenizer = load_tokenizer(resolve_model(settings.model))
+    data = prepare_data(settings, tokenizer, resolve_task(settings))
+    dev_text = tokenizer.decode(data.dev.row(0), skip_special_tokens=True)
+    texts = [{"sentence": dev_text}, {"sentence": "a brand new text about films"}, {"sentence": "long " * 4000}]
+    said: list[str] = []
+    path = teacher_targets(ensemble_dir, settings, tmp_path / "teacher.npz", unlabeled=texts, say=said.append)
+    assert said and said[0].startswith("distilling: 1 of the 3 unlabelled texts are dev or test rows")
+    with np.load(path) as stored:
+        offsets = stored["copies_offsets"]
+        assert len(offsets) == 3 and stored["train"].shape[0] == len(data.train) + 2
+        assert np.diff(offsets).max() == tokenizer.model_max_length < 4096  # cut as the train rows are
+    with pytest.raises(UserError, match="every --unlabeled text is one of"):
+        teacher_targets(ensemble_dir, settings, tmp_path / "again.npz", unlabeled=texts[:1])
 
 
 def test_distill_without_ensemble_or_into_a_full_folder_is_one_line_and_writes_nothing(study_db, tmp_path, capsys):

@@ -40,17 +40,21 @@ class Distilled:
                 "candidates": self.candidates}
 
 
-def teacher_targets(ensemble_dir, settings, path, copies: int = 0, unlabeled: list[dict] | None = None) -> Path:
+def teacher_targets(ensemble_dir, settings, path, copies: int = 0, unlabeled: list[dict] | None = None,
+                    say=lambda line: None) -> Path:
     """Write the ensemble's predictions on the train rows of `settings` (a TrialSettings: task, model, K, data
     seed) to `path`, with those rows' labels (train/distillation.save_targets); with `copies`, also on that many
     cut-off copies of each row (train/distillation.cutoff, seeded by the settings' seed), and with `unlabeled`
     (rows holding the task's text columns; any label in them is ignored) on those texts, each labelled by the
-    teacher's most likely class (a regression: its value); both stored with them."""
+    teacher's most likely class (a regression: its value); both stored with them. A text that tokenises exactly as
+    a dev or test row is left out (said through `say`): the student learning the teacher's answer there would bias
+    the dev that chooses it and the test that reports it."""
     import dataclasses
 
+    import numpy as np
     import torch
 
-    from autopelt.data.features import Features, encode
+    from autopelt.data.features import Features, tokenize
     from autopelt.ensemble.model import EnsembleModel
     from autopelt.models import load_tokenizer, resolve_model
     from autopelt.train.distillation import cutoff, save_targets
@@ -58,15 +62,24 @@ def teacher_targets(ensemble_dir, settings, path, copies: int = 0, unlabeled: li
     from autopelt.train.trial_data import prepare_data, resolve_task
 
     task = resolve_task(settings)
+    if unlabeled is not None:
+        check_unlabeled(unlabeled, task)
     tokenizer = load_tokenizer(resolve_model(settings.model))
     data = prepare_data(settings.replace(distill=None), tokenizer, task)
     parts = [data.train]
     if copies:
         parts.append(cutoff(data.train, copies, tokenizer.all_special_ids, seed=settings.seed))
-    if unlabeled:
-        check_unlabeled(unlabeled, task)
+    if unlabeled is not None:
         texts = [{column: row[column] for column in task.text_columns} for row in unlabeled]
-        parts.append(encode(texts, task, tokenizer, settings.max_length))
+        encoded = tokenize(texts, task, tokenizer, settings.max_length, use_cache=False)  # as the train rows are
+        held = {tuple(rows.row(i).tolist()) for rows in (data.dev, data.test) for i in range(len(rows))}
+        kept = np.asarray([i for i in range(len(encoded)) if tuple(encoded.row(i).tolist()) not in held], dtype=int)
+        if len(kept) < len(encoded):
+            say(f"distilling: {len(encoded) - len(kept)} of the {len(encoded)} unlabelled texts are dev or test rows; "
+                "left out")
+        if not len(kept):
+            raise UserError("every --unlabeled text is one of the task's dev or test rows; give other texts")
+        parts.append(encoded.select(kept))
     teacher = EnsembleModel(ensemble_dir, model=settings.model)
 
     def predict(rows):
@@ -74,7 +87,7 @@ def teacher_targets(ensemble_dir, settings, path, copies: int = 0, unlabeled: li
         return outputs[:, 0] if task.regression else outputs.softmax(-1)
 
     predictions = [predict(part) for part in parts]
-    if unlabeled:  # the teacher's answer is the hard label of a text that came without one
+    if unlabeled is not None:  # the teacher's answer is the hard label of a text that came without one
         taught = predictions[-1] if task.regression else predictions[-1].argmax(-1)
         parts[-1] = dataclasses.replace(parts[-1], labels=taught.numpy().astype(parts[0].labels.dtype))
     extra = Features.join(parts[1:]) if len(parts) > 1 else None
@@ -85,17 +98,23 @@ MAX_UNLABELED = 100_000  # texts the teacher labels for a student: each is train
 
 
 def check_unlabeled(rows: list[dict], task) -> None:
-    """Raise UserError, naming the first bad row, unless every row holds the task's text columns."""
+    """Raise UserError, naming the first bad row (counted without blank lines), unless there are 1 to MAX_UNLABELED
+    rows and each is a JSON object holding the task's text columns as strings, not all of them blank."""
     if not rows:
         raise UserError("--unlabeled holds no rows; give a JSONL file with one text (the task's columns) a line")
     if len(rows) > MAX_UNLABELED:
-        raise UserError(f"--unlabeled holds {len(rows)} rows; at most {MAX_UNLABELED} (the student trains on "
+        raise UserError(f"--unlabeled holds {len(rows):,} rows; at most {MAX_UNLABELED:,} (the student trains on "
                         "each, every epoch): sample them")
+    columns = ", ".join(task.text_columns)
     for number, row in enumerate(rows, 1):
-        lacking = [c for c in task.text_columns if not isinstance(row, dict) or row.get(c) is None]
+        if not isinstance(row, dict):
+            raise UserError(f"--unlabeled row {number} is not a JSON object; every row needs {columns}")
+        lacking = [c for c in task.text_columns if not isinstance(row.get(c), str)]
         if lacking:
-            raise UserError(f"--unlabeled row {number} lacks {lacking[0]!r}; every row needs "
-                            f"{', '.join(task.text_columns)}")
+            raise UserError(f"--unlabeled row {number} lacks {lacking[0]!r} as a text; every row needs {columns}")
+        if not any(row[c].strip() for c in task.text_columns):
+            raise UserError(f"--unlabeled row {number} is blank; remove it (the teacher's guess there would teach "
+                            "the student nothing)")
 
 
 def train_students(single_result: dict, targets: Path, work_dir: Path, grid=GRID, say=lambda line: None) -> Distilled:

@@ -25,7 +25,8 @@ def add_arguments(parser) -> None:
                              "the student to learn from (default 0)")
     parser.add_argument("--unlabeled", metavar="FILE",
                         help="with --distill: a JSONL file of texts without labels (the task's text columns, one "
-                             "row a line) that the ensemble labels for the student to learn from too")
+                             "row a line) that the ensemble labels for the student to learn from too (each "
+                             "student trains on them every epoch: time grows with their number)")
     parser.add_argument("--out", required=True, help="folder to create (with --pareto: one sub-folder a trial)")
     parser.add_argument("--reseed", type=int, default=0, metavar="N",
                         help="re-run the chosen config with seeds 0..N-1 and record mean ± std")
@@ -45,7 +46,7 @@ def run(args) -> int:
         raise UserError("--distill distils a study's ensemble: add --ensemble")
     if args.copies and not args.distill:
         raise UserError("--copies gives a distilled student more rows: add --ensemble --distill")
-    if args.unlabeled and not args.distill:
+    if args.unlabeled is not None and not args.distill:
         raise UserError("--unlabeled gives a distilled student texts the ensemble labels: add --ensemble --distill")
     if args.copies < 0 or args.copies > 16:
         raise UserError(f"--copies must be a whole number from 0 to 16, not {args.copies}")
@@ -108,11 +109,16 @@ def _distilled(args, study, trial_dirs: list, answer_dir) -> int:
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} exists and is not empty; choose a new folder")
-    unlabeled = read_rows(args.unlabeled, "--unlabeled") if args.unlabeled else None
-    if unlabeled is not None and answer_dir is not None:  # checked before the teacher is built (and again where
-        #                                                    it labels them)
-        result = json.loads((Path(answer_dir) / "result.json").read_text())
-        check_unlabeled(unlabeled, resolve_task(TrialSettings.from_dict(result["settings"])))
+    unlabeled = read_rows(args.unlabeled, "--unlabeled") if args.unlabeled is not None else None
+    if unlabeled is not None:  # checked before the teacher is built, on the answer's task where it can be read
+        #                        (and again where the teacher labels them)
+        try:
+            task = resolve_task(TrialSettings.from_dict(
+                json.loads((Path(answer_dir) / "result.json").read_text())["settings"]))
+        except (TypeError, OSError, KeyError, ValueError, UserError):
+            task = None
+        if task is not None:
+            check_unlabeled(unlabeled, task)
     teacher = out.with_name(f".{out.name}.teacher")
     shutil.rmtree(teacher, ignore_errors=True)
     try:

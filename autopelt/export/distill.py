@@ -35,7 +35,7 @@ def distill_ensemble(chosen, ensemble_dir, out_dir, grid=GRID, copies: int = 0, 
         texts = f", {len(unlabeled)} unlabelled texts" if unlabeled else ""
         say(f"distilling: the ensemble's {len(chosen.members)} members predict the single answer's train rows"
             f"{copied}{texts} …")
-        targets = teacher_targets(ensemble_dir, settings, work / "teacher.npz", copies, unlabeled)
+        targets = teacher_targets(ensemble_dir, settings, work / "teacher.npz", copies, unlabeled, say)
         student = train_students(chosen.single.result, targets, work, grid, say)
         about = {"distilled": {**student.to_dict(), "copies": copies, "unlabeled": len(unlabeled or ()),
                                "members": len(chosen.members),

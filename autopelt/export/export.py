@@ -259,8 +259,9 @@ def distilled_line(distilled: dict, test: float | None) -> str:
 def _taught(distilled: dict) -> str:
     """What the teacher labelled beyond the train rows, as the model card says it."""
     parts = [f"{distilled['copies']} cut-off copies of each train row" if distilled.get("copies") else "",
-             f"{distilled['unlabeled']} unlabelled texts" if distilled.get("unlabeled") else ""]
-    return "".join(f"; the teacher also labelled {p}" for p in parts if p)
+             f"{distilled['unlabeled']:,} unlabelled texts" if distilled.get("unlabeled") else ""]
+    parts = [p for p in parts if p]
+    return f"; the teacher also labelled {' and '.join(parts)}" if parts else ""
 
 
 def nothing_learned_note(floors: dict | None, result: dict) -> str | None:

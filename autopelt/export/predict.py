@@ -73,13 +73,16 @@ def read_rows(path, flag: str = "--input") -> list[dict]:
     """The JSON objects of a JSONL file, one a line (blank lines skipped); `flag` names the option in errors."""
     rows = []
     try:
-        with Path(path).open() as handle:
+        with Path(path).open(encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if line.strip():
                     try:
                         rows.append(json.loads(line))
                     except json.JSONDecodeError:
-                        raise UserError(f"{path}:{number} is not a JSON object per line") from None
+                        raise UserError(f"{flag} {path}, line {number}: not JSON; write one JSON object a line") \
+                            from None
     except OSError as error:
         raise UserError(f"cannot read {flag} {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"cannot read {flag} {path}: not UTF-8 text; save it as UTF-8") from None
     return rows
