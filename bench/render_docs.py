@@ -69,7 +69,8 @@ def table(record: dict, commit: bool = True) -> str:
 
 def lookup(record, path: str):
     """The item of `record` that `path` names: `/`-separated steps, each a dict key, a list index, or
-    `COLUMN=VALUE` for the one row of a list whose COLUMN reads VALUE (`rows/budget=8/answer`).
+    `COLUMN=VALUE` for the one row of a list whose COLUMN reads VALUE (`rows/budget=8/answer`; several joined by
+    `&`: `rows/task=mrpc&member=mean/absolute_off`).
 
     Raises:
         MissingResults: a step names nothing, or more than one row.
@@ -77,10 +78,11 @@ def lookup(record, path: str):
     item = record
     for step in path.split("/"):
         if isinstance(item, list) and "=" in step:
-            key, wanted = step.split("=", 1)
-            found = [row for row in item if isinstance(row, dict) and cell(row.get(key)) == wanted]
+            wanted = [condition.split("=", 1) for condition in step.split("&")]
+            found = [row for row in item
+                     if isinstance(row, dict) and all(cell(row.get(key)) == value for key, value in wanted)]
             if len(found) != 1:
-                raise MissingResults(f"{len(found)} rows have {key}={wanted} (`{path}`)")
+                raise MissingResults(f"{len(found)} rows have {step} (`{path}`)")
             item = found[0]
         elif isinstance(item, list) and step.isdigit() and int(step) < len(item):
             item = item[int(step)]

@@ -74,7 +74,10 @@ def test_a_value_in_a_sentence_is_read_from_the_newest_file_as_it_stands(tmp_pat
         render.render("a <!-- value: loo:rows/0/answer -->1<!--\n/value --> b", tmp_path)
     syntax = "write `<!-- value: NAME:PATH -->…<!-- /value -->`"  # a page that explains the marker is left alone
     assert render.render(syntax, tmp_path) == syntax
+    both = "<!-- value: loo:rows/budget=16&kind=mean/answer -->?<!-- /value -->"  # several conditions: one row
+    assert render.render(both, tmp_path) == both.replace("?", "76.5")
     for spec, error in (("none:rows/0/answer", "no results file"), ("loo:rows/budget=9/answer", "0 rows"),
+                        ("loo:rows/budget=16&kind=pair/answer", "0 rows"),
                         ("loo:rows/budget=8/oracle", "nothing at `oracle`"), ("loo:notes %.2f", "not a number")):
         with pytest.raises(render.MissingResults, match=error):  # no number the file does not hold
             render.render(f"<!-- value: {spec} -->1<!-- /value -->", tmp_path)
