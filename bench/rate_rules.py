@@ -119,7 +119,7 @@ def run(args) -> None:
             print(f"{key}: lora swept to {lora['learning_rate']} (dev {lora['dev']})", flush=True)
     swept = [done[f"{where}|lora-sweep|seed{s}"]["learning_rate"] for s in args.seeds]
     lora_rate = math.exp(sum(map(math.log, swept)) / len(swept)) if all(swept) else None
-    for index, member, rates, rate in _rungs(members, portfolio, config, lora_rate):
+    for index, member, rates, rate in _rungs(members, portfolio, config, lora_rate, _best_so_far(done, where)):
         if args.only is not None and index not in args.only:
             continue
         hparams = portfolio.hparams(index, args.epochs)
@@ -136,16 +136,29 @@ def run(args) -> None:
             print(f"{key}: dev {row['dev']} test {row['test']} ({row['seconds']}s)", flush=True)
 
 
-def _rungs(members, portfolio, config, lora_rate: float | None):
+def _rungs(members, portfolio, config, lora_rate: float | None, best: dict[str, float] | None = None):
     """(index, member, its rules' rates, a rung's rate) for every rung, each rule's own x1 rate first for every
-    member (so a run cut short has each rule's answer before the ladders around them), then the other rungs."""
+    member (so a run cut short has each rule's answer before the ladders around them), then the other rungs, those
+    nearest (in log rate) their member's best rate by dev so far (`best`: member name -> rate) first: a run cut
+    short has the rungs that can still move the best."""
     first, rest = [], []
     for index, member in enumerate(members):
         rates = rule_rates(member.learning_rate, config.hidden_size, lora_rate, portfolio.reference_rate)
         for rate in ladder(rates):
             own = any(abs(math.log(rate / r)) <= math.log(1.05) for r in rates.values())
             (first if own else rest).append((index, member, rates, rate))
+    best = best or {}
+    rest.sort(key=lambda rung: abs(math.log(rung[3] / best.get(rung[1].name, rung[3]))))  # stable: ties by rate
     return first + rest
+
+
+def _best_so_far(done: dict[str, dict], where: str) -> dict[str, float]:
+    """Member name -> the rate of its best dev so far among the rows of `where` (model|task|K), over seeds."""
+    runs: dict[str, dict[float, list[float]]] = {}
+    for key, row in done.items():
+        if key.startswith(where + "|") and row["member"] != "lora-sweep" and row.get("dev") is not None:
+            runs.setdefault(row["member"], {}).setdefault(row["rate"], []).append(row["dev"])
+    return {member: max(rates, key=lambda r: sum(rates[r]) / len(rates[r])) for member, rates in runs.items()}
 
 
 def _num_layers(config) -> int:

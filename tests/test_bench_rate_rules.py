@@ -71,3 +71,23 @@ def test_the_decision_moves_from_absolute_only_by_a_tenth_of_a_decade():
     assert rate_rules.decide(far) == "transfer"
     missing = [{**far[0], "calibrated_test": None}]  # a rule's own rate has not run: the cell does not count
     assert rate_rules.decide(missing) == "absolute"
+
+
+def test_the_rungs_left_run_nearest_their_members_best_so_far_first():
+    from types import SimpleNamespace
+
+    members = [SimpleNamespace(name="x", learning_rate=3e-3), SimpleNamespace(name="y", learning_rate=1e-3)]
+    portfolio, config = SimpleNamespace(reference_rate=None), SimpleNamespace(hidden_size=384)  # one rule's rate
+    rungs = [(member.name, rate) for _, member, _, rate in rate_rules._rungs(members, portfolio, config, None)]
+    assert rungs[:2] == [("x", 3e-3), ("y", 1e-3)]  # each rule's own rate first
+    assert rungs[2:] == [("x", 1e-3), ("x", 9e-3), ("y", pytest.approx(1e-3 / 3, rel=1e-2)), ("y", 3e-3)]
+    done = {"m|t|k5|x|0.003|seed0": {"member": "x", "rate": 3e-3, "dev": 0.7},
+            "m|t|k5|x|0.009|seed0": {"member": "x", "rate": 9e-3, "dev": 0.8},
+            "m|t|k5|y|0.001|seed0": {"member": "y", "rate": 1e-3, "dev": 0.6},
+            "m|t|k5|lora-sweep|seed0": {"member": "lora-sweep", "rate": None, "dev": 0.9},
+            "m|u|k5|y|0.003|seed0": {"member": "y", "rate": 3e-3, "dev": 0.99}}  # another task: not read
+    best = rate_rules._best_so_far(done, "m|t|k5")
+    assert best == {"x": 9e-3, "y": 1e-3}
+    rungs = [(member.name, rate) for _, member, _, rate in rate_rules._rungs(members, portfolio, config, None, best)]
+    assert rungs[2:] == [("x", 9e-3), ("y", 3e-3), ("y", pytest.approx(1e-3 / 3, rel=1e-2)), ("x", 1e-3)]  # the
+    #                    best itself (already run: skipped), y's both a factor 3 off (3e-3 by 0.000333's rounding)
