@@ -81,7 +81,8 @@ def run_one(settings: dict) -> dict:
     started = time.monotonic()
     result = run_trial(TrialSettings.from_dict(settings))
     metric = result.get("metric") or next(iter(result.get("dev") or {"accuracy": None}))
-    return {"status": result["status"], "metric": metric, "learning_rate": result.get("learning_rate"),
+    return {"status": result["status"], "metric": metric, "precision": result.get("precision"),
+            "learning_rate": result.get("learning_rate"),
             "dev": (result.get("dev") or {}).get(metric), "test": (result.get("test") or {}).get(metric),
             "seconds": round(time.monotonic() - started, 1), "reason": result.get("reason")}
 
@@ -244,7 +245,9 @@ def summary(args) -> None:
         print(json.dumps(entry))
     print(f"the rule written down before the second task ran chooses: {decide(table)}")
     if table:
-        path = write_results("rate-rules", table, settings={"ladder": LADDER, "transfer_power": TRANSFER_POWER,
+        precisions = sorted({row.get("precision") or "not recorded" for row in rows})  # recorded since 2026-12-03:
+        #                   a ladder's rungs run on different machines may have computed in different precisions
+        path = write_results("rate-rules", table, precision=" + ".join(precisions), settings={"ladder": LADDER, "transfer_power": TRANSFER_POWER,
                                                             "reference_hidden": REFERENCE_HIDDEN,
                                                             "decides_by": DECIDES_BY, "chooses": decide(table)},
                              notes="dev picks the best rate of each member's ladder; test is each rule's x1 rate's "
