@@ -247,9 +247,9 @@ def summary(args) -> None:
     if table:
         precisions = sorted({row.get("precision") or "not recorded" for row in rows})  # recorded since 2026-12-03:
         #                   a ladder's rungs run on different machines may have computed in different precisions
-        path = write_results("rate-rules", table, precision=" + ".join(precisions), settings={"ladder": LADDER, "transfer_power": TRANSFER_POWER,
-                                                            "reference_hidden": REFERENCE_HIDDEN,
-                                                            "decides_by": DECIDES_BY, "chooses": decide(table)},
+        settings = {"ladder": LADDER, "transfer_power": TRANSFER_POWER, "reference_hidden": REFERENCE_HIDDEN,
+                    "decides_by": DECIDES_BY, "chooses": decide(table)}
+        path = write_results("rate-rules", table, precision=" + ".join(precisions), settings=settings,
                              notes="dev picks the best rate of each member's ladder; test is each rule's x1 rate's "
                                    "mean over seeds")
         print(f"wrote {path}")
