@@ -251,7 +251,8 @@ def summary(args) -> None:
                     "decides_by": DECIDES_BY, "chooses": decide(table)}
         path = write_results("rate-rules", table, precision=" + ".join(precisions), settings=settings,
                              notes="dev picks the best rate of each member's ladder; test is each rule's x1 rate's "
-                                   "mean over seeds")
+                                   "mean over seeds; the machine above wrote the summary: the rungs ran on the "
+                                   "machines of the sessions that ran them (benchmarks/runs/rate-rules)")
         print(f"wrote {path}")
 
 
