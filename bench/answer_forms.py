@@ -315,7 +315,8 @@ def summary(args) -> None:
                                    "studies; seconds: predicting the task's test split on this CPU (rows with "
                                    "threads=1 ran two at once, one core each); time_vs_single: those seconds over "
                                    "the single answer's in the same row, averaged; over_distilled: a distilled "
-                                   "variant's paired difference to plain distillation (mean, worst)")
+                                   "variant's paired difference to plain distillation (mean, worst); the rows ran "
+                                   "on the machines of the sessions that ran them, the one above wrote the summary")
         print(f"wrote {path}")
 
 
