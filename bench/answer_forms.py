@@ -143,9 +143,8 @@ def distilled_unlabeled(chosen, ensemble_dir: Path, target: Path, data, settings
 
 
 def unlabeled_texts(settings, count: int = UNLABELED) -> list[dict]:
-    """Up to `count` rows of the task's train file that the search used neither to train nor to choose (its train
-    and dev rows, by text), their labels dropped: a stand-in for a user's unlabelled texts. Seeded by the trial's
-    data seed."""
+    """Up to `count` rows of the task's train file whose text is none of the search's train, dev or test rows, their
+    labels dropped: a stand-in for a user's unlabelled texts. Seeded by the trial's data seed."""
     import numpy as np
 
     from autopelt.data.loading import load_task_splits

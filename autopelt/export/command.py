@@ -99,12 +99,12 @@ def _distilled(args, study, trial_dirs: list, answer_dir) -> int:
     from pathlib import Path
 
     from autopelt.ensemble.distill import check_unlabeled
-    from autopelt.export.distill import distill_ensemble
     from autopelt.errors import UserError
+    from autopelt.export.distill import distill_ensemble
+    from autopelt.export.ensemble import export_ensemble
     from autopelt.export.predict import read_rows
     from autopelt.train import TrialSettings
     from autopelt.train.trial_data import resolve_task
-    from autopelt.export.ensemble import export_ensemble
 
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
