@@ -16,14 +16,19 @@ its study, each chosen on dev alone and scored on test once:
   row, on which the student learns too (train/distillation.cutoff);
 - `distilled_unlabeled`: the same with `--unlabeled`: the ensemble also labels up to 1,000 texts of the task's
   train file that are none of the search's train, dev or test rows (their labels dropped), as a user's unlabelled
-  texts (`distilled_unlabeled_rows` says how many; none left: the form is left out of the row).
+  texts (`distilled_unlabeled_rows` says how many; none left: the form is left out of the row);
+- `distilled_members`: the student chosen by dev among `distilled`'s and one trained for each of up to
+  MEMBER_STUDENTS other configurations among the ensemble's members (heaviest first; at `distilled`'s alpha and
+  temperature, on its teacher's targets): the student need not be the answer's configuration
+  (`distilled_members_from` names the one chosen; none other: the form is left out of the row).
 
 A row written before a form existed gets it with `run --fill` where its study is still in `--scratch`.
 `--copies 2` becomes `--distill`'s default when, over at least six studies on at least three tasks, `distilled_copies`
 gains at least 0.5 points of test more than `distilled` on the mean, and loses no more than 1.0 to it on any (fixed
 2026-12-02, after one study: trec seed 1). The docs recommend `--unlabeled` when, by the same rule (fixed
 2026-12-03, before it had run), `distilled_unlabeled` gains at least 0.5 points over `distilled` on the mean over at
-least six studies on three tasks and loses no more than 1.0 on any.
+least six studies on three tasks and loses no more than 1.0 on any. `--distill` chooses its student among the members'
+configurations by default when `distilled_members` passes the same rule (fixed 2026-12-03, before any had run).
 
 Each form's inference cost: forward passes an input, and the seconds to predict the task's test split on this
 CPU (one process, the base model loaded once); `--threads 1` runs two at once on one core each, so compare forms
@@ -52,9 +57,11 @@ from results import ROOT, write_results  # noqa: E402
 TASKS_DIR = ROOT.parent / "shared" / "data" / "tasks"
 DEFAULT_WORK = ROOT / "benchmarks" / "runs" / "answer-forms"  # rows.jsonl, committed: a later session resumes
 DEFAULT_SCRATCH = Path("/tmp/answer-forms")  # the studies, their trials and the forms' folders (large, not kept)
-FORMS = ("single", "ensemble", "k3", "soup", "distilled", "distilled_copies", "distilled_unlabeled")
+VARIANTS = ("distilled_copies", "distilled_unlabeled", "distilled_members")  # what `--fill` adds to an older row
+FORMS = ("single", "ensemble", "k3", "soup", "distilled", *VARIANTS)
 COPIES = 2  # distilled_copies' cut-off copies of each train row
 UNLABELED = 1000  # distilled_unlabeled's texts (fewer where the train file has fewer left)
+MEMBER_STUDENTS = 2  # distilled_members' students beyond the answer's configuration
 
 
 def search(task: str, seed: int, args, work: Path) -> tuple[str, str, Path]:
@@ -130,7 +137,43 @@ def forms(storage: str, name: str, work: Path) -> dict:
     for form, copies in (("distilled", 0), ("distilled_copies", COPIES)):
         row.update(distilled(chosen, ensemble_dir, target / form, data, form, copies))
     row.update(distilled_unlabeled(chosen, ensemble_dir, target, data, settings))
+    row.update(distilled_members(chosen, target, data, row))
     return row
+
+
+def distilled_members(chosen, target: Path, data, row: dict) -> dict:
+    """The `distilled_members` columns: students of up to MEMBER_STUDENTS members' configurations other than the
+    answer's (heaviest member first, one per delta spec), each trained once at the (alpha, temperature) `distilled`
+    chose, on the targets its teacher wrote (`target`/distilled/teacher.npz); the best dev among them and
+    `distilled`'s own student (ties: `distilled`'s) is the form, its test scored once, after that choice. None
+    where the members hold no other configuration."""
+    from autopelt.ensemble.distill import train_students
+    from autopelt.export.export import export_result
+
+    form = "distilled_members"
+    spec = lambda member: json.dumps(member.result["settings"]["spec"], sort_keys=True)  # noqa: E731
+    seen, others = {spec(chosen.single)}, []
+    for member, _ in sorted(zip(chosen.members, chosen.weights), key=lambda m: -m[1]):
+        if spec(member) not in seen and len(others) < MEMBER_STUDENTS:
+            seen.add(spec(member))
+            others.append(member)
+    if not others:
+        return {}
+    teacher = target / "distilled" / "teacher.npz"
+    grid = ((row["distilled_alpha"], row["distilled_temperature"]),)
+    best = {"dev": row["distilled_dev"], "test": row["distilled_test"], "seconds": row["distilled_seconds"],
+            "from": chosen.single.summary}
+    shutil.rmtree(target / form, ignore_errors=True)
+    for number, member in enumerate(others):
+        student = train_students(member.result, teacher, target / form / f"member-{number}", grid)
+        if student.dev > best["dev"]:
+            best = {"dev": student.dev, "folder": student.folder, "from": member.summary}
+    if "folder" in best:
+        folder = export_result(best["folder"], target / form / "export", {})
+        metrics = json.loads((folder / "metrics.json").read_text())
+        best.update(test=metrics["test"][chosen.metric], seconds=predict_seconds(folder, data))
+    return {f"{form}_test": best["test"], f"{form}_passes": 1, f"{form}_seconds": best["seconds"],
+            f"{form}_dev": best["dev"], f"{form}_from": best["from"], f"{form}_students": 1 + len(others)}
 
 
 def distilled_unlabeled(chosen, ensemble_dir: Path, target: Path, data, settings) -> dict:
@@ -174,8 +217,8 @@ def distilled(chosen, ensemble_dir: Path, folder: Path, data, form: str, copies:
 
 
 def fill(rows_file: Path, scratch: Path) -> None:
-    """Add the distilled forms (`distilled_copies`, `distilled_unlabeled`) to the rows written before they existed,
-    where their study is still in `scratch` (the session that ran it)."""
+    """Add the distilled VARIANTS to the rows written before they existed, where their study is still in `scratch`
+    (the session that ran it); `distilled_members` only where the row's `distilled` student's teacher is still there."""
     from autopelt.export.ensemble import export_ensemble
     from autopelt.models import load_tokenizer, resolve_model
     from autopelt.study import answers
@@ -188,7 +231,7 @@ def fill(rows_file: Path, scratch: Path) -> None:
     storage = f"sqlite:///{scratch / 'studies' / 'studies.db'}"
     for row in rows:
         name = f"{row['task']}-s{row['seed']}"
-        missing = [f for f in ("distilled_copies", "distilled_unlabeled") if f"{f}_test" not in row]
+        missing = [f for f in VARIANTS if f"{f}_test" not in row and f"{f}_left_out" not in row]
         if not missing or not (scratch / "studies" / name).is_dir():
             continue
         study = load_study(storage, name, storage)
@@ -199,6 +242,12 @@ def fill(rows_file: Path, scratch: Path) -> None:
         settings = TrialSettings.from_dict(chosen.single.result["settings"])
         data = prepare_data(settings, load_tokenizer(resolve_model(settings.model)), resolve_task(settings))
         for form in missing:
+            if form == "distilled_members":
+                if not (target / "distilled" / "teacher.npz").is_file():
+                    continue  # its `distilled` student's teacher is gone: rerunning it would change that form
+                row.update(distilled_members(chosen, target, data, row) or {f"{form}_left_out": "one configuration"})
+                rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+                continue
             shutil.rmtree(target / form, ignore_errors=True)
             row.update(distilled(chosen, ensemble_dir, target / form, data, form, COPIES) if form == "distilled_copies"
                        else distilled_unlabeled(chosen, ensemble_dir, target, data, settings))
@@ -283,8 +332,9 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 def pays_over_distilled(table: list[dict], form: str) -> bool:
     """The rule fixed before the variant had run on more than one study (`distilled_copies`: 2026-12-02;
-    `distilled_unlabeled`: 2026-12-03, before any): over at least six studies on at least three tasks, the variant
-    gains at least 0.5 points of test over plain distillation on the mean and loses no more than 1.0 to it on any."""
+    `distilled_unlabeled` and `distilled_members`: 2026-12-03, before any): over at least six studies on at least
+    three tasks, the variant gains at least 0.5 points of test over plain distillation on the mean and loses no more
+    than 1.0 to it on any."""
     entry = next((e for e in table if e["form"] == form and "over_distilled" in e), None)
     return (entry is not None and entry["runs"] >= 6 and entry["tasks"] >= 3  # every row runs both distilled forms
             and entry["over_distilled"] >= 0.5 and entry["worst_over_distilled"] >= -1.0)
@@ -303,9 +353,11 @@ def summary(args) -> None:
         print(json.dumps(entry))
     if table:
         settings = {"runs": sorted(r["key"] for r in rows), "copies_by_default": copies_by_default(table),
-                    "unlabeled_pays": pays_over_distilled(table, "distilled_unlabeled")}
+                    "unlabeled_pays": pays_over_distilled(table, "distilled_unlabeled"),
+                    "members_student_pays": pays_over_distilled(table, "distilled_members")}
         print(f"--copies 2 by default, by the rule fixed before it ran: {settings['copies_by_default']}")
         print(f"--unlabeled pays, by the rule fixed before it ran: {settings['unlabeled_pays']}")
+        print(f"a student among the members' configurations pays, by the same rule: {settings['members_student_pays']}")
         columns = ["form", "runs", "tasks", "test", "gain", "gain_std", "worst", "share_of_ensemble_gain",
                    "over_distilled", "worst_over_distilled", "passes", "seconds", "time_vs_single"]
         path = write_results("answer-forms", table, columns, settings=settings,

@@ -10,6 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import answer_forms  # noqa: E402
+from test_ensemble_export import study_db  # noqa: F401,E402  (three finished trials that kept predictions)
+from tinymodels import sst2_dir, tiny_model_dir, trial_cache  # noqa: F401,E402  (fixtures)
 
 
 def row(task: str, seed: int, single: float, ensemble: float, distilled: float, copies: float | None) -> dict:
@@ -91,3 +93,35 @@ def test_unlabeled_texts_are_neither_the_searchs_train_nor_dev_nor_test_rows(tmp
     assert not {t["text"] for t in texts} & used
     assert len(texts) == len({r["text"] for r in loaded[task.train_split]} - used)
     assert answer_forms.unlabeled_texts(settings, count=5) == answer_forms.unlabeled_texts(settings, count=5)
+
+
+def test_distilled_members_trains_the_other_configurations_and_keeps_the_best_dev(study_db, tmp_path):
+    """One student of the adapter member (the other configuration; the second LoRA is the answer's spec) at the
+    (alpha, temperature) `distilled` chose; the form is whichever of the two students has the better dev, its test
+    that student's."""
+    import json
+
+    from autopelt.ensemble.select import Rule
+    from autopelt.export.ensemble import export_ensemble
+    from autopelt.models import load_tokenizer, resolve_model
+    from autopelt.train import TrialSettings
+    from autopelt.train.trial_data import prepare_data, resolve_task
+
+    _, root = study_db
+    folders = sorted(root.glob("trial-*"))
+    ensemble_dir, chosen = export_ensemble(folders, tmp_path / "ensemble", answer_dir=folders[0],
+                                           rule=Rule(max_size=3, bags=6, bag_fraction=0.34))
+    assert len({json.dumps(m.result["settings"]["spec"]) for m in chosen.members}) == 2  # LoRA and the adapter
+    settings = TrialSettings.from_dict(chosen.single.result["settings"])
+    data = prepare_data(settings, load_tokenizer(resolve_model(settings.model)), resolve_task(settings))
+    row = answer_forms.distilled(chosen, ensemble_dir, tmp_path / "distilled", data, "distilled", 0)
+    found = answer_forms.distilled_members(chosen, tmp_path, data, row)
+    assert found["distilled_members_students"] == 2
+    assert found["distilled_members_dev"] >= row["distilled_dev"]
+    if found["distilled_members_dev"] > row["distilled_dev"]:  # the adapter's student: exported and scored
+        assert "pfeiffer" in found["distilled_members_from"]
+        metrics = json.loads((tmp_path / "distilled_members" / "export" / "metrics.json").read_text())
+        assert found["distilled_members_test"] == metrics["test"][chosen.metric]
+    else:
+        assert found["distilled_members_test"] == row["distilled_test"]
+        assert found["distilled_members_from"] == chosen.single.summary
