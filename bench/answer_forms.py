@@ -29,6 +29,8 @@ gains at least 0.5 points of test more than `distilled` on the mean, and loses n
 2026-12-03, before it had run), `distilled_unlabeled` gains at least 0.5 points over `distilled` on the mean over at
 least six studies on three tasks and loses no more than 1.0 on any. `--distill` chooses its student among the members'
 configurations by default when `distilled_members` passes the same rule (fixed 2026-12-03, before any had run).
+A variant that can no longer pass its rule (one study already lost more than 1.0 to plain distillation) is left out
+of the rows run after that.
 
 Each form's inference cost: forward passes an input, and the seconds to predict the task's test split on this
 CPU (one process, the base model loaded once); `--threads 1` runs two at once on one core each, so compare forms
@@ -100,8 +102,8 @@ def predict_seconds(folder: Path, data) -> float:
     return round(time.perf_counter() - started, 2)
 
 
-def forms(storage: str, name: str, work: Path) -> dict:
-    """Every form's test metric and inference cost for one finished study."""
+def forms(storage: str, name: str, work: Path, settled: frozenset = frozenset()) -> dict:
+    """Every form's test metric and inference cost for one finished study, but the `settled` variants."""
     from autopelt.ensemble.soup import soup_folders, why_not_soup
     from autopelt.export.ensemble import export_ensemble
     from autopelt.models import load_tokenizer, resolve_model
@@ -134,10 +136,13 @@ def forms(storage: str, name: str, work: Path) -> dict:
                    soup_seconds=predict_seconds(soup_dir, data))
     else:
         row["soup_reason"] = reason
-    for form, copies in (("distilled", 0), ("distilled_copies", COPIES)):
-        row.update(distilled(chosen, ensemble_dir, target / form, data, form, copies))
-    row.update(distilled_unlabeled(chosen, ensemble_dir, target, data, settings))
-    row.update(distilled_members(chosen, target, data, row))
+    row.update(distilled(chosen, ensemble_dir, target / "distilled", data, "distilled", 0))
+    if "distilled_copies" not in settled:
+        row.update(distilled(chosen, ensemble_dir, target / "distilled_copies", data, "distilled_copies", COPIES))
+    if "distilled_unlabeled" not in settled:
+        row.update(distilled_unlabeled(chosen, ensemble_dir, target, data, settings))
+    if "distilled_members" not in settled:
+        row.update(distilled_members(chosen, target, data, row))
     return row
 
 
@@ -278,7 +283,10 @@ def run(args) -> None:
         torch.set_num_threads(args.threads)
     if args.fill:
         return fill(rows_file, Path(args.scratch))
-    done = {json.loads(line)["key"] for line in rows_file.read_text().splitlines()} if rows_file.is_file() else set()
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.is_file() else []
+    done, settled = {row["key"] for row in rows}, settled_variants(summarise(rows))
+    if settled:
+        print(f"not run again (a study already lost more than 1.0 to plain distillation): {', '.join(settled)}")
     for seed in args.seeds:
         for task in args.tasks.split(","):
             key = f"{task}|k{args.k}|b{args.budget}|seed{seed}"
@@ -288,7 +296,7 @@ def run(args) -> None:
             scratch = Path(args.scratch)
             storage, name, _ = search(task, seed, args, scratch)
             row = {"key": key, "task": task, "seed": seed, "k": args.k, "budget": args.budget,
-                   **forms(storage, name, scratch), "seconds": round(time.monotonic() - started)}
+                   **forms(storage, name, scratch, settled), "seconds": round(time.monotonic() - started)}
             if args.threads:
                 row["threads"] = args.threads
             with rows_file.open("a") as out:
@@ -338,6 +346,12 @@ def pays_over_distilled(table: list[dict], form: str) -> bool:
     entry = next((e for e in table if e["form"] == form and "over_distilled" in e), None)
     return (entry is not None and entry["runs"] >= 6 and entry["tasks"] >= 3  # every row runs both distilled forms
             and entry["over_distilled"] >= 0.5 and entry["worst_over_distilled"] >= -1.0)
+
+
+def settled_variants(table: list[dict]) -> frozenset:
+    """The variants `pays_over_distilled` can no longer pass, whatever runs next: a study already lost more than 1.0
+    to plain distillation. New rows leave them out (each costs four students' training a row)."""
+    return frozenset(e["form"] for e in table if e.get("worst_over_distilled", 0.0) < -1.0)
 
 
 def copies_by_default(table: list[dict]) -> bool:

@@ -54,6 +54,12 @@ def test_copies_become_the_default_only_by_the_rule_fixed_before_they_ran():
     assert table["distilled_copies"]["worst_over_distilled"] == pytest.approx(-1.5)
 
 
+def test_a_variant_that_can_no_longer_pass_its_rule_is_settled_and_only_that():
+    assert answer_forms.settled_variants(answer_forms.summarise(six([3.0, -1.5]))) == {"distilled_copies"}
+    assert not answer_forms.settled_variants(answer_forms.summarise(six([0.0, -1.0])))  # -1.0 still passes
+    assert not answer_forms.settled_variants(answer_forms.summarise([row("a", 0, 0.8, 0.82, 0.80, None)]))
+
+
 def test_unlabeled_texts_pay_by_the_same_rule_on_their_own_rows():
     def pays(gains: list[float], tasks: int = 3) -> bool:
         rows = [{**row(f"t{i % tasks}", i, 0.8, 0.82, 0.80, None), "distilled_unlabeled_test": 0.80 + gain / 100,
