@@ -141,7 +141,7 @@ def test_export_distill_writes_one_delta_scored_beside_the_ensemble(study_db, tm
     assert distilled["single"]["test"] is not None and distilled["members"] >= 1
     assert (out / "teacher.npz").is_file() and (out / "delta.safetensors").is_file()
     assert "distilled from an ensemble of" in (out / "README.md").read_text()
-    assert f"to {out}" in printed
+    assert f"to {out}" in printed and "--unlabeled FILE" in printed  # the lever measured to keep more of its gain
     assert sorted(p.name for p in tmp_path.iterdir()) == ["distilled"]  # no teacher or students left beside it
     assert main(["predict", "--delta", str(out), "--text", "a good film"]) == 0
 
@@ -158,7 +158,7 @@ def test_export_distill_with_copies_teaches_the_student_on_them(study_db, tmp_pa
         assert stored["train"].shape[0] == 3 * rows and len(stored["copies_offsets"]) == 2 * rows + 1
 
 
-def test_export_distill_with_unlabeled_texts_labels_them_by_the_teacher(study_db, tmp_path):
+def test_export_distill_with_unlabeled_texts_labels_them_by_the_teacher(study_db, tmp_path, capsys):
     url, _ = study_db
     texts = tmp_path / "texts.jsonl"
     texts.write_text("\n".join(json.dumps({"sentence": s, "label": 1}) for s in  # a label there is ignored
@@ -166,6 +166,7 @@ def test_export_distill_with_unlabeled_texts_labels_them_by_the_teacher(study_db
     out = tmp_path / "distilled"
     assert main(["export", "--study", "tiny", "--storage", url, "--ensemble", "--distill", "--unlabeled", str(texts),
                  "--out", str(out)]) == 0
+    assert "--unlabeled FILE" not in capsys.readouterr().out  # given: no hint
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["distilled"]["unlabeled"] == 4 and "4 unlabelled texts" in (out / "README.md").read_text()
     with np.load(out / "teacher.npz") as stored:
