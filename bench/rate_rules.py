@@ -108,7 +108,7 @@ def run(args) -> None:
     if args.only is not None and not set(args.only) <= set(range(len(members))):
         raise SystemExit(f"--only takes member indexes from 0 to {len(members) - 1}, not {args.only}")
     common = dict(task=args.task, model=args.model, data_dir=args.data_dir, protocol=args.k, epochs=args.epochs,
-                  threads=args.threads, max_train_examples=args.max_train_examples)
+                  threads=args.threads, max_train_examples=args.max_train_examples, precision=args.precision)
     where = f"{args.model}|{args.task}|k{args.k}"
     for seed in args.seeds:
         key = f"{where}|lora-sweep|seed{seed}"
@@ -270,6 +270,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="only these of the members (0 is the first): two runs at once, each on its own members")
     go.add_argument("--epochs", type=int, default=3)
     go.add_argument("--threads", type=int)
+    go.add_argument("--precision", default="auto", help="the trials' precision (default auto); pin it where a "
+                    "ladder's rungs run on machines whose `auto` differs")
     go.add_argument("--max-train-examples", type=int, help="a quick check only: fewer train rows")
     go.add_argument("--work", default=str(DEFAULT_WORK))
     show = commands.add_parser("summary", help="the table, written to benchmarks/results/")
