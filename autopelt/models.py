@@ -321,8 +321,9 @@ def _model_file(name_or_path: str, name: str) -> Path | None:
 
 def fresh_head(model, seed: int) -> None:
     """A checkpoint's own task head is never reused: every trial's head is random, from its seed (its linear
-    layers' weights drawn from a generator of their own, their biases zero; the global random state is not read).
-    Drawn again in place for a packed trial's own copy of the head (train/packed.py)."""
+    layers' weights drawn from a generator of their own on the CPU in fp32, then copied to wherever the head lives:
+    the same head on every device (a 4-bit base loads onto its GPU, head included); the global random state is not
+    read). Drawn again in place for a packed trial's own copy of the head (train/packed.py)."""
     import torch
 
     from autopelt.delta.families import architecture_of
@@ -333,7 +334,7 @@ def fresh_head(model, seed: int) -> None:
     with torch.no_grad():
         for module in (module for part in parts for module in part.modules()):
             if isinstance(module, torch.nn.Linear):
-                module.weight.normal_(0.0, std, generator=generator)
+                module.weight.copy_(torch.empty(module.weight.shape).normal_(0.0, std, generator=generator))
                 if module.bias is not None:
                     module.bias.zero_()
 

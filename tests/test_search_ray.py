@@ -338,3 +338,23 @@ def test_ctrl_c_drops_tunes_restore_hint_and_no_other_warning():
     finally:
         tune_log.removeHandler(handler)
     assert seen == ["another warning"]
+
+
+def test_tune_keeps_as_many_trials_pending_as_there_are_workers(monkeypatch):
+    """Ray's own count of pending trials for a searcher like autopelt's: one without `pending_trials` (each trial's
+    worker waits for the last one's to start), the workers' count with it, the user's value where they set one."""
+    from ray.tune.execution.tune_controller import _get_max_pending_trials
+    from ray.tune.search import SearchGenerator, Searcher
+
+    from autopelt.search.ray_backend import PENDING_TRIALS, pending_trials
+
+    monkeypatch.delenv(PENDING_TRIALS, raising=False)
+    generator = SearchGenerator(Searcher())
+    assert _get_max_pending_trials(generator) == 1
+    with pending_trials(15):
+        assert _get_max_pending_trials(generator) == 15
+    assert PENDING_TRIALS not in os.environ
+    monkeypatch.setenv(PENDING_TRIALS, "3")
+    with pending_trials(15):
+        assert _get_max_pending_trials(generator) == 3
+    assert os.environ[PENDING_TRIALS] == "3"

@@ -174,3 +174,20 @@ def test_a_warm_generation_trial_is_the_cold_trial(tmp_path, monkeypatch):
     again = run_trial(settings("lora", "again"))
     assert again["warm"]["model"]
     assert_same_trial(again, expected)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="a CUDA GPU: a 4-bit base loads its head onto the GPU"))])
+def test_a_fresh_head_is_the_same_draw_wherever_the_head_lives(tiny_model_dir, device):
+    """`fresh_head` draws on the CPU and copies: a head already on a GPU (a 4-bit base's) is drawn, not refused
+    ("Expected a 'cuda' device type for generator"), and equals the CPU's draw."""
+    from autopelt.delta.families import architecture_of
+    from autopelt.models import fresh_head, load_model
+
+    on_cpu = load_model(str(tiny_model_dir), 2, seed=5)
+    there = load_model(str(tiny_model_dir), 2, seed=0).to(device)
+    fresh_head(there, 5)
+    for part in architecture_of(on_cpu.config).head_parts:
+        for (name, want), got in zip(on_cpu.get_submodule(part).state_dict().items(),
+                                     there.get_submodule(part).state_dict().values()):
+            assert torch.equal(want, got.cpu()), name

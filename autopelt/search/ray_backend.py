@@ -285,13 +285,33 @@ def run_trials(controller: Controller, plan: SearchPlan) -> None:
     )
     _tune_environment()
     try:
-        tuner.fit()
+        with pending_trials(plan.options.workers):
+            tuner.fit()
     except RuntimeError as error:  # Ray's memory monitor killed a worker: Tune ends the run, not the trial
         if "running low on memory" not in str(error):
             raise
         raise SearchStopped("Ray killed a trial's worker: the machine ran low on memory; run the same command "
                             "again to resume, with fewer --workers, or a smaller --batch-size or --max-length") \
             from None
+
+
+PENDING_TRIALS = "TUNE_MAX_PENDING_TRIALS_PG"
+
+
+@contextlib.contextmanager
+def pending_trials(workers: int):
+    """Let Tune start as many trials at once as there are workers. Tune keeps a searcher's trials pending one at a
+    time (PENDING_TRIALS "auto" is 1 for any searcher but its own random and grid ones), so each trial's worker
+    waited for the last one's to start: on an H200 machine a worker took about 10 s to start, and 15 workers were
+    filled one by one while the GPU stood idle. A value the user set is kept; the old one is back afterwards."""
+    before = os.environ.get(PENDING_TRIALS)
+    if before is None:
+        os.environ[PENDING_TRIALS] = str(max(1, workers))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PENDING_TRIALS, None)
 
 
 def _scheduler(plan: SearchPlan):
