@@ -12,7 +12,8 @@ bitsandbytes or gguf, and a call carries at most 64 MiB beside the tree (/work/.
 inputs travel as bundles, each a tar (xz) split into parts under 58 MiB, one `.gpuN/` folder per call (ignored by git,
 named in `carry`), staged with `--stage` into /tmp/gpu_check on one warm machine (the next call within its idle
 window), joined in name order by the last call:
-    site.tar.xz.NN     site/: ray, optuna, SQLAlchemy, bitsandbytes, transformers 5.23 and their needs, installed here
+    site.tar.xz.NN     site/: ray, optuna, SQLAlchemy, bitsandbytes, transformers 5.23 and their needs (pydantic
+                       among them), installed here
                        for Python 3.12 (pip --target) and trimmed: Ray's Java jars, RLlib, Serve, LLM and dashboard
                        client dropped, ELF files stripped, bitsandbytes' libraries but CPU and CUDA 13.0 dropped
     data.tar.xz.NN     glue/sst2/*.jsonl
@@ -24,7 +25,8 @@ window), joined in name order by the last call:
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_28_x86_64 \
         -c constraints.txt -d .whl ray optuna SQLAlchemy bitsandbytes transformers alembic mako colorlog greenlet \
-        jsonschema jsonschema-specifications referencing rpds-py
+        jsonschema jsonschema-specifications referencing rpds-py pydantic pydantic-core annotated-types \
+        typing-inspection typing-extensions     # pydantic: Ray Tune 2.60 imports ray.train.v2, which needs it
     python bench/gpu_check.py --bundle .whl     # .gpu1/ (minilm, data, smollm2) and .gpu2/ (site)
 The tree travels with each call: take the lab out of the index while the calls run (`git rm -r -q --cached lab`,
 `lab/` in .git/info/exclude; `git reset -q lab` after), or the tree's 31 MB leave too little room.
@@ -55,6 +57,7 @@ SMI_FIELDS = "utilization.gpu,memory.used"
 # limit is skipped and said so
 STEPS = [
     ("minilm-default", "minilm", []),
+    ("trial-profile", "minilm", "profile"),
     ("minilm-workers-1", "minilm", ["--workers", "1"]),
     ("minilm-pack", "minilm", ["--pack", "auto"]),
     ("qlora", "decoder", None),
@@ -94,18 +97,22 @@ def main() -> None:
             if flags and "--pack" in flags and not search_has("--pack", setup["env"]):
                 rows.append({"step": name, "status": "skipped: the search has no --pack"})
                 continue
-            need = 40 if flags is None else args.seconds + 40
+            need = 40 if not isinstance(flags, list) else args.seconds + 40
             if not args.dry and left < need:
                 rows.append({"step": name, "status": f"skipped: {left:.0f} s left of the check's {LIMIT_S}"})
                 continue
             command = step_command(name, setup[model], flags, data_dir, work / name, args.seconds, args.dry)
             rows.append(run_step(name, command, setup["env"], work / name, smi, log, min(left, need + 200)))
+            if flags == "profile" and (work / name / "profile.txt").is_file():
+                shutil.copy2(work / name / "profile.txt", out / "profile.txt")
             print(json.dumps(rows[-1]), flush=True)
     with tarfile.open(out / "studies.tar.gz", "w:gz") as studies:  # every step's study, to read its trials later
         for database in sorted(work.glob("*/study.db")):
             studies.add(database, arcname=f"{database.parent.name}.db")
     card = gpu_name()
-    path = write_results("gpu-check", rows, precision="auto", out_dir=out,
+    if not args.dry:
+        import torch  # noqa: F401 - bench/results.py names the GPU only where torch is loaded
+    path = write_results("gpu-check", rows, precision="auto", out_dir=out, columns=COLUMNS,
                          settings={"card": card, "cpus": os.cpu_count(), "seconds": args.seconds, "dry": args.dry,
                                    "task": "sst2", "k": K_DRY if args.dry else K, "weights": setup["weights"]},
                          notes=f"autopelt search on {card}: trials an hour and nvidia-smi utilisation per step")
@@ -117,6 +124,9 @@ def main() -> None:
         sys.exit(f"missing outputs: {missing}")
 
 
+CUT_REASONS = ("budget reached", "interrupted")  # what the search records of a trial its budget ended
+COLUMNS = ["step", "status", "seconds", "gpu_util_mean", "gpu_memory_max_mib", "trained", "cut", "failed",
+           "trials_per_hour", "steady_trials_per_hour"]  # the table; every row keeps the rest (workers, best, ...)
 K, K_DRY = 500, 16  # K: the GLUE SST-2 file's 1,000 train rows, half kept for dev
 
 
@@ -133,6 +143,8 @@ def step_command(name: str, model: str, flags: list[str] | None, data_dir: str, 
                  dry: bool) -> list[str]:
     """The `autopelt` command line of one step: a search in its own study, or the QLoRA trial."""
     common = ["--task", "sst2", "--model", model, "--data-dir", data_dir, "--k", str(K_DRY if dry else K)]
+    if flags == "profile":
+        return ["profile", model, data_dir, str(K_DRY if dry else K), str(work)]
     if flags is None:
         return ["train", *common, "--method", "lora", "--quantize", "4bit", "--epochs", "1", "--out", str(work)]
     budget = ["--budget", "1", "--epochs", "1"] if dry else ["--budget", f"{seconds}s"]
@@ -148,9 +160,10 @@ def run_step(name: str, command: list[str], env: dict, work: Path, smi: Sampler,
     log.flush()
     mark = smi.mark()
     started = time.monotonic()
+    argv = [sys.executable, "-c", PROFILE, *command[1:]] if command[0] == "profile" else \
+        [sys.executable, "-m", "autopelt.cli", *command]
     try:
-        done = subprocess.run([sys.executable, "-m", "autopelt.cli", *command], env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as expired:
         code, output = 124, f"{expired.stdout or ''}{expired.stderr or ''}"
@@ -160,9 +173,12 @@ def run_step(name: str, command: list[str], env: dict, work: Path, smi: Sampler,
     log.flush()
     row = {"step": name, "status": "ok" if code == 0 else f"exit {code}: {last_line(output)}",
            "seconds": round(seconds, 1), **smi.summary(mark)}
-    if command[0] == "search":
-        trained, failed, span, best = study_counts(work / "study.db")
-        row.update(trained=trained, failed=failed, trials_per_hour=round(trained * 3600 / seconds, 1),
+    if command[0] == "profile":
+        measured = [json.loads(line) for line in output.splitlines() if line.startswith("{\"threads\"")]
+        row.update(trials={str(m["threads"]): m for m in measured})
+    elif command[0] == "search":
+        trained, failed, cut, span, best = study_counts(work / "study.db")
+        row.update(trained=trained, failed=failed, cut=cut, trials_per_hour=round(trained * 3600 / seconds, 1),
                    steady_trials_per_hour=round(trained * 3600 / span, 1) if span else None,
                    workers=workers_line(output), best=best)
     else:
@@ -173,12 +189,48 @@ def run_step(name: str, command: list[str], env: dict, work: Path, smi: Sampler,
     return row
 
 
-def study_counts(database: Path) -> tuple[int, int, float | None, dict | None]:
-    """(trials that trained: finished or stopped early, trials that failed, seconds from the first trial's start to
+PROFILE = """
+import json, sys, time
+import torch
+from torch.profiler import ProfilerActivity, profile
+from autopelt.train import TrialSettings, run_trial
+
+model, data_dir, k, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+spec = {"methods": [{"method": "pfeiffer", "bottleneck": 48, "gate": True},
+                    {"method": "prefix", "length": 10, "reparam_hidden": 512, "gate": True},
+                    {"method": "lora", "rank": 8, "gate": True}], "pooling": "mean"}  # the UniPELT baseline
+activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+tables = []
+for threads in (1, 8):
+    settings = TrialSettings.from_dict(dict(task="sst2", model=model, data_dir=data_dir, protocol=k, epochs=3,
+                                            spec=spec, learning_rate=1e-3, out_dir=f"{work}/t{threads}",
+                                            threads=threads))
+    run_trial(settings)  # the first: CUDA's context, the kernels' first calls, the held model and rows
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        result = run_trial(settings)
+    print(json.dumps({"threads": threads, "seconds": round(time.perf_counter() - started, 2),
+                      "train_seconds": round(result["train_seconds"], 2), "eval_seconds":
+                      round(result.get("eval_seconds") or 0, 2), "steps": result.get("steps"),
+                      "phase_seconds": {k: round(v, 2) for k, v in result["phase_seconds"].items()},
+                      "device": str(settings.device), "precision": result.get("precision")}), flush=True)
+    averages = prof.key_averages()
+    tables.append(f"== {threads} thread(s), by self CPU time ==\\n" + averages.table(sort_by="self_cpu_time_total",
+                                                                                   row_limit=25))
+    if torch.cuda.is_available():
+        tables.append(f"== {threads} thread(s), by self CUDA time ==\\n" + averages.table(
+            sort_by="self_cuda_time_total", row_limit=15))
+open(f"{work}/profile.txt", "w").write("\\n\\n".join(tables))
+"""
+
+
+def study_counts(database: Path) -> tuple[int, int, int, float | None, dict | None]:
+    """(trials that trained: finished or stopped early, trials that failed, trials the budget cut: queued or
+    running when it ran out, seconds from the first trial's start to
     the last one's end: the rate once the search runs, without its start-up and shut-down, the finished trial with
     the highest value: its number, value and parameters) of the step's study."""
     if not database.is_file():
-        return 0, 0, None, None
+        return 0, 0, 0, None, None
     import optuna
 
     storage = f"sqlite:///{database}"
@@ -191,7 +243,8 @@ def study_counts(database: Path) -> tuple[int, int, float | None, dict | None]:
     finished = [t for t in trained if t.state.name == "COMPLETE" and t.value is not None]
     top = max(finished, key=lambda t: t.value, default=None)
     best = {"trial": top.number, "value": top.value, "params": top.params} if top else None
-    return len(trained), sum(t.state.name == "FAIL" for t in trials), span or None, best
+    cut = [t for t in trials if t.state.name == "FAIL" and t.user_attrs.get("fail_reason") in CUT_REASONS]
+    return len(trained), sum(t.state.name == "FAIL" for t in trials) - len(cut), len(cut), span or None, best
 
 
 class Sampler:

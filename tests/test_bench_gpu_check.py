@@ -30,7 +30,9 @@ def dry(tmp_path, steps: str) -> tuple[dict, str]:
                           env={**benches_env(), "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     written = sorted(p.name for p in out.iterdir() if p.is_file())
-    assert written == ["gpu-check-" + written[0][len("gpu-check-"):], "log.txt", "smi.csv", "studies.tar.gz"], written
+    profiled = ["profile.txt"] if "trial-profile" in steps else []
+    assert written == ["gpu-check-" + written[0][len("gpu-check-"):], "log.txt", *profiled, "smi.csv",
+                       "studies.tar.gz"], written
     return json.loads((out / written[0]).read_text()), (out / "log.txt").read_text()
 
 
@@ -58,6 +60,8 @@ def test_the_dry_mode_runs_every_step_and_counts_the_trials(tmp_path):
         assert rows[name]["status"] == "ok" and rows[name]["trained"] == 1 and rows[name]["trials_per_hour"] > 0
         assert rows[name]["steady_trials_per_hour"] > rows[name]["trials_per_hour"]
     assert rows["minilm-default"]["workers"] is None  # a CPU's one worker: as before, nothing more said
+    assert sorted(rows["trial-profile"]["trials"]) == ["1", "8"]  # one trial profiled at 1 and at 8 CPU threads
+    assert all(trial["steps"] > 0 for trial in rows["trial-profile"]["trials"].values())
 
 
 def test_bundles_are_joined_checked_and_unpacked(tmp_path):
