@@ -115,7 +115,11 @@ def main() -> None:
     path = write_results("gpu-check", rows, precision="auto", out_dir=out, columns=COLUMNS,
                          settings={"card": card, "cpus": os.cpu_count(), "seconds": args.seconds, "dry": args.dry,
                                    "task": "sst2", "k": K_DRY if args.dry else K, "weights": setup["weights"]},
-                         notes=f"autopelt search on {card}: trials an hour and nvidia-smi utilisation per step")
+                         notes=f"autopelt search on {card}, each step a search with a {args.seconds} s budget in a "
+                               "study of its own: `trained` finished or stopped early, `cut` ended by the budget "
+                               "queued or running, trials an hour over the step's wall time and (steady) from the "
+                               "first trial's start to the last one's end, nvidia-smi's mean utilisation; "
+                               f"weights: {setup['weights']}")
     for row in rows:
         print(row)
     print(f"wrote {path}")
