@@ -53,15 +53,15 @@ STAGE = Path("/tmp/gpu_check")
 LIMIT_S = 520  # the whole check, inside the device call's 9 minutes with room for start-up and the transfers
 SMI_FIELDS = "utilization.gpu,memory.used"
 
-# (step, model key, search flags or None for the QLoRA trial); in order of worth: a step that no longer fits the
-# limit is skipped and said so
+# (step, model key, search flags, None for the QLoRA trial or "profile"); in order of worth: a step that no longer
+# fits the limit is skipped and said so
 STEPS = [
     ("minilm-default", "minilm", []),
     ("trial-profile", "minilm", "profile"),
-    ("minilm-workers-1", "minilm", ["--workers", "1"]),
-    ("minilm-pack", "minilm", ["--pack", "auto"]),
     ("qlora", "decoder", None),
     ("smollm2-default", "decoder", []),
+    ("minilm-workers-1", "minilm", ["--workers", "1"]),
+    ("minilm-pack", "minilm", ["--pack", "auto"]),
     ("minilm-workers-4", "minilm", ["--workers", "4"]),
 ]
 PART_BYTES = 58 * 2**20
@@ -74,7 +74,8 @@ def main() -> None:
     parser.add_argument("--bundle", metavar="WHEELS", help="here: make the bundles' parts in .gpu1/ and .gpu2/ from "
                         "the wheels downloaded into WHEELS (see the module doc)")
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-check"), help="where the results go")
-    parser.add_argument("--seconds", type=int, default=60, help="each search's wall-time budget (default 60)")
+    parser.add_argument("--seconds", type=int, default=120, help="each search's wall-time budget (default 120: at "
+                        "60 a search's start-up and its budget's cuts left too few trials for a steady rate)")
     parser.add_argument("--data-dir", help="GLUE-like data (default: the staged bundle, else ../shared/data/glue)")
     parser.add_argument("--steps", help=f"a comma-separated subset of {', '.join(s[0] for s in STEPS)} (default all)")
     args = parser.parse_args()
