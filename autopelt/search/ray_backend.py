@@ -302,8 +302,8 @@ PENDING_TRIALS = "TUNE_MAX_PENDING_TRIALS_PG"
 def pending_trials(workers: int):
     """Let Tune start as many trials at once as there are workers. Tune keeps a searcher's trials pending one at a
     time (PENDING_TRIALS "auto" is 1 for any searcher but its own random and grid ones), so each trial's worker
-    waited for the last one's to start: on an H200 machine a worker took about 10 s to start, and 15 workers were
-    filled one by one while the GPU stood idle. A value the user set is kept; the old one is back afterwards."""
+    would wait for the last one's to start (docs/speed.md). A value the user set is kept; the old one is back
+    afterwards."""
     before = os.environ.get(PENDING_TRIALS)
     if before is None:
         os.environ[PENDING_TRIALS] = str(max(1, workers))
