@@ -5,7 +5,7 @@ Writes `gpu-check-<date>.json` (bench/results.py: the card named in it), `smi.cs
 
     python bench/gpu_check.py --dry --out /tmp/gpu-check     # the same steps on this CPU, tiny: checks the outputs
     python bench/gpu_check.py --stage                         # device: copy this call's carried parts, return
-    python bench/gpu_check.py --out $OUT                      # device: join the parts, install, measure (<= 9 min)
+    BENCH_COMMIT=<HEAD here> python bench/gpu_check.py --out $OUT   # device: join the parts, measure (<= 9 min)
 
 The device machine reaches no registry and has torch, transformers (5.17) and peft but not ray, optuna, SQLAlchemy,
 bitsandbytes or gguf, and a call carries at most 64 MiB beside the tree (/work/.library/device/README.md). So the

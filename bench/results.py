@@ -57,9 +57,12 @@ def write_results(name: str, rows: list[dict], columns: list[str] | None = None,
 
 
 def commit() -> str:
-    """The checked-out commit, `+dirty` when tracked files other than benchmarks/results/ (what benches write, a
-    script's own earlier files among them) differ from it; outside a git checkout (a copy sent to a GPU machine)
-    $BENCH_COMMIT where set, else `unknown`."""
+    """$BENCH_COMMIT where set (a copy sent to a GPU machine: its .git, where one travels, need not be the tree's);
+    else the checked-out commit, `+dirty` when tracked files other than benchmarks/results/ (what benches write, a
+    script's own earlier files among them) differ from it; `unknown` outside a git checkout."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     try:
@@ -67,7 +70,7 @@ def commit() -> str:
         changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
         return head + ("+dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("BENCH_COMMIT", "unknown")
+        return "unknown"
 
 
 def hardware() -> dict:

@@ -125,3 +125,11 @@ def test_only_changes_outside_the_results_folder_mark_the_commit_dirty(tmp_path)
     assert not copy.commit().endswith("+dirty")
     (bench / "results.py").write_text((bench / "results.py").read_text() + "\n# changed\n")  # the code
     assert copy.commit().endswith("+dirty")
+
+
+def test_bench_commit_names_the_tree_a_copy_ran(monkeypatch):
+    """A copy sent to a GPU machine may carry a stale .git: the commit its caller names wins."""
+    monkeypatch.setenv("BENCH_COMMIT", "123f277be62c")
+    assert load_bench("results").commit() == "123f277be62c"
+    monkeypatch.delenv("BENCH_COMMIT")
+    assert load_bench("results").commit() != "123f277be62c"
