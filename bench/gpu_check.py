@@ -129,7 +129,6 @@ def main() -> None:
         sys.exit(f"missing outputs: {missing}")
 
 
-CUT_REASONS = ("budget reached", "interrupted")  # what the search records of a trial its budget ended
 COLUMNS = ["step", "status", "seconds", "gpu_util_mean", "gpu_memory_max_mib", "trained", "cut", "failed",
            "trials_per_hour", "steady_trials_per_hour"]  # the table; every row keeps the rest (workers, best, ...)
 K, K_DRY = 500, 16  # K: the GLUE SST-2 file's 1,000 train rows, half kept for dev
@@ -251,7 +250,10 @@ def study_counts(database: Path) -> tuple[int, int, int, float | None, dict | No
     finished = [t for t in trained if t.state.name == "COMPLETE" and t.value is not None]
     top = max(finished, key=lambda t: t.value, default=None)
     best = {"trial": top.number, "value": top.value, "params": top.params} if top else None
-    cut = [t for t in trials if t.state.name == "FAIL" and t.user_attrs.get("fail_reason") in CUT_REASONS]
+    from autopelt.search.claims import BUDGET_REACHED, INTERRUPTED  # what the search records of a trial it cut
+
+    cut = [t for t in trials if t.state.name == "FAIL" and t.user_attrs.get("fail_reason") in (BUDGET_REACHED,
+                                                                                                INTERRUPTED)]
     return len(trained), sum(t.state.name == "FAIL" for t in trials) - len(cut), len(cut), span or None, best
 
 
