@@ -201,12 +201,15 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 def _means(table: list[dict]) -> list[dict]:
     """Per (model, task) with 2+ members, and per model over its tasks where it has 2+ (task "all"): a "mean" row,
-    each rule's distance and test averaged over the member cells where its test has run (`members` says how many)."""
+    each rule's distance and test averaged over the member cells where its test has run (`members` says how many).
+    Over 2+ models, one more (model and task "all") over the cells `decide` reads: those where every rule ran."""
     groups = {(e["model"], e["task"]): [x for x in table if (x["model"], x["task"]) == (e["model"], e["task"])]
               for e in table}
     for model in dict.fromkeys(e["model"] for e in table):
         if len({e["task"] for e in table if e["model"] == model}) > 1:
             groups[(model, "all")] = [e for e in table if e["model"] == model]
+    if len({e["model"] for e in table}) > 1:
+        groups[("all", "all")] = _deciding(table)
     rows = []
     for (model, task), members in groups.items():
         if len(members) < 2:
@@ -230,12 +233,17 @@ def decide(table: list[dict]) -> str:
     second task ran: over every member cell (model, task, member) where all three rules' rates have run, the rule
     whose x1 rate lies nearest the ladder's best rate by dev (mean |log10| distance), where it is nearer than
     `absolute` by at least DECIDES_BY decades; else `absolute` (today's default) stays. Test only reports."""
-    cells = [e for e in table if e["member"] != "mean" and all(e.get(f"{r}_test") is not None for r in RULES)]
+    cells = _deciding(table)
     if not cells:
         return "absolute"
     off = {rule: sum(e[f"{rule}_off"] for e in cells) / len(cells) for rule in RULES}
     nearest = min(off, key=off.get)
     return nearest if off["absolute"] - off[nearest] >= DECIDES_BY - 1e-9 else "absolute"
+
+
+def _deciding(table: list[dict]) -> list[dict]:
+    """The member cells (no mean rows) where every rule's own rate has run."""
+    return [e for e in table if e["member"] != "mean" and all(e.get(f"{r}_test") is not None for r in RULES)]
 
 
 def summary(args) -> None:

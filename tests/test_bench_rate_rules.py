@@ -64,6 +64,22 @@ def test_a_model_with_two_tasks_gets_a_mean_over_both():
     assert [e["task"] for e in means] == ["t", "u", "all"] and means[-1]["transfer_members"] == 4
 
 
+def test_over_two_models_a_mean_over_the_cells_the_decision_reads():
+    rules = {"absolute": 9e-3, "calibrated": 3e-3, "transfer": 1e-3}
+    best = {("m", "x"): 1e-3, ("m", "y"): 1e-3, ("n", "x"): 3e-3}  # per cell, the rate with the best dev
+    rows = [{"model": model, "task": "t", "member": member, "status": "ok", "rate": rate, "seed": 0, "rules": rules,
+             "dev": 0.9 if rate == top else 0.7, "test": 0.8}
+            for (model, member), top in best.items() for rate in rules.values()]
+    rows.append({**rows[0], "model": "n", "member": "z", "rate": 9e-3})  # only absolute's rate ran: left out
+    table = rate_rules.summarise(rows)
+    [overall] = [e for e in table if e["model"] == "all"]
+    assert overall["task"] == "all" and overall["absolute_members"] == 3
+    assert overall["transfer_off"] == pytest.approx(round(round(math.log10(3), 2) / 3, 2))  # 0, 0, log10(3)
+    nine, three = round(math.log10(9), 2), round(math.log10(3), 2)  # each cell's distance is rounded first
+    assert overall["absolute_off"] == pytest.approx(round((2 * nine + three) / 3, 2))
+    assert rate_rules.decide(table) == "transfer"  # the mean rows are not read as cells
+
+
 def test_the_decision_moves_from_absolute_only_by_a_tenth_of_a_decade():
     near = [_cell("m", "t", "x", {"absolute": 0.3, "calibrated": 0.25, "transfer": 0.21})]
     assert rate_rules.decide(near) == "absolute"  # 0.09 nearer: not enough
