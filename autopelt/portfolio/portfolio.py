@@ -272,8 +272,8 @@ def _rates(portfolio: Portfolio, model_name: str, rates: str, hidden_size: int |
         return _transferred(portfolio, hidden_size)
     if model_name != portfolio.model:
         return portfolio, (f"rates: as measured on {portfolio.model}, not on {model_name} (the default: on "
-                           "MPNet-base, SST-2 and MRPC, neither transfer's nor calibrated rates lay nearer each "
-                           "member's best by 0.1 decade; docs/learning-rates.md)"
+                           "MPNet-base and SmolLM2-135M, SST-2 and MRPC, neither transfer's nor calibrated rates lay "
+                           "nearer each member's best by 0.1 decade; docs/learning-rates.md)"
                            + ("; --rates calibrated or transfer fit them to this model" if portfolio.calibration
                               else "; --rates transfer fits them to this model"))
     return portfolio, ""  # on its own model: the first line says where its rates were measured
