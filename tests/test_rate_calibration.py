@@ -51,7 +51,8 @@ def test_rates_stay_as_measured_unless_calibrated_is_asked_for_and_one_line_says
     assert forced.calibrate and "rates: calibrated" in line
     shipped, line = for_search("auto", "SmolLM2-135M-Instruct", "default")  # the shipped one, on another model
     assert not shipped.calibrate and shipped.calibration
-    assert "rates: as measured on all-MiniLM-L6-v2, not on SmolLM2-135M-Instruct (the default: on MPNet-base and SmolLM2-135M" in line
+    assert ("rates: as measured on all-MiniLM-L6-v2, not on SmolLM2-135M-Instruct (the default: on MPNet-base and "
+            "SmolLM2-135M") in line
     assert line.endswith("--rates calibrated or transfer fit them to this model")
     calibrated, line = for_search("auto", "SmolLM2-135M-Instruct", "default", rates="calibrated")
     assert calibrated.calibrate and "times this study's LoRA rate" in line
